@@ -1,0 +1,73 @@
+// Command headroom runs more virtual machines on a host than its RAM holds,
+// safely, and measures what that costs. See README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// usageError is bad input: printed as one line, exit status 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "headroom",
+		Short: "Memory overcommit for VM hosts: workloads, agent, density benchmark",
+		Long: `headroom lets operators run more virtual machines on a host than its RAM
+holds, safely, and measure exactly what that costs.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(newLoadCommand())
+	return root
+}
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+// run executes the command line and maps errors to exit codes: 2 for bad
+// input, 1 for failures after the input was accepted.
+func run(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := newRootCommand()
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "headroom: %v\n", err)
+	var ue usageError
+	if errors.As(err, &ue) || isCobraUsageError(err) {
+		return 2
+	}
+	return 1
+}
+
+// isCobraUsageError recognises cobra's own argument errors (unknown command,
+// wrong argument count), which it does not route through the flag error func.
+func isCobraUsageError(err error) bool {
+	msg := err.Error()
+	for _, prefix := range []string{"unknown command", "accepts ", "requires ", "unknown flag", "unknown shorthand"} {
+		if len(msg) >= len(prefix) && msg[:len(prefix)] == prefix {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,146 @@
+package loadctl
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/headroom-dev/headroom/internal/memload"
+)
+
+// Session is a worker's connection to its controller.
+type Session struct {
+	conn    net.Conn
+	worker  string
+	writeMu sync.Mutex
+	start   chan time.Time
+	stopped chan struct{} // closed on stop message or lost connection
+	lostErr error
+}
+
+// Dial connects to the controller at addr ("unix:/path", "tcp:host:port")
+// and introduces the worker.
+func Dial(ctx context.Context, addr, worker string) (*Session, error) {
+	network, address, err := ParseAddr(addr)
+	if err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, network, address)
+	if err != nil {
+		return nil, fmt.Errorf("connect to controller %s: %w", addr, err)
+	}
+	s := &Session{conn: conn, worker: worker, start: make(chan time.Time, 1), stopped: make(chan struct{})}
+	if err := s.send(Message{Type: TypeHello, Protocol: ProtocolVersion, Worker: worker, PID: os.Getpid()}); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	go s.read()
+	return s, nil
+}
+
+// read handles controller messages until the connection ends.
+func (s *Session) read() {
+	sc := bufio.NewScanner(s.conn)
+	sc.Buffer(make([]byte, 64<<10), maxLineBytes)
+	for sc.Scan() {
+		m, err := DecodeMessage(sc.Bytes())
+		if err != nil {
+			continue // a newer controller's message: ignore rather than die
+		}
+		switch m.Type {
+		case TypeStart:
+			select {
+			case s.start <- unixNano(m.AtUnixNano):
+			default:
+			}
+		case TypeStop:
+			s.lostErr = fmt.Errorf("stopped by controller")
+			close(s.stopped)
+			return
+		}
+	}
+	s.lostErr = ErrControllerLost
+	close(s.stopped)
+}
+
+// Ready reports that the block is populated.
+func (s *Session) Ready(pop memload.PopulateStats) error {
+	return s.send(Message{Type: TypeReady, Worker: s.worker, Populate: &pop})
+}
+
+// AwaitStart blocks until the controller's start signal and then until the
+// start time it names, and returns when the worker actually began.
+func (s *Session) AwaitStart(ctx context.Context) (time.Time, error) {
+	select {
+	case at := <-s.start:
+		if d := time.Until(at); d > 0 {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return time.Time{}, context.Cause(ctx)
+			case <-s.stopped:
+				return time.Time{}, s.lostErr
+			}
+		}
+		began := time.Now()
+		return began, s.send(Message{Type: TypeStarted, Worker: s.worker, StartedUnixNano: began.UnixNano()})
+	case <-s.stopped:
+		return time.Time{}, s.lostErr
+	case <-ctx.Done():
+		return time.Time{}, context.Cause(ctx)
+	}
+}
+
+// Stopped is closed when the controller asks the worker to stop or the
+// connection to it is lost; Err then says which.
+func (s *Session) Stopped() <-chan struct{} { return s.stopped }
+
+// Err is why Stopped was closed.
+func (s *Session) Err() error {
+	select {
+	case <-s.stopped:
+		return s.lostErr
+	default:
+		return nil
+	}
+}
+
+// Record streams one interval record.
+func (s *Session) Record(r memload.Record) error {
+	r.Worker = s.worker
+	return s.send(Message{Type: TypeInterval, Record: &r})
+}
+
+// Summary sends the final summary.
+func (s *Session) Summary(sum memload.Summary) error {
+	sum.Worker = s.worker
+	return s.send(Message{Type: TypeSummary, Summary: &sum})
+}
+
+// Fail reports an error that ends the worker.
+func (s *Session) Fail(err error) error {
+	return s.send(Message{Type: TypeError, Worker: s.worker, Error: err.Error()})
+}
+
+// Close ends the session.
+func (s *Session) Close() error { return s.conn.Close() }
+
+func (s *Session) send(m Message) error {
+	b, err := encodeMessage(m)
+	if err != nil {
+		return err
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	if _, err := s.conn.Write(b); err != nil {
+		return fmt.Errorf("send %s to controller: %w", m.Type, err)
+	}
+	return nil
+}

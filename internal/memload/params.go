@@ -1,0 +1,81 @@
+package memload
+
+import (
+	"fmt"
+	"time"
+)
+
+// Scan is the access pattern of the measured phase.
+type Scan string
+
+const (
+	// ScanNone allocates and populates, then holds the memory untouched.
+	ScanNone Scan = "none"
+	// ScanSeq walks the block one stride at a time, wrapping at the end.
+	ScanSeq Scan = "seq"
+	// ScanRandom touches uniformly random strides.
+	ScanRandom Scan = "random"
+)
+
+// ParseScan accepts none, seq or random (and ClusterBuster's 0, 1).
+func ParseScan(s string) (Scan, error) {
+	switch s {
+	case "none", "0":
+		return ScanNone, nil
+	case "seq", "1", "sequential":
+		return ScanSeq, nil
+	case "random":
+		return ScanRandom, nil
+	}
+	return "", fmt.Errorf("unknown scan %q", s)
+}
+
+// Params are the workload's parameters; they are echoed in every summary.
+type Params struct {
+	SizeBytes       uint64        `json:"size_bytes"`
+	Scan            Scan          `json:"scan"`
+	StrideBytes     uint64        `json:"stride_bytes"`
+	WriteFraction   float64       `json:"writes"`
+	RatePagesPerSec float64       `json:"rate_pages_per_sec"` // 0: as fast as possible
+	Duration        time.Duration `json:"-"`
+	DurationSeconds float64       `json:"duration_seconds,omitempty"`
+	Iterations      uint64        `json:"iterations,omitempty"` // full passes; 0: use Duration
+	Content         Content       `json:"-"`
+	ContentName     string        `json:"content"`
+	Seed            uint64        `json:"seed"`
+	Mergeable       bool          `json:"mergeable"`
+	HugePages       HugePages     `json:"hugepages"`
+	Interval        time.Duration `json:"-"`
+	IntervalSeconds float64       `json:"interval_seconds"`
+}
+
+// Normalize fills the JSON mirror fields.
+func (p *Params) Normalize() {
+	p.DurationSeconds = p.Duration.Seconds()
+	p.IntervalSeconds = p.Interval.Seconds()
+	p.ContentName = p.Content.String()
+}
+
+// Validate checks the parameters against each other and the page size. The
+// error names the offending flag.
+func (p *Params) Validate(pageBytes uint64) error {
+	switch {
+	case p.SizeBytes < pageBytes:
+		return fmt.Errorf("--size must be at least one page (%d bytes)", pageBytes)
+	case p.StrideBytes == 0 || p.StrideBytes > p.SizeBytes:
+		return fmt.Errorf("--stride must be between 1 and --size bytes, got %d", p.StrideBytes)
+	case !(p.WriteFraction >= 0 && p.WriteFraction <= 1):
+		return fmt.Errorf("--writes must be a fraction in [0,1], got %g", p.WriteFraction)
+	case p.RatePagesPerSec < 0 || p.RatePagesPerSec > 1e9:
+		return fmt.Errorf("--rate must be between 0 (unlimited) and 1G pages/s, got %g", p.RatePagesPerSec)
+	case p.Duration < 0:
+		return fmt.Errorf("--duration must not be negative")
+	case p.Interval < 10*time.Millisecond:
+		return fmt.Errorf("--interval must be at least 10ms, got %s", p.Interval)
+	case p.Scan != ScanNone && p.Scan != ScanSeq && p.Scan != ScanRandom:
+		return fmt.Errorf("--scan must be none, seq or random, got %q", p.Scan)
+	case p.HugePages != HugePagesNever && p.HugePages != HugePagesMadvise:
+		return fmt.Errorf("--hugepages must be never or madvise, got %q", p.HugePages)
+	}
+	return nil
+}
