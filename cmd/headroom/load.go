@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/procfs"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/headroom-dev/headroom/internal/loadctl"
 	"github.com/headroom-dev/headroom/internal/loadrun"
@@ -65,9 +66,9 @@ type loadFlags struct {
 	workers    int
 }
 
-func newLoadCommand() *cobra.Command {
-	pageBytes := uint64(os.Getpagesize())
-	f := &loadFlags{
+// newLoadFlags returns the flags with their defaults.
+func newLoadFlags(pageBytes uint64) *loadFlags {
+	return &loadFlags{
 		size:      256 << 20,
 		scan:      scanValue(memload.ScanSeq),
 		stride:    bytesValue(pageBytes),
@@ -77,17 +78,10 @@ func newLoadCommand() *cobra.Command {
 		hugePages: hugePagesValue(memload.HugePagesNever),
 		interval:  time.Second,
 	}
-	cmd := &cobra.Command{
-		Use:     "load",
-		Short:   "Run the memory workload: allocate, fill, touch at a rate, report",
-		Long:    loadLong,
-		Example: loadExample,
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runLoad(cmd, f, pageBytes)
-		},
-	}
-	fl := cmd.Flags()
+}
+
+// register defines the flags on fl, with the help text users see.
+func (f *loadFlags) register(fl *pflag.FlagSet) {
 	fl.Var(&f.size, "size", "anonymous memory to allocate and populate (e.g. 512Mi, 14Gi, 1G)")
 	fl.Var(&f.scan, "scan", "access pattern: seq (page by page, wrapping), random (uniform), none (populate, then hold)")
 	fl.Var(&f.stride, "stride", "bytes between touches (default: the page size)")
@@ -104,6 +98,22 @@ func newLoadCommand() *cobra.Command {
 	fl.StringVar(&f.controller, "controller", "", "join a controller at unix:/path or tcp:host:port: report ready, wait for start, stream records")
 	fl.StringVar(&f.workerID, "worker-id", "", "this worker's name at the controller (default: host-pid)")
 	fl.IntVar(&f.workers, "workers", 0, "run N worker processes under a local controller and aggregate their results")
+}
+
+func newLoadCommand() *cobra.Command {
+	pageBytes := uint64(os.Getpagesize())
+	f := newLoadFlags(pageBytes)
+	cmd := &cobra.Command{
+		Use:     "load",
+		Short:   "Run the memory workload: allocate, fill, touch at a rate, report",
+		Long:    loadLong,
+		Example: loadExample,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runLoad(cmd, f, pageBytes)
+		},
+	}
+	f.register(cmd.Flags())
 	return cmd
 }
 

@@ -44,8 +44,23 @@ func main() {
 // run executes the command line and maps errors to exit codes: 2 for bad
 // input, 1 for failures after the input was accepted.
 func run(args []string) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(signals)
+	go func() {
+		// The first signal ends the run cleanly (summaries are still
+		// printed); a second one exits at once.
+		sig, ok := <-signals
+		if !ok {
+			return
+		}
+		cancel(fmt.Errorf("signal: %v", sig))
+		if _, ok := <-signals; ok {
+			os.Exit(130)
+		}
+	}()
 	root := newRootCommand()
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)

@@ -30,7 +30,7 @@ type Result struct {
 }
 
 // Failed reports whether the worker did not finish with a summary.
-func (r *Result) Failed() bool { return r.Err != "" || r.Summary == nil }
+func (r Result) Failed() bool { return r.Err != "" || r.Summary == nil }
 
 // Controller accepts workers and drives them through ready, start, collect.
 type Controller struct {
@@ -167,6 +167,11 @@ func (c *Controller) handle(ev event) (*workerConn, error) {
 		w.result.StartedAt = unixNano(m.StartedUnixNano)
 	case TypeSummary:
 		w.result.Summary = m.Summary
+		if m.Summary.StartUnixNano != 0 {
+			// The measured phase's own start is when the worker really
+			// began touching, a little after it woke for the start signal.
+			w.result.StartedAt = unixNano(m.Summary.StartUnixNano)
+		}
 		w.done = true
 	case TypeError:
 		w.result.Err = m.Error

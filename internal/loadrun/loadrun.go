@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/headroom-dev/headroom/internal/loadctl"
 	"github.com/headroom-dev/headroom/internal/memload"
@@ -25,6 +26,10 @@ type Options struct {
 	JSON bool
 	Out  io.Writer
 }
+
+// sharedStartWindow is how long a controller's worker yields the CPU
+// between small batches after the common start (see memload.Params).
+const sharedStartWindow = 50 * time.Millisecond
 
 // ErrRunFailed marks failures that happened after input was accepted.
 var ErrRunFailed = errors.New("run failed")
@@ -83,7 +88,14 @@ func Worker(ctx context.Context, o Options) error {
 	if _, err := session.AwaitStart(ctx); err != nil {
 		return fmt.Errorf("%w: waiting for start: %v", ErrRunFailed, err)
 	}
-	sum := memload.Run(ctx, block, o.Params, pop, func(r memload.Record) {
+	params := o.Params
+	params.SharedStartWindow = sharedStartWindow
+	first := true
+	sum := memload.Run(ctx, block, params, pop, func(r memload.Record) {
+		if first {
+			first = false
+			session.Started(r.Time.Add(-time.Duration(r.ElapsedSeconds * float64(time.Second))))
+		}
 		p.record(r)
 		session.Record(r)
 	})

@@ -131,4 +131,3 @@ func perSecond(n uint64, d time.Duration) float64 {
 	}
 	return float64(n) / d.Seconds()
 }
-

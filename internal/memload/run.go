@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"golang.org/x/time/rate"
 )
 
@@ -64,6 +65,7 @@ const (
 	targetBatch        = time.Millisecond
 	ratedBatchesPerSec = 500
 	rateBurst          = 50 * time.Millisecond
+	sharedStartBatch   = 64
 )
 
 // Run performs the measured phase on a populated block until the duration
@@ -187,6 +189,7 @@ func touchLoop(ctx context.Context, b *Block, p Params, start time.Time, stop *a
 		sleeper.Stop()
 	}
 
+	yieldUntil := start.Add(p.SharedStartWindow)
 	var done uint64
 	for !stop.Load() {
 		n := batch
@@ -207,9 +210,16 @@ func touchLoop(ctx context.Context, b *Block, p Params, start time.Time, stop *a
 				}
 			}
 		}
+		yielding := batchStart.Before(yieldUntil)
+		if yielding {
+			n = min(n, sharedStartBatch)
+		}
 		t.touch(p.Scan, n)
 		done += n
 		touched.Store(done)
+		if yielding {
+			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		}
 		now := time.Now()
 		if !deadline.IsZero() && !now.Before(deadline) {
 			return StopDuration

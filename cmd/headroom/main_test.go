@@ -1,0 +1,309 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/headroom-dev/headroom/internal/loadctl"
+	"github.com/headroom-dev/headroom/internal/loadrun"
+	"github.com/headroom-dev/headroom/internal/memload"
+)
+
+// The test binary doubles as the headroom binary: with HEADROOM_TEST_MAIN
+// set it runs main, so tests (and --workers, which re-executes its own
+// binary) exercise the real command line.
+func TestMain(m *testing.M) {
+	if os.Getenv("HEADROOM_TEST_MAIN") == "1" {
+		os.Exit(run(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+func headroom(args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "HEADROOM_TEST_MAIN=1")
+	return cmd
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func runHeadroom(t *testing.T, args ...string) result {
+	t.Helper()
+	cmd := headroom(args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return result{code, out.String(), errb.String()}
+}
+
+func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string // part of the message: the flag and the accepted form
+	}{
+		{[]string{"load", "--size", "12 apples"}, `"--size"`},
+		{[]string{"load", "--size", "-1Gi"}, "Gi"},
+		{[]string{"load", "--size", "1"}, "--size must be at least one page"},
+		{[]string{"load", "--rate", "-5"}, `"--rate"`},
+		{[]string{"load", "--rate", "fast"}, "250k"},
+		{[]string{"load", "--writes", "1.5"}, `"--writes"`},
+		{[]string{"load", "--scan", "zigzag"}, "none, seq or random"},
+		{[]string{"load", "--content", "dup=2"}, "dup=F"},
+		{[]string{"load", "--content", "compress=0"}, "compress=R"},
+		{[]string{"load", "--hugepages", "always"}, "never or madvise"},
+		{[]string{"load", "--stride", "0"}, "--stride"},
+		{[]string{"load", "--interval", "1ms"}, "--interval"},
+		{[]string{"load", "--duration", "soon"}, `"--duration"`},
+		{[]string{"load", "--workers", "-1"}, "--workers"},
+		{[]string{"load", "--controller", "carrier-pigeon"}, "unix:/path"},
+		{[]string{"load", "--controller", "unix:/x", "--workers", "2"}, "cannot be combined"},
+		{[]string{"load", "--size", "1Pi"}, "larger than this machine's RAM + swap"},
+		{[]string{"load", "--size", "4Gi", "--workers", "4096"}, "--workers 4096"},
+		{[]string{"load", "extra"}, "unknown command"},
+		{[]string{"load", "--bogus"}, "unknown flag"},
+		{[]string{"frobnicate"}, "unknown command"},
+	}
+	for _, tt := range tests {
+		r := runHeadroom(t, tt.args...)
+		lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")
+		if r.code != 2 || len(lines) != 1 || !strings.Contains(r.stderr, tt.want) || !strings.HasPrefix(r.stderr, "headroom: ") {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and one line containing %q", tt.args, r.code, r.stderr, tt.want)
+		}
+		if strings.Contains(r.stderr, "goroutine") || r.stdout != "" {
+			t.Errorf("%v: stack trace or output on bad input: %q %q", tt.args, r.stdout, r.stderr)
+		}
+	}
+}
+
+func TestUnreachableControllerExitsTwo(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "nobody.sock")
+	r := runHeadroom(t, "load", "--size", "4Mi", "--controller", "unix:"+sock)
+	if r.code != 2 || !strings.Contains(r.stderr, "--controller") || strings.Count(r.stderr, "\n") != 1 {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+func TestHelpExplainsFlags(t *testing.T) {
+	r := runHeadroom(t, "load", "--help")
+	for _, want := range []string{"--size", "--scan", "--rate", "--content", "dup=F", "--controller", "--workers", "Exit status"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("load --help lacks %q", want)
+		}
+	}
+}
+
+// The flags a harness renders for a worker parse back to the same parameters.
+func TestWorkerArgsRoundTrip(t *testing.T) {
+	want := memload.Params{
+		SizeBytes: 3 << 30, Scan: memload.ScanRandom, StrideBytes: 64, WriteFraction: 0.25,
+		RatePagesPerSec: 12345.5, Duration: 90 * time.Second, Iterations: 7,
+		Content: memload.Content{Kind: memload.ContentDup, DupFraction: 0.8}, Seed: 99,
+		Mergeable: true, HugePages: memload.HugePagesMadvise, Interval: 250 * time.Millisecond,
+	}
+	want.Normalize()
+	f := newLoadFlags(uint64(os.Getpagesize()))
+	fs := pflag.NewFlagSet("load", pflag.ContinueOnError)
+	f.register(fs)
+	if err := fs.Parse(loadrun.Args(want)); err != nil {
+		t.Fatal(err)
+	}
+	got := f.params()
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("round trip:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+func lastJSON(t *testing.T, stdout string, v any) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), v); err != nil {
+		t.Fatalf("last line %q: %v", lines[len(lines)-1], err)
+	}
+}
+
+func TestStandaloneJSON(t *testing.T) {
+	r := runHeadroom(t, "load", "--size", "8Mi", "--iterations", "3", "--json", "--content", "compress=2")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	var s memload.Summary
+	lastJSON(t, r.stdout, &s)
+	pages := uint64(8<<20) / uint64(os.Getpagesize())
+	if s.Type != "summary" || s.Pages != 3*pages || s.StopReason != memload.StopIterations ||
+		s.Populate.Pages != pages || s.PopulateSeconds <= 0 || s.Params.ContentName != "compress=2" {
+		t.Fatalf("summary %+v", s)
+	}
+	if !strings.HasPrefix(r.stdout, `{"type":"populate"`) {
+		t.Fatalf("first line is not the populate record: %q", r.stdout[:min(80, len(r.stdout))])
+	}
+}
+
+func TestTableOutput(t *testing.T) {
+	r := runHeadroom(t, "load", "--size", "8Mi", "--duration", "300ms", "--interval", "100ms")
+	for _, want := range []string{"populated 2048 pages", "pages/s", "majflt/s", "summary:", "stopped: duration"} {
+		if r.code != 0 || !strings.Contains(r.stdout, want) {
+			t.Fatalf("exit %d, output lacks %q:\n%s", r.code, want, r.stdout)
+		}
+	}
+}
+
+// waitForLine reads stdout until a line containing want appears.
+func waitForLine(t *testing.T, sc *bufio.Scanner, want string) string {
+	t.Helper()
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), want) {
+			return sc.Text()
+		}
+	}
+	t.Fatalf("output ended without a line containing %q", want)
+	return ""
+}
+
+func TestInterruptStillPrintsSummary(t *testing.T) {
+	cmd := headroom("load", "--size", "8Mi", "--json", "--interval", "50ms")
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(out)
+	waitForLine(t, sc, `"type":"interval"`)
+	cmd.Process.Signal(syscall.SIGINT)
+	line := waitForLine(t, sc, `"type":"summary"`)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("interrupted run: %v", err)
+	}
+	var s memload.Summary
+	json.Unmarshal([]byte(line), &s)
+	if s.Pages == 0 || !strings.Contains(s.StopReason, "interrupt") {
+		t.Fatalf("summary after SIGINT: %+v", s)
+	}
+}
+
+func TestFleetAggregatesWorkers(t *testing.T) {
+	r := runHeadroom(t, "load", "--workers", "4", "--size", "16Mi", "--duration", "1s", "--json", "--scan", "random")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	var agg loadrun.FleetSummary
+	lastJSON(t, r.stdout, &agg)
+	var sum float64
+	workers := map[string]bool{}
+	for _, line := range strings.Split(r.stdout, "\n") {
+		var s memload.Summary
+		if json.Unmarshal([]byte(line), &s) == nil && s.Type == "summary" && s.Worker != "" {
+			sum += s.PagesPerSec
+			workers[s.Worker] = true
+			if s.Params.Seed < 2 || s.Params.Seed > 5 {
+				t.Errorf("worker %s seed %d, want distinct seeds 2..5", s.Worker, s.Params.Seed)
+			}
+		}
+	}
+	if agg.Workers != 4 || agg.Failed != 0 || len(workers) != 4 || agg.PagesPerSec != sum || sum == 0 {
+		t.Fatalf("aggregate %+v from %d worker summaries (sum %.0f)", agg, len(workers), sum)
+	}
+	if agg.StartSkewSeconds <= 0 || agg.StartSkewSeconds > 0.5 {
+		t.Fatalf("start skew %.6f s", agg.StartSkewSeconds)
+	}
+}
+
+// childPIDs lists pid's child processes (of any of its threads).
+func childPIDs(t *testing.T, pid int) []int {
+	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	var pids []int
+	for _, file := range files {
+		b, _ := os.ReadFile(file)
+		for _, f := range strings.Fields(string(b)) {
+			n, _ := strconv.Atoi(f)
+			pids = append(pids, n)
+		}
+	}
+	return pids
+}
+
+func TestFleetReportsKilledWorker(t *testing.T) {
+	cmd := headroom("load", "--workers", "3", "--size", "16Mi", "--json", "--interval", "100ms")
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	sc := bufio.NewScanner(out)
+	waitForLine(t, sc, `"type":"interval"`) // workers are running
+	kids := childPIDs(t, cmd.Process.Pid)
+	if len(kids) != 3 {
+		t.Fatalf("%d worker processes, want 3", len(kids))
+	}
+	syscall.Kill(kids[0], syscall.SIGKILL)
+	cmd.Process.Signal(syscall.SIGTERM) // end the others' run
+	var last string
+	for sc.Scan() {
+		last = sc.Text()
+	}
+	err := cmd.Wait()
+	var agg loadrun.FleetSummary
+	json.Unmarshal([]byte(last), &agg)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || agg.Failed != 1 || agg.Workers != 3 || agg.Pages == 0 {
+		t.Fatalf("exit %v, aggregate %+v", err, agg)
+	}
+	for _, pid := range kids {
+		if syscall.Kill(pid, 0) == nil {
+			if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); !strings.Contains(string(b), ") Z") {
+				t.Errorf("worker %d still running after the fleet exited", pid)
+			}
+		}
+	}
+}
+
+func TestWorkerExitsWhenControllerGoesAway(t *testing.T) {
+	ctl, err := loadctl.Listen("unix:" + filepath.Join(t.TempDir(), "ctl.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := headroom("load", "--size", "8Mi", "--controller", ctl.Addr(), "--worker-id", "orphan", "--json")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := ctl.AwaitReady(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	ctl.Start(time.Millisecond)
+	ctl.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(stderr.String(), "controller went away") {
+			t.Fatalf("exit %v, stderr %q", err, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("worker kept running without its controller")
+	}
+}

@@ -1,0 +1,178 @@
+// Package testenv gives system tests real machine facilities (swap files,
+// memory cgroups) that are restored when the test ends, pass or fail, and
+// makes a missing facility a failure in CI instead of a silent skip.
+package testenv
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// InCI reports whether the tests run under CI (CI=true), where a missing
+// facility fails the test rather than skipping it.
+func InCI() bool { return os.Getenv("CI") != "" }
+
+// Require fails (in CI) or skips (elsewhere) the test when ok is false.
+func Require(t testing.TB, ok bool, what string) {
+	t.Helper()
+	if ok {
+		return
+	}
+	if InCI() {
+		t.Fatalf("missing facility: %s", what)
+	}
+	t.Skipf("missing facility: %s", what)
+}
+
+// RequireRoot requires running as root.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	Require(t, os.Geteuid() == 0, "root (system tests change swap and cgroups)")
+}
+
+func run(name string, args ...string) error {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// SwapFile creates a swap file of sizeBytes on the test's temporary
+// directory's file system and enables it; it is disabled and removed when
+// the test ends.
+func SwapFile(t testing.TB, sizeBytes int64) string {
+	t.Helper()
+	RequireRoot(t)
+	for _, tool := range []string{"mkswap", "swapon", "swapoff"} {
+		_, err := exec.LookPath(tool)
+		Require(t, err == nil, tool+" (util-linux)")
+	}
+	dir, err := os.MkdirTemp("/var/tmp", "headroom-swap-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "swapfile")
+	t.Cleanup(func() {
+		if err := run("swapoff", path); err != nil && swapActive(path) {
+			t.Errorf("restore: %v", err)
+		}
+		os.RemoveAll(dir)
+	})
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// fallocate gives swapon a file without holes.
+	err = syscall.Fallocate(int(f.Fd()), 0, 0, sizeBytes)
+	f.Close()
+	if err != nil {
+		t.Fatalf("fallocate swap file: %v", err)
+	}
+	if err := run("mkswap", path); err != nil {
+		t.Fatal(err)
+	}
+	if err := run("swapon", path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func swapActive(path string) bool {
+	b, _ := os.ReadFile("/proc/swaps")
+	return strings.Contains(string(b), path)
+}
+
+// CgroupV1MemoryRoot is where this machine's v1 memory controller is mounted.
+const CgroupV1MemoryRoot = "/sys/fs/cgroup/memory"
+
+// MemoryCgroup is a v1 memory cgroup made for one test.
+type MemoryCgroup struct {
+	Path string
+}
+
+// NewMemoryCgroup creates a memory cgroup with the given limit (memsw
+// unlimited, so it may swap) and removes it when the test ends, after
+// killing anything left in it.
+func NewMemoryCgroup(t testing.TB, limitBytes int64) *MemoryCgroup {
+	t.Helper()
+	RequireRoot(t)
+	_, err := os.Stat(filepath.Join(CgroupV1MemoryRoot, "memory.memsw.limit_in_bytes"))
+	Require(t, err == nil, "cgroup v1 memory controller with swap accounting at "+CgroupV1MemoryRoot)
+	var suffix [4]byte
+	rand.Read(suffix[:])
+	cg := &MemoryCgroup{Path: filepath.Join(CgroupV1MemoryRoot, "headroom-test-"+hex.EncodeToString(suffix[:]))}
+	if err := os.Mkdir(cg.Path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cg.remove(); err != nil {
+			t.Errorf("restore: %v", err)
+		}
+	})
+	if err := cg.Write("memory.limit_in_bytes", strconv.FormatInt(limitBytes, 10)); err != nil {
+		t.Fatal(err)
+	}
+	return cg
+}
+
+// Write sets one control file.
+func (cg *MemoryCgroup) Write(file, value string) error {
+	if err := os.WriteFile(filepath.Join(cg.Path, file), []byte(value), 0o644); err != nil {
+		return fmt.Errorf("write %s to %s: %w", value, file, err)
+	}
+	return nil
+}
+
+// ReadInt reads one numeric control file.
+func (cg *MemoryCgroup) ReadInt(file string) (int64, error) {
+	b, err := os.ReadFile(filepath.Join(cg.Path, file))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+}
+
+// Command returns a command that joins the cgroup before it execs, so the
+// program's first allocation is already charged to the cgroup.
+func (cg *MemoryCgroup) Command(name string, args ...string) *exec.Cmd {
+	script := `echo $$ > "$0/cgroup.procs" && exec "$@"`
+	return exec.Command("/bin/sh", append([]string{"-c", script, cg.Path, name}, args...)...)
+}
+
+// remove kills what is left in the cgroup and removes it.
+func (cg *MemoryCgroup) remove() error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(filepath.Join(cg.Path, "cgroup.procs"))
+		if os.IsNotExist(err) {
+			return nil
+		}
+		pids := strings.Fields(string(b))
+		for _, p := range pids {
+			if pid, err := strconv.Atoi(p); err == nil {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		if len(pids) == 0 {
+			if err := os.Remove(cg.Path); err == nil || os.IsNotExist(err) {
+				return nil
+			} else if time.Now().After(deadline) {
+				return fmt.Errorf("remove cgroup %s: %w", cg.Path, err)
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cgroup %s still has processes %v", cg.Path, pids)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
