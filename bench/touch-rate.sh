@@ -3,12 +3,9 @@
 # touchref.c doing the same work (256 MiB, writes=1, one core), for seq and
 # random scans, and prints both rates and the ratio (target: >= 0.95).
 # Each configuration alternates C and headroom runs and keeps each one's best.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+source "$(dirname "$0")/lib.sh"
+out=$BENCH_TMP
 gcc -O2 -o "$out/touchref" bench/touchref.c
-go build -o "$out/headroom" ./cmd/headroom
 seconds=${SECONDS_PER_RUN:-3}
 runs=${RUNS:-3}
 cpu=${CPU:-1}
@@ -18,8 +15,8 @@ for scan in seq random; do
   best_c=0 best_go=0
   for _ in $(seq "$runs"); do
     c=$(taskset -c "$cpu" "$out/touchref" 256 "$scan" "$seconds")
-    go=$(taskset -c "$cpu" "$out/headroom" load --size 256Mi --scan "$scan" --writes 1 \
-      --duration "${seconds}s" --json | tail -n 1 | grep -o '"pages_per_sec":[0-9.e+]*' | head -n 1 | cut -d: -f2)
+    line=$(taskset -c "$cpu" "$HEADROOM" load --size 256Mi --scan "$scan" --writes 1 --duration "${seconds}s" --json | tail -n 1)
+    go=$(json_field "$line" pages_per_sec)
     best_c=$(awk -v a="$best_c" -v b="$c" 'BEGIN{print (b>a)?b:a}')
     best_go=$(awk -v a="$best_go" -v b="$go" 'BEGIN{print (b>a)?b:a}')
   done

@@ -134,6 +134,9 @@ func (p *printer) progress(l *latestRates, every time.Duration) (stop func()) {
 			select {
 			case now := <-t.C:
 				total, n := l.sum()
+				if n == 0 {
+					continue // no worker has finished an interval yet
+				}
 				p.note("%7.1fs  aggregate %s pages/s from %d workers", now.Sub(start).Seconds(), si(total), n)
 			case <-done:
 				return

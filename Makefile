@@ -1,0 +1,58 @@
+# headroom: `make demo` runs the workload demonstration, `make test` the full
+# test suite (unit, fuzz seeds, and system tests against real swap and
+# cgroups). Both install what they need on a fresh machine.
+
+SHELL   := /bin/bash
+GO      ?= go
+BIN     := bin/headroom
+FUZZTIME ?= 5s
+
+.PHONY: all build deps demo test unit system fuzz bench vet clean
+
+all: build
+
+deps:
+	@command -v $(GO) >/dev/null || { echo "Go toolchain not found: install Go 1.26 (/usr/local/go/bin)"; exit 1; }
+	@for tool in mkswap swapon swapoff gcc taskset; do \
+	  command -v $$tool >/dev/null || { apt-get update -qq && apt-get install -y -qq util-linux gcc >/dev/null; break; }; \
+	done
+	$(GO) mod download
+
+build: deps
+	$(GO) build -o $(BIN) ./cmd/headroom
+
+# A short fleet: 4 workers of 256 MiB each, released together, 10 s.
+demo: build
+	./$(BIN) load --workers 4 --size 256Mi --scan random --duration 10s
+
+vet:
+	test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
+	$(GO) vet ./...
+	$(GO) vet -tags system ./...
+
+unit:
+	$(GO) test -race ./...
+
+# Each fuzz target runs for FUZZTIME beyond its seed corpus.
+fuzz:
+	@for target in $$(grep -rhoE '^func Fuzz[A-Za-z0-9_]+' --include='*_test.go' internal cmd | sed 's/func //'); do \
+	  pkg=$$(grep -rlE "^func $$target\b" --include='*_test.go' internal cmd | xargs dirname); \
+	  echo "fuzz $$target ($$pkg)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) ./$$pkg || exit 1; \
+	done
+
+# System tests change swap and cgroups: root, one package at a time.
+system:
+	$(GO) test -tags system -p 1 -count 1 -run '^TestSystem' -v \
+	  $$(grep -rlE '^//go:build system' --include='*_test.go' . | xargs -n1 dirname | sort -u)
+
+test: deps vet fuzz system unit
+
+bench: build
+	bench/touch-rate.sh
+	bench/rate-accuracy.sh
+	bench/start-skew.sh
+	bench/swap-bound.sh
+
+clean:
+	rm -rf bin

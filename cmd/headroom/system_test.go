@@ -1,0 +1,50 @@
+//go:build system
+
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/headroom-dev/headroom/internal/memload"
+	"github.com/headroom-dev/headroom/internal/testenv"
+)
+
+// A 512 MiB block in a 256 MiB memory cgroup with a swap file must page:
+// the run sees major faults, the process has swap, the cgroup never exceeds
+// its limit, and the touch rate is far below the resident rate.
+func TestSystemSwapInMemoryCgroup(t *testing.T) {
+	testenv.SwapFile(t, 1<<30)
+	const limit = 256 << 20
+	cg := testenv.NewMemoryCgroup(t, limit)
+	cmd := cg.Command(os.Args[0], "load", "--size", "512Mi", "--scan", "seq", "--duration", "4s", "--json")
+	cmd.Env = append(os.Environ(), "HEADROOM_TEST_MAIN=1")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("load in cgroup: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	var s memload.Summary
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &s); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("under swap: %.0f pages/s, %.0f major faults/s, swap %d MiB, cpu user %.2fs sys %.2fs of %.2fs",
+		s.PagesPerSec, s.MajorFaultsPerSec, s.SwapBytes>>20, s.UserCPUSeconds, s.SystemCPUSeconds, s.Seconds)
+	if s.MajorFaults == 0 || s.SwapBytes == 0 {
+		t.Fatalf("no paging observed: %+v", s)
+	}
+	// Resident, a seq scan runs at tens of millions of pages/s here.
+	if s.PagesPerSec > 5e6 {
+		t.Fatalf("%.0f pages/s: not bound by paging", s.PagesPerSec)
+	}
+	maxUsage, err := cg.ReadInt("memory.max_usage_in_bytes")
+	if err != nil || maxUsage > limit {
+		t.Fatalf("cgroup max usage %d (limit %d): %v", maxUsage, limit, err)
+	}
+	maxMemsw, err := cg.ReadInt("memory.memsw.max_usage_in_bytes")
+	if err != nil || maxMemsw <= limit {
+		t.Fatalf("cgroup memory+swap peak %d, want above the %d limit (swap in use): %v", maxMemsw, limit, err)
+	}
+}
