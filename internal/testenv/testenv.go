@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -145,8 +146,48 @@ func (cg *MemoryCgroup) ReadInt(file string) (int64, error) {
 // Command returns a command that joins the cgroup before it execs, so the
 // program's first allocation is already charged to the cgroup.
 func (cg *MemoryCgroup) Command(name string, args ...string) *exec.Cmd {
+	return CommandIn(cg.Path, name, args...)
+}
+
+// CommandIn returns a command that joins the cgroup directory dir (v1 or
+// v2) before it execs name.
+func CommandIn(dir, name string, args ...string) *exec.Cmd {
 	script := `echo $$ > "$0/cgroup.procs" && exec "$@"`
-	return exec.Command("/bin/sh", append([]string{"-c", script, cg.Path, name}, args...)...)
+	return exec.Command("/bin/sh", append([]string{"-c", script, dir, name}, args...)...)
+}
+
+var (
+	buildOnce sync.Once
+	buildPath string
+	buildErr  error
+)
+
+// HeadroomBinary builds cmd/headroom once per test process and returns
+// its path, for system tests that run real workloads.
+func HeadroomBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		var modRoot []byte
+		modRoot, buildErr = exec.Command("go", "env", "GOMOD").Output()
+		if buildErr != nil {
+			return
+		}
+		dir, err := os.MkdirTemp("", "headroom-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildPath = filepath.Join(dir, "headroom")
+		cmd := exec.Command("go", "build", "-o", buildPath, "./cmd/headroom")
+		cmd.Dir = filepath.Dir(strings.TrimSpace(string(modRoot)))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v: %s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("build headroom: %v", buildErr)
+	}
+	return buildPath
 }
 
 // remove kills what is left in the cgroup and removes it.

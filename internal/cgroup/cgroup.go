@@ -1,0 +1,230 @@
+// Package cgroup reads and controls memory cgroups, v1 (memory + memsw)
+// and v2 (memory.max, memory.swap.max, memory.events, cgroup.kill) behind
+// one interface; every v1/v2 difference lives in this package.
+package cgroup
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Unlimited is the value of a limit that is not set.
+const Unlimited uint64 = math.MaxUint64
+
+// Memory is a cgroup's memory state in bytes.
+type Memory struct {
+	UsageBytes uint64 `json:"usage_bytes"`
+	// WorkingSetBytes is usage minus inactive file cache (kubelet's
+	// definition): what the group needs resident.
+	WorkingSetBytes uint64 `json:"working_set_bytes"`
+	SwapBytes       uint64 `json:"swap_bytes"`
+	LimitBytes      uint64 `json:"limit_bytes"`      // Unlimited if unset
+	SwapLimitBytes  uint64 `json:"swap_limit_bytes"` // swap it may use; Unlimited if unset
+	OOMKills        uint64 `json:"oom_kills"`
+}
+
+// Group is one memory cgroup.
+type Group interface {
+	// Path is the cgroup's directory.
+	Path() string
+	// Memory reads the group's current memory state.
+	Memory() (Memory, error)
+	// SetSwapLimit lets the group use at most swapBytes of swap.
+	SetSwapLimit(swapBytes uint64) error
+	// Procs lists the processes in the group (not its children).
+	Procs() ([]int, error)
+	// Kill sends SIGKILL to every process in the group and its children.
+	Kill() error
+	// Children lists the child groups, sorted by name.
+	Children() ([]Group, error)
+	// PressureFile is the group's memory.pressure, or "" where the
+	// hierarchy has none (v1: use the system-wide file).
+	PressureFile() string
+}
+
+// Version is the cgroup hierarchy version.
+type Version int
+
+// Hierarchy versions.
+const (
+	V1 Version = 1
+	V2 Version = 2
+)
+
+// Mount points probed by Open, in order: a v2 hierarchy with the memory
+// controller, then the v1 memory hierarchy.
+var (
+	V2Mounts = []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}
+	V1Mount  = "/sys/fs/cgroup/memory"
+)
+
+// Open finds the memory cgroup scope ("/", "machine.slice", a test's
+// parent) on this machine's hierarchy.
+func Open(scope string) (Group, error) {
+	for _, m := range V2Mounts {
+		if hasMemoryController(m) {
+			return OpenAt(V2, m, scope)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(V1Mount, "memory.usage_in_bytes")); err == nil {
+		return OpenAt(V1, V1Mount, scope)
+	}
+	return nil, errors.New("no memory cgroup hierarchy found (looked for cgroup2 with the memory controller and a v1 memory mount)")
+}
+
+func hasMemoryController(mount string) bool {
+	b, err := os.ReadFile(filepath.Join(mount, "cgroup.controllers"))
+	return err == nil && strings.Contains(" "+string(b)+" ", " memory ")
+}
+
+// OpenAt opens scope under a hierarchy of the given version mounted at
+// mount (tests use fixture trees).
+func OpenAt(v Version, mount, scope string) (Group, error) {
+	p := filepath.Join(mount, filepath.Clean("/"+scope))
+	if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("cgroup scope %q: %s is not a cgroup directory", scope, p)
+	}
+	if v == V1 {
+		return &v1Group{path: p}, nil
+	}
+	return &v2Group{path: p}, nil
+}
+
+// readUint reads a one-number file; "max" (v2) is Unlimited.
+func readUint(path string) (uint64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return ParseLimit(b)
+}
+
+// ParseLimit parses a single-value control file: a decimal number or "max".
+// v1's "unlimited" (PAGE_COUNTER_MAX pages, about 2^63) is mapped to
+// Unlimited as well.
+func ParseLimit(b []byte) (uint64, error) {
+	s := string(bytes.TrimSpace(b))
+	if s == "max" {
+		return Unlimited, nil
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse limit %q: %w", s, err)
+	}
+	if n >= 1<<62 {
+		return Unlimited, nil
+	}
+	return n, nil
+}
+
+// ParseKeyValues parses "key value" lines (memory.stat, memory.events,
+// memory.oom_control).
+func ParseKeyValues(b []byte) (map[string]uint64, error) {
+	out := map[string]uint64{}
+	for _, line := range bytes.Split(b, []byte{'\n'}) {
+		fields := bytes.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		if len(fields) != 2 {
+			return nil, fmt.Errorf("parse %q: want \"key value\"", line)
+		}
+		n, err := strconv.ParseUint(string(fields[1]), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("parse %q: %w", line, err)
+		}
+		out[string(fields[0])] = n
+	}
+	return out, nil
+}
+
+func readKeyValues(path string) (map[string]uint64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := ParseKeyValues(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return kv, nil
+}
+
+func writeValue(path string, v uint64) error {
+	s := strconv.FormatUint(v, 10)
+	if v == Unlimited {
+		s = "max"
+	}
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		return fmt.Errorf("write %s to %s: %w", s, path, err)
+	}
+	return nil
+}
+
+func readProcs(dir string) ([]int, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("parse %s/cgroup.procs: %q", dir, f)
+		}
+		pids = append(pids, pid)
+	}
+	return pids, nil
+}
+
+func childDirs(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() {
+			out = append(out, filepath.Join(dir, e.Name()))
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// killTree SIGKILLs every process in dir and its descendants (v1 has no
+// cgroup.kill).
+func killTree(dir string) error {
+	var firstErr error
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		pids, err := readProcs(p)
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		for _, pid := range pids {
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && err != syscall.ESRCH && firstErr == nil {
+				firstErr = err
+			}
+		}
+		return nil
+	})
+	return firstErr
+}
+
+func subtract(a, b uint64) uint64 {
+	if b > a {
+		return 0
+	}
+	return a - b
+}

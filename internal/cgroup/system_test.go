@@ -1,0 +1,66 @@
+//go:build system
+
+package cgroup
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/headroom-dev/headroom/internal/testenv"
+)
+
+// The v1 memory controller of this machine, for real: a scope with a
+// child that holds memory, swap limits applied through memsw.
+func TestSystemV1MemoryGroup(t *testing.T) {
+	testenv.SwapFile(t, 256<<20)
+	scopeCg := testenv.NewMemoryCgroup(t, 512<<20)
+	scope, err := OpenAt(V1, testenv.CgroupV1MemoryRoot, strings.TrimPrefix(scopeCg.Path, testenv.CgroupV1MemoryRoot))
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := filepath.Join(scopeCg.Path, "vm-1")
+	if err := os.Mkdir(child, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(child)
+	if err := os.WriteFile(filepath.Join(child, "memory.limit_in_bytes"), []byte("67108864"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kids, err := scope.Children()
+	if err != nil || len(kids) != 1 {
+		t.Fatalf("Children = %v, %v", kids, err)
+	}
+	g := kids[0]
+	if err := g.SetSwapLimit(32 << 20); err != nil {
+		t.Fatal(err)
+	}
+	m, err := g.Memory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.LimitBytes != 64<<20 || m.SwapLimitBytes != 32<<20 {
+		t.Fatalf("limits %+v, want 64 MiB memory, 32 MiB swap", m)
+	}
+	// A workload that outgrows the memory limit swaps up to its allowance:
+	// 80 MiB fits 64 MiB + 32 MiB of swap ...
+	bin := testenv.HeadroomBinary(t)
+	if out, err := testenv.CommandIn(child, bin, "load", "--size", "80Mi", "--iterations", "1").CombinedOutput(); err != nil {
+		t.Fatalf("80 MiB workload in a 64+32 MiB group: %v: %s", err, out)
+	}
+	m, err = g.Memory()
+	if err != nil || m.OOMKills != 0 {
+		t.Fatalf("after the 80 MiB workload: %+v, %v", m, err)
+	}
+	if peak, err := readUint(filepath.Join(child, "memory.memsw.max_usage_in_bytes")); err != nil || peak <= 64<<20 {
+		t.Fatalf("memsw peak %d: the workload did not swap (%v)", peak, err)
+	}
+	// ... and 120 MiB does not: the kernel OOM-kills it, and Memory sees it.
+	if err := testenv.CommandIn(child, bin, "load", "--size", "120Mi", "--iterations", "1").Run(); err == nil {
+		t.Fatal("120 MiB workload survived a 64 MiB + 32 MiB swap group")
+	}
+	if m, err = g.Memory(); err != nil || m.OOMKills != 1 {
+		t.Fatalf("after the 120 MiB workload: OOM kills %d, %v", m.OOMKills, err)
+	}
+}

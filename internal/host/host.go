@@ -1,0 +1,178 @@
+// Package host reads the node's memory facts from /proc: meminfo, vmstat
+// swap and fault counters, swap devices and pressure stall information,
+// and arms PSI poll triggers so a memory stall wakes the agent at once.
+package host
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/procfs"
+)
+
+// Memory is the node's RAM and swap in bytes.
+type Memory struct {
+	TotalBytes     uint64
+	AvailableBytes uint64
+	SwapTotalBytes uint64
+	SwapFreeBytes  uint64
+}
+
+// ReadMemory reads /proc/meminfo.
+func ReadMemory() (Memory, error) {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return Memory{}, fmt.Errorf("read /proc/meminfo: %w", err)
+	}
+	mi, err := fs.Meminfo()
+	if err != nil {
+		return Memory{}, fmt.Errorf("read /proc/meminfo: %w", err)
+	}
+	if mi.MemTotalBytes == nil || mi.MemAvailableBytes == nil || mi.SwapTotalBytes == nil || mi.SwapFreeBytes == nil {
+		return Memory{}, fmt.Errorf("read /proc/meminfo: MemTotal, MemAvailable, SwapTotal or SwapFree missing")
+	}
+	return Memory{*mi.MemTotalBytes, *mi.MemAvailableBytes, *mi.SwapTotalBytes, *mi.SwapFreeBytes}, nil
+}
+
+// VMStat holds the /proc/vmstat counters the agent uses. They are
+// cumulative since boot (and not zero at boot): use differences.
+type VMStat struct {
+	PswpIn     uint64 // pages swapped in
+	PswpOut    uint64 // pages swapped out
+	PgMajFault uint64 // major faults
+}
+
+// ReadVMStat reads /proc/vmstat.
+func ReadVMStat() (VMStat, error) {
+	b, err := os.ReadFile("/proc/vmstat")
+	if err != nil {
+		return VMStat{}, fmt.Errorf("read /proc/vmstat: %w", err)
+	}
+	return ParseVMStat(b)
+}
+
+// ParseVMStat parses vmstat's "name value" lines; all three counters must
+// be present.
+func ParseVMStat(b []byte) (VMStat, error) {
+	var v VMStat
+	found := 0
+	for _, line := range bytes.Split(b, []byte{'\n'}) {
+		name, value, ok := bytes.Cut(line, []byte{' '})
+		if !ok {
+			continue
+		}
+		var dst *uint64
+		switch string(name) {
+		case "pswpin":
+			dst = &v.PswpIn
+		case "pswpout":
+			dst = &v.PswpOut
+		case "pgmajfault":
+			dst = &v.PgMajFault
+		default:
+			continue
+		}
+		n, err := strconv.ParseUint(string(bytes.TrimSpace(value)), 10, 64)
+		if err != nil {
+			return VMStat{}, fmt.Errorf("parse vmstat %s: %w", name, err)
+		}
+		*dst = n
+		found++
+	}
+	if found < 3 {
+		return VMStat{}, fmt.Errorf("parse vmstat: pswpin, pswpout or pgmajfault missing")
+	}
+	return v, nil
+}
+
+// SwapDevice is one active swap area.
+type SwapDevice struct {
+	Path      string `json:"path"`
+	Type      string `json:"type"` // file or partition
+	SizeBytes uint64 `json:"size_bytes"`
+	UsedBytes uint64 `json:"used_bytes"`
+	Priority  int    `json:"priority"`
+}
+
+// ReadSwaps reads /proc/swaps.
+func ReadSwaps() ([]SwapDevice, error) {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return nil, fmt.Errorf("read /proc/swaps: %w", err)
+	}
+	swaps, err := fs.Swaps()
+	if err != nil {
+		return nil, fmt.Errorf("read /proc/swaps: %w", err)
+	}
+	out := make([]SwapDevice, 0, len(swaps))
+	for _, s := range swaps {
+		out = append(out, SwapDevice{Path: s.Filename, Type: s.Type, SizeBytes: uint64(s.Size) * 1024,
+			UsedBytes: uint64(s.Used) * 1024, Priority: s.Priority})
+	}
+	return out, nil
+}
+
+// PSI is a pressure file's cumulative stall times in microseconds.
+type PSI struct {
+	SomeMicros uint64
+	FullMicros uint64
+}
+
+// ReadMemoryPSI reads the system-wide /proc/pressure/memory.
+func ReadMemoryPSI() (PSI, error) {
+	f, err := os.Open("/proc/pressure/memory")
+	if err != nil {
+		return PSI{}, fmt.Errorf("read /proc/pressure/memory: %w", err)
+	}
+	defer f.Close()
+	return ParsePSI(f)
+}
+
+// ParsePSI parses a pressure file (/proc/pressure/memory or a cgroup v2
+// memory.pressure): lines "some|full avg10=.. avg60=.. avg300=.. total=N".
+// Only the cumulative totals are kept; averages are computed from their
+// differences over the agent's own window.
+func ParsePSI(r io.Reader) (PSI, error) {
+	var p PSI
+	seen := 0
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 0 {
+			continue
+		}
+		var dst *uint64
+		switch fields[0] {
+		case "some":
+			dst = &p.SomeMicros
+		case "full":
+			dst = &p.FullMicros
+		default:
+			return PSI{}, fmt.Errorf("parse pressure: unexpected line %q", sc.Text())
+		}
+		total := ""
+		for _, f := range fields[1:] {
+			if v, ok := strings.CutPrefix(f, "total="); ok {
+				total = v
+			}
+		}
+		n, err := strconv.ParseUint(total, 10, 64)
+		if err != nil {
+			return PSI{}, fmt.Errorf("parse pressure %s total: %q", fields[0], total)
+		}
+		*dst = n
+		seen++
+	}
+	if err := sc.Err(); err != nil {
+		return PSI{}, fmt.Errorf("parse pressure: %w", err)
+	}
+	if seen == 0 {
+		return PSI{}, fmt.Errorf("parse pressure: no some/full lines")
+	}
+	return p, nil
+}

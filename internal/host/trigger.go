@@ -1,0 +1,62 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// PSITrigger is an armed pressure trigger: Events receives a value each
+// time the kernel reports that stall time in a window exceeded the
+// threshold (Documentation/accounting/psi.rst, "Monitoring for pressure
+// thresholds").
+type PSITrigger struct {
+	f      *os.File
+	events chan time.Time
+}
+
+// NewPSITrigger arms a trigger on path (e.g. /proc/pressure/memory or a
+// cgroup's memory.pressure): kind "some" or "full", stall threshold within
+// each window. The kernel requires windows of 500 ms to 10 s.
+func NewPSITrigger(ctx context.Context, path, kind string, stall, window time.Duration) (*PSITrigger, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s for a PSI trigger: %w", path, err)
+	}
+	spec := fmt.Sprintf("%s %d %d", kind, stall.Microseconds(), window.Microseconds())
+	if _, err := f.Write(append([]byte(spec), 0)); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("arm PSI trigger %q on %s: %w", spec, path, err)
+	}
+	t := &PSITrigger{f: f, events: make(chan time.Time, 1)}
+	go t.watch(ctx)
+	return t, nil
+}
+
+// Events delivers trigger firings; a firing is dropped if the previous
+// one has not been received yet.
+func (t *PSITrigger) Events() <-chan time.Time { return t.events }
+
+func (t *PSITrigger) watch(ctx context.Context) {
+	defer t.f.Close()
+	fds := []unix.PollFd{{Fd: int32(t.f.Fd()), Events: unix.POLLPRI}}
+	for ctx.Err() == nil {
+		// A bounded timeout lets the watcher notice ctx's end.
+		n, err := unix.Poll(fds, 500)
+		if err == unix.EINTR || n == 0 {
+			continue
+		}
+		if err != nil || fds[0].Revents&unix.POLLERR != 0 {
+			return
+		}
+		if fds[0].Revents&unix.POLLPRI != 0 {
+			select {
+			case t.events <- time.Now():
+			default:
+			}
+		}
+	}
+}
