@@ -1,0 +1,284 @@
+// Package policy is the agent's decide step: from observed samples and
+// workloads it computes swap allowances, evaluates eviction signals over a
+// sliding window and ranks eviction victims. It is pure — no I/O, no clock,
+// no globals — so the agent, the simulator and tests run the same decisions.
+package policy
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config holds the thresholds. The JSON names are the YAML config keys;
+// wasp-agent's environment variables map onto the first four.
+type Config struct {
+	// SwapUtilizationThresholdFactor: evict when the scope's working set
+	// plus swap used exceeds RAM + factor × swap (SWAP_UTILIZATION_THRESHOLD_FACTOR).
+	SwapUtilizationThresholdFactor float64 `json:"swapUtilizationThresholdFactor"`
+	// MaxAverageSwapInPagesPerSecond: evict when swap-ins averaged over the
+	// window exceed this (MAX_AVERAGE_SWAP_IN_PAGES_PER_SECOND); 0 disables.
+	MaxAverageSwapInPagesPerSecond float64 `json:"maxAverageSwapInPagesPerSecond"`
+	// MaxAverageSwapOutPagesPerSecond: likewise for swap-outs; 0 disables.
+	MaxAverageSwapOutPagesPerSecond float64 `json:"maxAverageSwapOutPagesPerSecond"`
+	// AverageWindowSizeSeconds is the sliding window for rate, PSI and trend
+	// signals (AVERAGE_WINDOW_SIZE_SECONDS).
+	AverageWindowSizeSeconds float64 `json:"averageWindowSizeSeconds"`
+	// PSIFullPercent: evict when memory "full" stall time is above this
+	// share of the window; 0 disables.
+	PSIFullPercent float64 `json:"psiFullPercent"`
+	// PSISomePercent: likewise for "some" stall time; 0 disables.
+	PSISomePercent float64 `json:"psiSomePercent"`
+	// ExhaustionHorizonSeconds: evict when the trend of working set + swap
+	// over the window reaches RAM + swap (the kernel's OOM point) within
+	// this many seconds; 0 disables.
+	ExhaustionHorizonSeconds float64 `json:"exhaustionHorizonSeconds"`
+	// CooldownSeconds is the wait after an eviction before another; the
+	// window restarts at each eviction so the re-check sees fresh data.
+	CooldownSeconds float64 `json:"cooldownSeconds"`
+}
+
+// DefaultConfig is what the agent runs without configuration. Rate and PSI
+// signals are off until set or calibrated (`headroom agent calibrate`):
+// a fixed default cannot fit every swap device, which is why wasp-agent's
+// 1000 pages/s default misfired.
+func DefaultConfig() Config {
+	return Config{
+		SwapUtilizationThresholdFactor: 0.8,
+		AverageWindowSizeSeconds:       10,
+		ExhaustionHorizonSeconds:       5,
+		CooldownSeconds:                5,
+	}
+}
+
+// Validate reports the first invalid setting, naming its key.
+func (c Config) Validate() error {
+	switch {
+	case !(c.SwapUtilizationThresholdFactor > 0 && c.SwapUtilizationThresholdFactor <= 1):
+		return fmt.Errorf("swapUtilizationThresholdFactor must be in (0,1], got %g", c.SwapUtilizationThresholdFactor)
+	case !(c.MaxAverageSwapInPagesPerSecond >= 0):
+		return fmt.Errorf("maxAverageSwapInPagesPerSecond must be >= 0, got %g", c.MaxAverageSwapInPagesPerSecond)
+	case !(c.MaxAverageSwapOutPagesPerSecond >= 0):
+		return fmt.Errorf("maxAverageSwapOutPagesPerSecond must be >= 0, got %g", c.MaxAverageSwapOutPagesPerSecond)
+	case !(c.AverageWindowSizeSeconds >= 1 && c.AverageWindowSizeSeconds <= 3600):
+		return fmt.Errorf("averageWindowSizeSeconds must be in [1,3600], got %g", c.AverageWindowSizeSeconds)
+	case !(c.PSIFullPercent >= 0 && c.PSIFullPercent <= 100):
+		return fmt.Errorf("psiFullPercent must be in [0,100], got %g", c.PSIFullPercent)
+	case !(c.PSISomePercent >= 0 && c.PSISomePercent <= 100):
+		return fmt.Errorf("psiSomePercent must be in [0,100], got %g", c.PSISomePercent)
+	case !(c.ExhaustionHorizonSeconds >= 0):
+		return fmt.Errorf("exhaustionHorizonSeconds must be >= 0, got %g", c.ExhaustionHorizonSeconds)
+	case !(c.CooldownSeconds >= 0):
+		return fmt.Errorf("cooldownSeconds must be >= 0, got %g", c.CooldownSeconds)
+	}
+	return nil
+}
+
+// Scope is the node (or node-like cgroup subtree) the agent protects.
+type Scope struct {
+	RAMBytes        uint64 `json:"ram_bytes"`
+	SwapBytes       uint64 `json:"swap_bytes"` // swap the scope may use
+	WorkingSetBytes uint64 `json:"working_set_bytes"`
+	SwapUsedBytes   uint64 `json:"swap_used_bytes"`
+}
+
+// Sample is one observation of the scope and of raw cumulative counters.
+// An Err field says the matching data could not be read; signals that need
+// it are then not evaluated.
+type Sample struct {
+	Time          time.Time `json:"time"`
+	Scope         Scope     `json:"scope"`
+	ScopeErr      string    `json:"scope_error,omitempty"`
+	PswpIn        uint64    `json:"pswpin"`
+	PswpOut       uint64    `json:"pswpout"`
+	VMStatErr     string    `json:"vmstat_error,omitempty"`
+	PSISomeMicros uint64    `json:"psi_some_micros"`
+	PSIFullMicros uint64    `json:"psi_full_micros"`
+	PSIErr        string    `json:"psi_error,omitempty"`
+}
+
+// Workload is one child cgroup of the scope with its metadata.
+type Workload struct {
+	Name            string `json:"name"`
+	Priority        int    `json:"priority"`
+	RequestBytes    uint64 `json:"request_bytes"`
+	Protected       bool   `json:"protected"`
+	Processes       int    `json:"processes"`
+	WorkingSetBytes uint64 `json:"working_set_bytes"`
+	SwapBytes       uint64 `json:"swap_bytes"`
+	// Err says the workload's stats could not be read: it is never ranked.
+	Err string `json:"error,omitempty"`
+}
+
+// Snapshot is the input of Decide.
+type Snapshot struct {
+	Sample    Sample     `json:"sample"`
+	Workloads []Workload `json:"workloads"`
+}
+
+// State is what Decide carries between calls.
+type State struct {
+	// Window holds the samples of the current window, oldest first.
+	Window []Sample `json:"-"`
+	// LastEviction is when the last eviction was decided.
+	LastEviction time.Time `json:"last_eviction"`
+	// Evicting lists victims not yet gone (still have processes).
+	Evicting map[string]time.Time `json:"evicting"`
+	// SwapAllowance is the allowance last decided per workload.
+	SwapAllowance map[string]uint64 `json:"swap_allowance"`
+	// lastNote avoids repeating the same non-action decision every tick.
+	lastNote string
+}
+
+// Actions a Decision asks for.
+const (
+	ActionSetSwap = "set_swap"
+	ActionEvict   = "evict"
+	// ActionNone records why a firing signal led to no eviction.
+	ActionNone = "none"
+)
+
+// Decision is one decided action with its reasons; it is logged as a JSON line.
+type Decision struct {
+	Time      time.Time `json:"time"`
+	Action    string    `json:"action"`
+	Workload  string    `json:"workload,omitempty"`
+	SwapBytes uint64    `json:"swap_bytes,omitempty"`
+	Signal    string    `json:"signal,omitempty"`
+	Value     float64   `json:"value,omitempty"`
+	Threshold float64   `json:"threshold,omitempty"`
+	Unit      string    `json:"unit,omitempty"`
+	Reason    string    `json:"reason"`
+	// Signals are all evaluated signals at the time of an eviction.
+	Signals []Signal `json:"signals,omitempty"`
+}
+
+// Decide is the policy: given the newest snapshot, the configuration and the
+// carried state, it returns the actions to take and the next state.
+func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
+	st = st.clone()
+	now := snap.Sample.Time
+	st.Window = appendToWindow(st.Window, snap.Sample, cfg, st.LastEviction)
+
+	var out []Decision
+	present := map[string]Workload{}
+	for _, w := range snap.Workloads {
+		present[w.Name] = w
+	}
+	for name := range st.Evicting {
+		if w, ok := present[name]; !ok || w.Processes == 0 {
+			delete(st.Evicting, name)
+		}
+	}
+	for name := range st.SwapAllowance {
+		if _, ok := present[name]; !ok {
+			delete(st.SwapAllowance, name)
+		}
+	}
+	if snap.Sample.ScopeErr == "" {
+		out = append(out, swapAllowances(snap, &st)...)
+	}
+
+	signals, unreadable := Evaluate(st.Window, cfg)
+	firing := firstFiring(signals)
+	switch {
+	case snap.Sample.ScopeErr != "":
+		out = st.note(out, Decision{Time: now, Action: ActionNone, Reason: "scope stats unreadable, not acting: " + snap.Sample.ScopeErr})
+		return out, st
+	case firing == nil:
+		if len(unreadable) > 0 {
+			out = st.note(out, Decision{Time: now, Action: ActionNone, Reason: "signals not evaluated, data unreadable: " + fmt.Sprint(unreadable)})
+		} else {
+			st.lastNote = ""
+		}
+		return out, st
+	case len(st.Evicting) > 0:
+		out = st.note(out, Decision{Time: now, Action: ActionNone, Signal: firing.Name, Value: firing.Value, Threshold: firing.Threshold, Unit: firing.Unit,
+			Reason: "waiting for the previous victim to exit"})
+		return out, st
+	case !st.LastEviction.IsZero() && now.Sub(st.LastEviction).Seconds() < cfg.CooldownSeconds:
+		return out, st
+	}
+
+	ranked := Rank(snap.Workloads, st.SwapAllowance)
+	if len(ranked) == 0 {
+		out = st.note(out, Decision{Time: now, Action: ActionNone, Signal: firing.Name, Value: firing.Value, Threshold: firing.Threshold, Unit: firing.Unit,
+			Reason: "no evictable workload (all protected, empty, unreadable or already evicting)"})
+		return out, st
+	}
+	victim := ranked[0]
+	st.LastEviction = now
+	st.Evicting[victim.Name] = now
+	st.Window = nil // re-check on data gathered after this eviction
+	st.lastNote = ""
+	out = append(out, Decision{
+		Time: now, Action: ActionEvict, Workload: victim.Name,
+		Signal: firing.Name, Value: firing.Value, Threshold: firing.Threshold, Unit: firing.Unit,
+		Reason:  rankReason(ranked, st.SwapAllowance),
+		Signals: signals,
+	})
+	return out, st
+}
+
+// note appends d unless the same note was the last one made.
+func (st *State) note(out []Decision, d Decision) []Decision {
+	key := d.Reason + d.Signal
+	if key == st.lastNote {
+		return out
+	}
+	st.lastNote = key
+	return append(out, d)
+}
+
+func (st State) clone() State {
+	c := st
+	c.Window = append([]Sample(nil), st.Window...)
+	c.Evicting = make(map[string]time.Time, len(st.Evicting))
+	for k, v := range st.Evicting {
+		c.Evicting[k] = v
+	}
+	c.SwapAllowance = make(map[string]uint64, len(st.SwapAllowance))
+	for k, v := range st.SwapAllowance {
+		c.SwapAllowance[k] = v
+	}
+	return c
+}
+
+// appendToWindow adds s and drops samples older than the window or taken
+// before the last eviction.
+func appendToWindow(w []Sample, s Sample, cfg Config, lastEviction time.Time) []Sample {
+	if len(w) > 0 && !s.Time.After(w[len(w)-1].Time) {
+		return w // out of order or duplicate: ignore
+	}
+	w = append(w, s)
+	oldest := s.Time.Add(-time.Duration(cfg.AverageWindowSizeSeconds * float64(time.Second)))
+	i := 0
+	for i < len(w)-1 && (w[i].Time.Before(oldest) || w[i].Time.Before(lastEviction)) {
+		i++
+	}
+	return w[i:]
+}
+
+// SwapAllowance is a workload's share of the scope's swap: in proportion to
+// its memory request (Kubernetes LimitedSwap), none for protected
+// workloads or a zero request.
+func SwapAllowance(w Workload, scope Scope) uint64 {
+	if w.Protected || w.RequestBytes == 0 || scope.RAMBytes == 0 {
+		return 0
+	}
+	share := float64(w.RequestBytes) / float64(scope.RAMBytes)
+	return uint64(min(share, 1) * float64(scope.SwapBytes))
+}
+
+func swapAllowances(snap Snapshot, st *State) []Decision {
+	var out []Decision
+	for _, w := range snap.Workloads {
+		want := SwapAllowance(w, snap.Sample.Scope)
+		if have, ok := st.SwapAllowance[w.Name]; ok && have == want {
+			continue
+		}
+		st.SwapAllowance[w.Name] = want
+		out = append(out, Decision{Time: snap.Sample.Time, Action: ActionSetSwap, Workload: w.Name, SwapBytes: want,
+			Reason: fmt.Sprintf("request %d B of %d B scope RAM × %d B scope swap", w.RequestBytes, snap.Sample.Scope.RAMBytes, snap.Sample.Scope.SwapBytes)})
+	}
+	return out
+}

@@ -1,0 +1,280 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+const gi = 1 << 30
+
+var t0 = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+
+func at(sec float64) time.Time { return t0.Add(time.Duration(sec * float64(time.Second))) }
+
+// sample builds a sample at sec with the scope using ws + swap GiB of a
+// 4 GiB RAM + 4 GiB swap node.
+func sample(sec, wsGiB, swapGiB float64) Sample {
+	return Sample{Time: at(sec), Scope: Scope{RAMBytes: 4 * gi, SwapBytes: 4 * gi,
+		WorkingSetBytes: uint64(wsGiB * gi), SwapUsedBytes: uint64(swapGiB * gi)}}
+}
+
+func wl(name string, prio int, reqGiB, wsGiB, swapGiB float64) Workload {
+	return Workload{Name: name, Priority: prio, RequestBytes: uint64(reqGiB * gi), Processes: 1,
+		WorkingSetBytes: uint64(wsGiB * gi), SwapBytes: uint64(swapGiB * gi)}
+}
+
+func evictions(ds []Decision) []Decision {
+	var out []Decision
+	for _, d := range ds {
+		if d.Action == ActionEvict {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func TestSwapAllowance(t *testing.T) {
+	scope := Scope{RAMBytes: 4 * gi, SwapBytes: 8 * gi}
+	tests := []struct {
+		w    Workload
+		want uint64
+	}{
+		{Workload{RequestBytes: 1 * gi}, 2 * gi},
+		{Workload{RequestBytes: 2 * gi}, 4 * gi},
+		{Workload{RequestBytes: 0}, 0},
+		{Workload{RequestBytes: 1 * gi, Protected: true}, 0},
+		{Workload{RequestBytes: 16 * gi}, 8 * gi}, // capped at the scope's swap
+	}
+	for _, tt := range tests {
+		if got := SwapAllowance(tt.w, scope); got != tt.want {
+			t.Errorf("SwapAllowance(%+v) = %d, want %d", tt.w, got, tt.want)
+		}
+	}
+	if got := SwapAllowance(Workload{RequestBytes: gi}, Scope{}); got != 0 {
+		t.Errorf("allowance with zero scope RAM = %d", got)
+	}
+}
+
+func TestDecideAppliesAllowancesOnceAndOnChange(t *testing.T) {
+	cfg := DefaultConfig()
+	snap := Snapshot{Sample: sample(0, 1, 0), Workloads: []Workload{wl("a", 0, 1, 0.5, 0), wl("b", 0, 0, 0.1, 0)}}
+	ds, st := Decide(snap, cfg, State{})
+	if len(ds) != 2 || ds[0].Action != ActionSetSwap || ds[0].SwapBytes != 1*gi || ds[1].SwapBytes != 0 {
+		t.Fatalf("first decisions %+v", ds)
+	}
+	snap.Sample = sample(1, 1, 0)
+	if ds, st = Decide(snap, cfg, st); len(ds) != 0 {
+		t.Fatalf("allowances re-applied without a change: %+v", ds)
+	}
+	// Swap devices grow: allowances follow.
+	snap.Sample = sample(2, 1, 0)
+	snap.Sample.Scope.SwapBytes = 8 * gi
+	if ds, _ = Decide(snap, cfg, st); len(ds) != 1 || ds[0].Workload != "a" || ds[0].SwapBytes != 2*gi {
+		t.Fatalf("after swap grew: %+v", ds)
+	}
+}
+
+func TestRank(t *testing.T) {
+	tests := []struct {
+		name      string
+		workloads []Workload
+		allowance map[string]uint64
+		want      []string
+		why       string
+	}{
+		{"priority decides among equals over request",
+			[]Workload{wl("hi", 10, 1, 2, 0), wl("lo", 1, 1, 2, 0), wl("mid", 5, 1, 2, 0)}, nil,
+			[]string{"lo", "mid", "hi"}, "lower priority"},
+		{"over request beats priority",
+			[]Workload{wl("low-within", 1, 4, 1, 0), wl("high-over", 10, 1, 2, 0)}, nil,
+			[]string{"high-over", "low-within"}, "exceeds its memory request"},
+		{"swap counts toward usage",
+			[]Workload{wl("swapper", 5, 1, 0.5, 1), wl("resident", 5, 1, 0.9, 0)}, map[string]uint64{"swapper": 2 * gi},
+			[]string{"swapper", "resident"}, "exceeds its memory request"},
+		{"over swap allowance first",
+			[]Workload{wl("a", 1, 1, 3, 0), wl("b", 9, 1, 1, 0.5)}, map[string]uint64{"b": gi / 4},
+			[]string{"b", "a"}, "over its swap allowance"},
+		{"larger excess first at equal priority",
+			[]Workload{wl("small", 1, 1, 1.5, 0), wl("big", 1, 1, 3, 0)}, nil,
+			[]string{"big", "small"}, "more memory above its request"},
+		{"protected, empty and unreadable are never candidates",
+			[]Workload{
+				{Name: "prot", Protected: true, Processes: 1, WorkingSetBytes: 9 * gi},
+				{Name: "empty", Processes: 0, WorkingSetBytes: 9 * gi},
+				{Name: "unreadable", Processes: 1, Err: "read memory.stat: no such file"},
+				wl("ok", 100, 8, 1, 0),
+			}, nil, []string{"ok"}, "the only candidate"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Rank(tt.workloads, tt.allowance)
+			var names []string
+			for _, w := range got {
+				names = append(names, w.Name)
+			}
+			if strings.Join(names, ",") != strings.Join(tt.want, ",") {
+				t.Fatalf("Rank = %v, want %v", names, tt.want)
+			}
+			if why := rankReason(got, tt.allowance); !strings.Contains(why, tt.why) {
+				t.Fatalf("reason %q does not say %q", why, tt.why)
+			}
+		})
+	}
+}
+
+func TestEvaluate(t *testing.T) {
+	cfg := Config{SwapUtilizationThresholdFactor: 0.5, AverageWindowSizeSeconds: 10,
+		MaxAverageSwapInPagesPerSecond: 1000, MaxAverageSwapOutPagesPerSecond: 2000,
+		PSIFullPercent: 20, PSISomePercent: 50, ExhaustionHorizonSeconds: 30}
+	withCounters := func(s Sample, in, out, some, full uint64) Sample {
+		s.PswpIn, s.PswpOut, s.PSISomeMicros, s.PSIFullMicros = in, out, some, full
+		return s
+	}
+	tests := []struct {
+		name   string
+		window []Sample
+		firing []string
+		unread []string
+	}{
+		{"calm", []Sample{withCounters(sample(0, 1, 0), 100, 100, 0, 0), withCounters(sample(10, 1, 0), 200, 200, 1e5, 0)}, nil, nil},
+		{"utilization over RAM + factor × swap", []Sample{sample(0, 4, 2.1)}, []string{SignalSwapUtilization}, nil},
+		{"utilization at the threshold does not fire", []Sample{sample(0, 4, 2)}, nil, nil},
+		{"swap-in average over threshold", []Sample{withCounters(sample(0, 1, 0), 0, 0, 0, 0), withCounters(sample(10, 1, 0), 10010, 0, 0, 0)}, []string{SignalSwapIn}, nil},
+		{"swap-out average is a difference, not the total", []Sample{withCounters(sample(0, 1, 0), 0, 1e9, 0, 0), withCounters(sample(10, 1, 0), 0, 1e9+100, 0, 0)}, nil, nil},
+		{"counter reset is no increase", []Sample{withCounters(sample(0, 1, 0), 1e9, 0, 0, 0), withCounters(sample(10, 1, 0), 5, 0, 0, 0)}, nil, nil},
+		{"PSI full share of the window", []Sample{withCounters(sample(0, 1, 0), 0, 0, 0, 0), withCounters(sample(10, 1, 0), 0, 0, 3e6, 2.5e6)}, []string{SignalPSIFull}, nil},
+		{"PSI some share of the window", []Sample{withCounters(sample(0, 1, 0), 0, 0, 0, 0), withCounters(sample(10, 1, 0), 0, 0, 6e6, 0)}, []string{SignalPSISome}, nil},
+		{"rates need a second of samples", []Sample{withCounters(sample(0, 1, 0), 0, 0, 0, 0), withCounters(sample(0.5, 1, 0), 1e6, 1e6, 1e6, 1e6)}, nil, nil},
+		{"growth reaching RAM + swap within the horizon", []Sample{sample(0, 3, 1), sample(5, 4, 1.5), sample(10, 4, 2)}, []string{SignalSwapExhaustion}, nil},
+		{"slow growth is not exhaustion", []Sample{sample(0, 3, 1), sample(10, 3, 1.01)}, nil, nil},
+		{"unreadable vmstat leaves rates out", []Sample{{Time: at(0), VMStatErr: "boom"}, withCounters(sample(10, 1, 0), 1e9, 1e9, 0, 0)}, nil, []string{SignalSwapIn, SignalSwapOut}},
+		{"unreadable scope", []Sample{sample(0, 1, 0), {Time: at(10), ScopeErr: "gone"}}, nil, []string{SignalSwapUtilization, SignalSwapExhaustion}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			signals, unread := Evaluate(tt.window, cfg)
+			var firing []string
+			for _, s := range signals {
+				if s.Firing {
+					firing = append(firing, s.Name)
+				}
+			}
+			if strings.Join(firing, ",") != strings.Join(tt.firing, ",") || strings.Join(unread, ",") != strings.Join(tt.unread, ",") {
+				t.Fatalf("firing %v unreadable %v; want %v, %v (signals %+v)", firing, unread, tt.firing, tt.unread, signals)
+			}
+		})
+	}
+}
+
+func TestDecideEvictsLowestPriorityThenCoolsDown(t *testing.T) {
+	cfg := DefaultConfig() // factor 0.8: threshold 4 + 3.2 GiB
+	wls := []Workload{wl("gold", 10, 2, 2, 1), wl("bronze", 1, 2, 2, 1.5), wl("silver", 5, 2, 2, 0.5)}
+	st := State{}
+	ds, st := Decide(Snapshot{Sample: sample(0, 4, 3.5), Workloads: wls}, cfg, st)
+	ev := evictions(ds)
+	if len(ev) != 1 || ev[0].Workload != "bronze" || ev[0].Signal != SignalSwapUtilization || ev[0].Threshold != 4*gi+0.8*4*gi {
+		t.Fatalf("evictions %+v", ev)
+	}
+	if !strings.Contains(ev[0].Reason, "lower priority") || len(ev[0].Signals) == 0 {
+		t.Fatalf("reason %q, signals %v", ev[0].Reason, ev[0].Signals)
+	}
+	// Bronze is still exiting: nobody else is evicted.
+	ds, st = Decide(Snapshot{Sample: sample(1, 4, 3.5), Workloads: wls}, cfg, st)
+	if len(evictions(ds)) != 0 || len(ds) != 1 || !strings.Contains(ds[0].Reason, "previous victim") {
+		t.Fatalf("while the victim exits: %+v", ds)
+	}
+	// Bronze is gone, pressure remains, but the cool-down has not passed.
+	wls[1].Processes = 0
+	if ds, st = Decide(Snapshot{Sample: sample(3, 4, 3.4), Workloads: wls}, cfg, st); len(evictions(ds)) != 0 {
+		t.Fatalf("evicted within the cool-down: %+v", ds)
+	}
+	// After the cool-down the re-check evicts the next one.
+	ds, st = Decide(Snapshot{Sample: sample(6, 4, 3.4), Workloads: wls}, cfg, st)
+	if ev := evictions(ds); len(ev) != 1 || ev[0].Workload != "silver" {
+		t.Fatalf("after cool-down: %+v", ds)
+	}
+	// Pressure resolved: nothing.
+	wls[2].Processes = 0
+	if ds, _ = Decide(Snapshot{Sample: sample(20, 3, 1), Workloads: wls}, cfg, st); len(ds) != 0 {
+		t.Fatalf("calm node: %+v", ds)
+	}
+}
+
+func TestDecideNeverEvictsProtectedOrUnreadable(t *testing.T) {
+	cfg := DefaultConfig()
+	prot := wl("prot", 0, 0, 6, 3)
+	prot.Protected = true
+	bad := wl("bad", 0, 0, 1, 1)
+	bad.Err = "read memory.stat: no such file or directory"
+	ds, st := Decide(Snapshot{Sample: sample(0, 4, 4), Workloads: []Workload{prot, bad}}, cfg, State{})
+	if len(evictions(ds)) != 0 {
+		t.Fatalf("evicted %+v", ds)
+	}
+	var noted bool
+	for _, d := range ds {
+		noted = noted || (d.Action == ActionNone && strings.Contains(d.Reason, "no evictable workload"))
+	}
+	if !noted {
+		t.Fatalf("no note explaining the non-eviction: %+v", ds)
+	}
+	// The same note is not repeated every tick.
+	ds, _ = Decide(Snapshot{Sample: sample(1, 4, 4), Workloads: []Workload{prot, bad}}, cfg, st)
+	for _, d := range ds {
+		if d.Action == ActionNone {
+			t.Fatalf("note repeated: %+v", d)
+		}
+	}
+}
+
+func TestDecideDoesNotActOnUnreadableScope(t *testing.T) {
+	s := sample(0, 9, 9)
+	s.ScopeErr = "read memory.usage_in_bytes: permission denied"
+	ds, _ := Decide(Snapshot{Sample: s, Workloads: []Workload{wl("a", 0, 1, 5, 5)}}, DefaultConfig(), State{})
+	if len(ds) != 1 || ds[0].Action != ActionNone || !strings.Contains(ds[0].Reason, "unreadable") {
+		t.Fatalf("decisions %+v", ds)
+	}
+}
+
+func TestWindowRestartsAfterEviction(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxAverageSwapInPagesPerSecond = 100
+	cfg.CooldownSeconds = 0
+	s := func(sec float64, in uint64) Sample { x := sample(sec, 1, 0); x.PswpIn = in; return x }
+	wls := []Workload{wl("a", 1, 1, 1, 0), wl("b", 2, 1, 1, 0)}
+	st := State{}
+	var ds []Decision
+	ds, st = Decide(Snapshot{Sample: s(0, 0), Workloads: wls}, cfg, st)
+	ds, st = Decide(Snapshot{Sample: s(2, 10000), Workloads: wls}, cfg, st)
+	if ev := evictions(ds); len(ev) != 1 || ev[0].Workload != "a" {
+		t.Fatalf("first eviction: %+v", ds)
+	}
+	wls[0].Processes = 0
+	// Swap-ins stopped after the eviction; the old burst must not count.
+	ds, st = Decide(Snapshot{Sample: s(3, 10000), Workloads: wls}, cfg, st)
+	ds, _ = Decide(Snapshot{Sample: s(5, 10010), Workloads: wls}, cfg, st)
+	if len(evictions(ds)) != 0 {
+		t.Fatalf("evicted on data from before the last eviction: %+v", ds)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	bad := []func(*Config){
+		func(c *Config) { c.SwapUtilizationThresholdFactor = 0 },
+		func(c *Config) { c.SwapUtilizationThresholdFactor = 1.5 },
+		func(c *Config) { c.MaxAverageSwapInPagesPerSecond = -1 },
+		func(c *Config) { c.AverageWindowSizeSeconds = 0 },
+		func(c *Config) { c.PSIFullPercent = 101 },
+		func(c *Config) { c.CooldownSeconds = -1 },
+	}
+	for i, f := range bad {
+		c := DefaultConfig()
+		f(&c)
+		if c.Validate() == nil {
+			t.Errorf("case %d: %+v accepted", i, c)
+		}
+	}
+}

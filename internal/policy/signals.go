@@ -1,0 +1,165 @@
+package policy
+
+import (
+	"math"
+	"sort"
+)
+
+// Signal names.
+const (
+	SignalSwapUtilization = "swap_utilization"
+	SignalSwapIn          = "swap_in_rate"
+	SignalSwapOut         = "swap_out_rate"
+	SignalPSIFull         = "psi_memory_full"
+	SignalPSISome         = "psi_memory_some"
+	SignalSwapExhaustion  = "swap_exhaustion"
+)
+
+// Signal is one evaluated signal. It fires when Value is above Threshold,
+// or below it for signals marked Below (time to exhaustion).
+type Signal struct {
+	Name      string  `json:"name"`
+	Value     float64 `json:"value"`
+	Threshold float64 `json:"threshold"`
+	Unit      string  `json:"unit"`
+	Below     bool    `json:"below,omitempty"`
+	Firing    bool    `json:"firing"`
+}
+
+// minRateSpanSeconds is the shortest stretch of samples a rate or trend is
+// computed over; less is noise.
+const minRateSpanSeconds = 1.0
+
+// Evaluate computes every enabled signal over the window (oldest sample
+// first). Signals whose data was unreadable in the window are left out and
+// named in unreadable.
+func Evaluate(window []Sample, cfg Config) (signals []Signal, unreadable []string) {
+	if len(window) == 0 {
+		return nil, nil
+	}
+	first, last := window[0], window[len(window)-1]
+	span := last.Time.Sub(first.Time).Seconds()
+
+	if last.ScopeErr != "" {
+		unreadable = append(unreadable, SignalSwapUtilization)
+	} else {
+		capacity := float64(last.Scope.RAMBytes) + cfg.SwapUtilizationThresholdFactor*float64(last.Scope.SwapBytes)
+		used := float64(last.Scope.WorkingSetBytes + last.Scope.SwapUsedBytes)
+		signals = append(signals, above(SignalSwapUtilization, used, capacity, "bytes"))
+	}
+
+	rates := []struct {
+		name      string
+		threshold float64
+		counter   func(Sample) uint64
+	}{
+		{SignalSwapIn, cfg.MaxAverageSwapInPagesPerSecond, func(s Sample) uint64 { return s.PswpIn }},
+		{SignalSwapOut, cfg.MaxAverageSwapOutPagesPerSecond, func(s Sample) uint64 { return s.PswpOut }},
+	}
+	for _, r := range rates {
+		if r.threshold == 0 {
+			continue
+		}
+		if anyErr(window, func(s Sample) string { return s.VMStatErr }) {
+			unreadable = append(unreadable, r.name)
+			continue
+		}
+		if span >= minRateSpanSeconds {
+			signals = append(signals, above(r.name, delta(r.counter(first), r.counter(last))/span, r.threshold, "pages/s"))
+		}
+	}
+
+	psi := []struct {
+		name    string
+		percent float64
+		counter func(Sample) uint64
+	}{
+		{SignalPSIFull, cfg.PSIFullPercent, func(s Sample) uint64 { return s.PSIFullMicros }},
+		{SignalPSISome, cfg.PSISomePercent, func(s Sample) uint64 { return s.PSISomeMicros }},
+	}
+	for _, p := range psi {
+		if p.percent == 0 {
+			continue
+		}
+		if anyErr(window, func(s Sample) string { return s.PSIErr }) {
+			unreadable = append(unreadable, p.name)
+			continue
+		}
+		if span >= minRateSpanSeconds {
+			stalled := delta(p.counter(first), p.counter(last)) / 1e6
+			signals = append(signals, above(p.name, 100*stalled/span, p.percent, "percent"))
+		}
+	}
+
+	if cfg.ExhaustionHorizonSeconds > 0 {
+		if anyErr(window, func(s Sample) string { return s.ScopeErr }) {
+			unreadable = append(unreadable, SignalSwapExhaustion)
+		} else if span >= minRateSpanSeconds {
+			if secs, ok := secondsToExhaustion(window); ok {
+				signals = append(signals, Signal{Name: SignalSwapExhaustion, Value: secs, Threshold: cfg.ExhaustionHorizonSeconds,
+					Unit: "seconds", Below: true, Firing: secs < cfg.ExhaustionHorizonSeconds})
+			}
+		}
+	}
+	sort.SliceStable(signals, func(i, j int) bool { return signals[i].Firing && !signals[j].Firing })
+	return signals, unreadable
+}
+
+func above(name string, value, threshold float64, unit string) Signal {
+	return Signal{Name: name, Value: value, Threshold: threshold, Unit: unit, Firing: value > threshold}
+}
+
+func firstFiring(signals []Signal) *Signal {
+	for i := range signals {
+		if signals[i].Firing {
+			return &signals[i]
+		}
+	}
+	return nil
+}
+
+func anyErr(window []Sample, err func(Sample) string) bool {
+	for _, s := range window {
+		if err(s) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// delta is the increase of a cumulative counter; a counter that went back
+// (reset) counts as no increase rather than a huge one.
+func delta(from, to uint64) float64 {
+	if to < from {
+		return 0
+	}
+	return float64(to - from)
+}
+
+// secondsToExhaustion fits a least-squares line to working set + swap used
+// over the window and returns when it reaches RAM + swap; ok is false when
+// usage is not growing.
+func secondsToExhaustion(window []Sample) (float64, bool) {
+	t0 := window[0].Time
+	var n, sx, sy, sxx, sxy float64
+	for _, s := range window {
+		x := s.Time.Sub(t0).Seconds()
+		y := float64(s.Scope.WorkingSetBytes + s.Scope.SwapUsedBytes)
+		n++
+		sx += x
+		sy += y
+		sxx += x * x
+		sxy += x * y
+	}
+	den := n*sxx - sx*sx
+	if den == 0 {
+		return 0, false
+	}
+	slope := (n*sxy - sx*sy) / den
+	if slope <= 0 || math.IsNaN(slope) {
+		return 0, false
+	}
+	last := window[len(window)-1]
+	room := float64(last.Scope.RAMBytes+last.Scope.SwapBytes) - float64(last.Scope.WorkingSetBytes+last.Scope.SwapUsedBytes)
+	return max(room, 0) / slope, true
+}
