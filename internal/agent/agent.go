@@ -1,0 +1,337 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/headroom-dev/headroom/internal/cgroup"
+	"github.com/headroom-dev/headroom/internal/host"
+	"github.com/headroom-dev/headroom/internal/policy"
+)
+
+// Record is one logged decision: the policy's decision and what acting on
+// it did.
+type Record struct {
+	policy.Decision
+	DryRun bool   `json:"dry_run,omitempty"`
+	Error  string `json:"error,omitempty"`
+	// SignaledAt is when the eviction signal was sent.
+	SignaledAt *time.Time `json:"signaled_at,omitempty"`
+	// LatencyBoundSeconds bounds the time from the threshold crossing to
+	// the eviction signal: the crossing happened after the previous sample,
+	// which had not fired.
+	LatencyBoundSeconds float64 `json:"latency_bound_seconds,omitempty"`
+}
+
+// WorkloadView is a workload as shown by /v1/snapshot.
+type WorkloadView struct {
+	policy.Workload
+	DisplayName        string `json:"display_name"`
+	SwapAllowanceBytes uint64 `json:"swap_allowance_bytes"`
+	Evicting           bool   `json:"evicting"`
+}
+
+// View is the agent's current picture, served by /v1/snapshot.
+type View struct {
+	Time      time.Time       `json:"time"`
+	Scope     string          `json:"scope"`
+	DryRun    bool            `json:"dry_run"`
+	Sample    policy.Sample   `json:"sample"`
+	Signals   []policy.Signal `json:"signals"`
+	Workloads []WorkloadView  `json:"workloads"`
+}
+
+const recentDecisions = 512
+
+// Agent is the node agent.
+type Agent struct {
+	cfg       Config
+	log       *slog.Logger
+	decisions io.Writer // JSON lines, one per Record
+	obs       *observer
+	evictor   Evictor
+	metrics   *metrics
+
+	// Loop state, touched only by the loop goroutine.
+	state         policy.State
+	groups        map[string]cgroup.Group
+	workloads     map[string]policy.Workload
+	meta          map[string]Metadata
+	lastDiscovery time.Time
+	statsAt       time.Time
+	prevSample    time.Time
+	evictions     sync.WaitGroup
+
+	mu     sync.Mutex // guards view and recent for HTTP readers
+	view   View
+	recent []Record
+	ticked time.Time
+}
+
+// New validates cfg and opens the scope; nothing on the machine is changed.
+func New(cfg Config, log *slog.Logger, decisions io.Writer) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	scope, err := cgroup.Open(cfg.Scope)
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{
+		cfg: cfg, log: log, decisions: decisions,
+		evictor:   SignalEvictor{Grace: seconds(cfg.EvictionGraceSeconds), Poll: 50 * time.Millisecond},
+		groups:    map[string]cgroup.Group{},
+		workloads: map[string]policy.Workload{},
+		meta:      map[string]Metadata{},
+	}
+	a.metrics = newMetrics(a)
+	a.obs = &observer{scope: scope, hostScope: filepath.Clean("/"+cfg.Scope) == "/", workloadsDir: cfg.WorkloadsDir,
+		readErrors: func(src string) { a.metrics.readErrors.WithLabelValues(src).Inc() }}
+	return a, nil
+}
+
+// SetEvictor replaces the default signal evictor.
+func (a *Agent) SetEvictor(e Evictor) { a.evictor = e }
+
+// Run protects the agent, serves HTTP and runs the loop until ctx ends;
+// evictions in progress are then finished (forced) before it returns.
+func (a *Agent) Run(ctx context.Context) error {
+	protectSelf(a.cfg, a.log)
+	var srv *http.Server
+	if a.cfg.Listen != "" {
+		ln, err := net.Listen("tcp", a.cfg.Listen)
+		if err != nil {
+			return fmt.Errorf("listen %s: %w", a.cfg.Listen, err)
+		}
+		srv = &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		go srv.Serve(ln)
+		a.log.Info("serving", "addr", ln.Addr().String())
+	}
+	var wake <-chan time.Time
+	if a.cfg.PSITriggerStallMillis > 0 {
+		stall := time.Duration(a.cfg.PSITriggerStallMillis) * time.Millisecond
+		trig, err := host.NewPSITrigger(ctx, a.obs.pressureFile(), "some", stall, time.Second)
+		if err != nil {
+			// Without CAP_SYS_RESOURCE the kernel only accepts windows that
+			// are multiples of 2 s: keep the same stall share on 2 s.
+			trig, err = host.NewPSITrigger(ctx, a.obs.pressureFile(), "some", 2*stall, 2*time.Second)
+		}
+		if err != nil {
+			a.log.Warn("PSI trigger unavailable; sampling on the interval only", "err", err)
+		} else {
+			wake = trig.Events()
+		}
+	}
+	a.log.Info("agent started", "scope", a.cfg.Scope, "dry_run", a.cfg.DryRun, "interval_s", a.cfg.IntervalSeconds)
+	ticker := time.NewTicker(seconds(a.cfg.IntervalSeconds))
+	defer ticker.Stop()
+	a.Tick(ctx, time.Now())
+	for {
+		select {
+		case <-ctx.Done():
+			if srv != nil {
+				srv.Close()
+			}
+			a.evictions.Wait()
+			return nil
+		case now := <-ticker.C:
+			a.Tick(ctx, now)
+		case <-wake:
+			a.metrics.psiWakeups.Inc()
+			a.Tick(ctx, time.Now())
+		}
+	}
+}
+
+// Tick runs one observe → decide → act round.
+func (a *Agent) Tick(ctx context.Context, now time.Time) {
+	a.metrics.ticks.Inc()
+	sample := a.obs.sample(now)
+	if now.Sub(a.lastDiscovery) >= seconds(a.cfg.DiscoverySeconds) {
+		a.discover()
+		a.lastDiscovery = now
+	}
+	if now.Sub(a.statsAt) >= seconds(a.cfg.WorkloadStatsSeconds) {
+		a.refreshWorkloads(now)
+	}
+	snap := policy.Snapshot{Sample: sample, Workloads: a.workloadList()}
+	decisions, next := policy.Decide(snap, a.cfg.Config, a.state)
+	if hasEviction(decisions) && a.statsAt.Before(now) {
+		// Rank on fresh numbers: re-read every workload and decide again
+		// from the same state (Decide is pure).
+		a.refreshWorkloads(now)
+		snap.Workloads = a.workloadList()
+		decisions, next = policy.Decide(snap, a.cfg.Config, a.state)
+	}
+	a.state = next
+	for _, d := range decisions {
+		a.act(ctx, d)
+	}
+	if a.cfg.DryRun {
+		clear(a.state.Evicting) // nothing was evicted: keep deciding
+	}
+	a.prevSample = now
+	a.publish(snap)
+}
+
+func hasEviction(ds []policy.Decision) bool {
+	for _, d := range ds {
+		if d.Action == policy.ActionEvict {
+			return true
+		}
+	}
+	return false
+}
+
+// discover updates the set of child cgroups; new ones are read at once.
+func (a *Agent) discover() {
+	kids, err := a.obs.discover()
+	if err != nil {
+		a.log.Warn("cannot list workloads", "err", err)
+		return
+	}
+	seen := map[string]bool{}
+	for _, g := range kids {
+		name := filepath.Base(g.Path())
+		seen[name] = true
+		if _, known := a.groups[name]; !known {
+			a.groups[name] = g
+			a.workloads[name], a.meta[name] = a.obs.workload(g)
+		}
+	}
+	for name := range a.groups {
+		if !seen[name] {
+			delete(a.groups, name)
+			delete(a.workloads, name)
+			delete(a.meta, name)
+		}
+	}
+}
+
+func (a *Agent) refreshWorkloads(now time.Time) {
+	for name, g := range a.groups {
+		a.workloads[name], a.meta[name] = a.obs.workload(g)
+	}
+	a.statsAt = now
+}
+
+func (a *Agent) workloadList() []policy.Workload {
+	out := make([]policy.Workload, 0, len(a.workloads))
+	for _, w := range a.workloads {
+		out = append(out, w)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// act carries out one decision and logs it.
+func (a *Agent) act(ctx context.Context, d policy.Decision) {
+	r := Record{Decision: d, DryRun: a.cfg.DryRun}
+	g := a.groups[d.Workload]
+	switch {
+	case d.Action == policy.ActionNone || a.cfg.DryRun:
+	case g == nil:
+		r.Error = "workload cgroup no longer exists"
+	case d.Action == policy.ActionSetSwap:
+		if err := g.SetSwapLimit(d.SwapBytes); err != nil {
+			r.Error = err.Error()
+		}
+	case d.Action == policy.ActionEvict:
+		if err := a.evictor.Begin(g); err != nil {
+			r.Error = err.Error()
+			break
+		}
+		sent := time.Now()
+		r.SignaledAt = &sent
+		if !a.prevSample.IsZero() {
+			r.LatencyBoundSeconds = sent.Sub(a.prevSample).Seconds()
+			a.metrics.evictionLatency.Observe(r.LatencyBoundSeconds)
+		}
+		a.evictions.Add(1)
+		go func() {
+			defer a.evictions.Done()
+			if err := a.evictor.Finish(ctx, g); err != nil {
+				a.log.Warn("eviction did not finish cleanly", "workload", d.Workload, "err", err)
+			}
+		}()
+	}
+	a.metrics.decisions.WithLabelValues(d.Action).Inc()
+	if d.Action == policy.ActionEvict {
+		a.metrics.evictions.WithLabelValues(d.Signal).Inc()
+	}
+	if b, err := json.Marshal(r); err == nil {
+		a.decisions.Write(append(b, '\n'))
+	}
+	a.mu.Lock()
+	a.recent = append(a.recent, r)
+	if len(a.recent) > recentDecisions {
+		a.recent = a.recent[len(a.recent)-recentDecisions:]
+	}
+	a.mu.Unlock()
+}
+
+// publish stores the view served over HTTP.
+func (a *Agent) publish(snap policy.Snapshot) {
+	signals, _ := policy.Evaluate(a.state.Window, a.cfg.Config)
+	v := View{Time: snap.Sample.Time, Scope: a.cfg.Scope, DryRun: a.cfg.DryRun, Sample: snap.Sample, Signals: signals}
+	for _, w := range snap.Workloads {
+		_, evicting := a.state.Evicting[w.Name]
+		v.Workloads = append(v.Workloads, WorkloadView{Workload: w, DisplayName: a.meta[w.Name].Name,
+			SwapAllowanceBytes: a.state.SwapAllowance[w.Name], Evicting: evicting})
+	}
+	a.mu.Lock()
+	a.view, a.ticked = v, time.Now()
+	a.mu.Unlock()
+}
+
+// Snapshot returns the current view.
+func (a *Agent) Snapshot() View {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.view
+}
+
+// Decisions returns the most recent decisions, oldest first.
+func (a *Agent) Decisions() []Record {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]Record(nil), a.recent...)
+}
+
+// Handler serves /v1/decisions, /v1/snapshot, /metrics and /healthz.
+func (a *Agent) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/decisions", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, a.Decisions()) })
+	mux.HandleFunc("GET /v1/snapshot", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, a.Snapshot()) })
+	mux.Handle("GET /metrics", a.metrics.handler())
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		a.mu.Lock()
+		age := time.Since(a.ticked)
+		a.mu.Unlock()
+		if a.ticked.IsZero() || age > 5*seconds(a.cfg.IntervalSeconds)+time.Second {
+			http.Error(w, fmt.Sprintf("no sample for %s", age.Round(time.Millisecond)), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil && !errors.Is(err, http.ErrHandlerTimeout) {
+		return
+	}
+}

@@ -1,0 +1,131 @@
+// Package agent is `headroom agent`: the observe → decide → act loop that
+// gives each workload its swap allowance and evicts, gracefully and in
+// priority order, before the node thrashes or the kernel OOM-kills. It
+// serves its decisions, snapshot and Prometheus metrics over HTTP.
+package agent
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/headroom-dev/headroom/internal/policy"
+)
+
+// Config is the agent's configuration: the policy's thresholds plus how the
+// agent observes and acts. JSON names are the YAML keys.
+type Config struct {
+	policy.Config `json:",inline"`
+	// Scope is the cgroup subtree the agent protects: "/" is the host.
+	Scope string `json:"scope"`
+	// WorkloadsDir holds one <child-cgroup-name>.json metadata file per workload.
+	WorkloadsDir string `json:"workloadsDir"`
+	// Listen is the HTTP address for /metrics, /v1/* and /healthz ("" disables).
+	Listen string `json:"listen"`
+	// IntervalSeconds is how often the scope and counters are sampled.
+	IntervalSeconds float64 `json:"intervalSeconds"`
+	// DiscoverySeconds is how often the scope's child cgroups are listed;
+	// a new workload's stats are read and its allowance applied at once.
+	DiscoverySeconds float64 `json:"discoverySeconds"`
+	// WorkloadStatsSeconds is how often every workload's stats are re-read;
+	// they are also re-read whenever an eviction is about to be decided.
+	WorkloadStatsSeconds float64 `json:"workloadStatsSeconds"`
+	// EvictionGraceSeconds is the time between SIGTERM and SIGKILL.
+	EvictionGraceSeconds float64 `json:"evictionGraceSeconds"`
+	// DryRun logs decisions without acting.
+	DryRun bool `json:"dryRun"`
+	// OOMScoreAdj is written to the agent's own /proc/self/oom_score_adj.
+	OOMScoreAdj int `json:"oomScoreAdj"`
+	// Mlock locks the agent's memory (mlockall) so it is never swapped out.
+	Mlock bool `json:"mlock"`
+	// PSITriggerStallMillis wakes the agent at once when memory "some"
+	// stall exceeds this many ms in a 1 s window (0 disables the trigger).
+	PSITriggerStallMillis int `json:"psiTriggerStallMillis"`
+}
+
+// DefaultConfig is the agent's configuration without a file, env or flags.
+func DefaultConfig() Config {
+	return Config{
+		Config:                policy.DefaultConfig(),
+		Scope:                 "/",
+		WorkloadsDir:          "/run/headroom/workloads",
+		Listen:                "127.0.0.1:9731",
+		IntervalSeconds:       0.25,
+		DiscoverySeconds:      1,
+		WorkloadStatsSeconds:  5,
+		EvictionGraceSeconds:  10,
+		OOMScoreAdj:           -1000,
+		Mlock:                 true,
+		PSITriggerStallMillis: 150,
+	}
+}
+
+// LoadFile overlays a YAML file onto c; unknown keys are errors.
+func (c *Config) LoadFile(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read config: %w", err)
+	}
+	if err := yaml.UnmarshalStrict(b, c); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
+}
+
+// WaspEnv maps wasp-agent's environment variables to config keys.
+var WaspEnv = []struct {
+	Name string
+	Key  string
+	set  func(*Config, float64)
+}{
+	{"SWAP_UTILIZATION_THRESHOLD_FACTOR", "swapUtilizationThresholdFactor", func(c *Config, v float64) { c.SwapUtilizationThresholdFactor = v }},
+	{"MAX_AVERAGE_SWAP_IN_PAGES_PER_SECOND", "maxAverageSwapInPagesPerSecond", func(c *Config, v float64) { c.MaxAverageSwapInPagesPerSecond = v }},
+	{"MAX_AVERAGE_SWAP_OUT_PAGES_PER_SECOND", "maxAverageSwapOutPagesPerSecond", func(c *Config, v float64) { c.MaxAverageSwapOutPagesPerSecond = v }},
+	{"AVERAGE_WINDOW_SIZE_SECONDS", "averageWindowSizeSeconds", func(c *Config, v float64) { c.AverageWindowSizeSeconds = v }},
+}
+
+// LoadEnv overlays wasp-agent's environment variables (lookup is os.LookupEnv
+// in production).
+func (c *Config) LoadEnv(lookup func(string) (string, bool)) error {
+	for _, e := range WaspEnv {
+		s, ok := lookup(e.Name)
+		if !ok || s == "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return fmt.Errorf("environment %s=%q: not a number", e.Name, s)
+		}
+		e.set(c, v)
+	}
+	return nil
+}
+
+// Validate checks the whole configuration, naming the bad key.
+func (c Config) Validate() error {
+	if err := c.Config.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case c.Scope == "":
+		return fmt.Errorf("scope must be a cgroup path such as / or machine.slice")
+	case !(c.IntervalSeconds >= 0.01 && c.IntervalSeconds <= 10):
+		return fmt.Errorf("intervalSeconds must be in [0.01,10], got %g", c.IntervalSeconds)
+	case !(c.DiscoverySeconds >= c.IntervalSeconds && c.DiscoverySeconds <= 60):
+		return fmt.Errorf("discoverySeconds must be in [intervalSeconds,60], got %g", c.DiscoverySeconds)
+	case !(c.WorkloadStatsSeconds >= c.IntervalSeconds && c.WorkloadStatsSeconds <= 300):
+		return fmt.Errorf("workloadStatsSeconds must be in [intervalSeconds,300], got %g", c.WorkloadStatsSeconds)
+	case !(c.EvictionGraceSeconds >= 0 && c.EvictionGraceSeconds <= 3600):
+		return fmt.Errorf("evictionGraceSeconds must be in [0,3600], got %g", c.EvictionGraceSeconds)
+	case c.OOMScoreAdj < -1000 || c.OOMScoreAdj > 1000:
+		return fmt.Errorf("oomScoreAdj must be in [-1000,1000], got %d", c.OOMScoreAdj)
+	case c.PSITriggerStallMillis < 0 || c.PSITriggerStallMillis > 1000:
+		return fmt.Errorf("psiTriggerStallMillis must be in [0,1000], got %d", c.PSITriggerStallMillis)
+	}
+	return nil
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

@@ -1,0 +1,76 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/headroom-dev/headroom/internal/units"
+)
+
+// Metadata is a workload's identity and importance, read from
+// <workloads-dir>/<child-cgroup-name>.json. A workload without a file has
+// the zero value: lowest priority, request 0 (no swap), not protected.
+type Metadata struct {
+	Name string `json:"name"`
+	// Priority: higher is more important; the lowest is evicted first.
+	Priority int `json:"priority"`
+	// MemoryRequestBytes is the request: "1Gi" or a byte count in the file.
+	MemoryRequestBytes uint64 `json:"-"`
+	// Protected workloads are never evicted and get no swap.
+	Protected bool `json:"protected"`
+}
+
+// ParseMetadata parses one metadata file.
+func ParseMetadata(b []byte) (Metadata, error) {
+	var raw struct {
+		Name          string          `json:"name"`
+		Priority      int             `json:"priority"`
+		MemoryRequest json.RawMessage `json:"memoryRequest"`
+		Protected     bool            `json:"protected"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return Metadata{}, fmt.Errorf("parse workload metadata: %w", err)
+	}
+	m := Metadata{Name: raw.Name, Priority: raw.Priority, Protected: raw.Protected}
+	if len(raw.MemoryRequest) > 0 && string(raw.MemoryRequest) != "null" {
+		var s string
+		if err := json.Unmarshal(raw.MemoryRequest, &s); err == nil {
+			n, err := units.ParseBytes(s)
+			if err != nil {
+				return Metadata{}, fmt.Errorf("parse workload metadata: memoryRequest: %w", err)
+			}
+			m.MemoryRequestBytes = n
+		} else {
+			n, err := strconv.ParseUint(string(raw.MemoryRequest), 10, 64)
+			if err != nil {
+				return Metadata{}, fmt.Errorf("parse workload metadata: memoryRequest must be bytes or a size string like \"1Gi\", got %s", raw.MemoryRequest)
+			}
+			m.MemoryRequestBytes = n
+		}
+	}
+	return m, nil
+}
+
+// readMetadata reads the metadata of the workload whose cgroup is named
+// cgroupName; a missing file is not an error.
+func readMetadata(dir, cgroupName string) (Metadata, error) {
+	b, err := os.ReadFile(filepath.Join(dir, cgroupName+".json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return Metadata{Name: cgroupName}, nil
+	}
+	if err != nil {
+		return Metadata{Name: cgroupName}, err
+	}
+	m, err := ParseMetadata(b)
+	if err != nil {
+		return Metadata{Name: cgroupName}, fmt.Errorf("%s: %w", cgroupName+".json", err)
+	}
+	if m.Name == "" {
+		m.Name = cgroupName
+	}
+	return m, nil
+}

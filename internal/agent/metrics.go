@@ -1,0 +1,120 @@
+package agent
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// metrics follows node_exporter's habits: raw counters and gauges named
+// headroom_<subsystem>_<name>_<unit>; rates are left to PromQL.
+type metrics struct {
+	registry        *prometheus.Registry
+	ticks           prometheus.Counter
+	psiWakeups      prometheus.Counter
+	decisions       *prometheus.CounterVec
+	evictions       *prometheus.CounterVec
+	readErrors      *prometheus.CounterVec
+	evictionLatency prometheus.Histogram
+}
+
+func newMetrics(a *Agent) *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		ticks: prometheus.NewCounter(prometheus.CounterOpts{Name: "headroom_agent_samples_total",
+			Help: "Observe-decide-act rounds run."}),
+		psiWakeups: prometheus.NewCounter(prometheus.CounterOpts{Name: "headroom_agent_psi_wakeups_total",
+			Help: "Rounds started early by a memory pressure (PSI) trigger."}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "headroom_agent_decisions_total",
+			Help: "Decisions made, by action (set_swap, evict, none)."}, []string{"action"}),
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "headroom_agent_evictions_total",
+			Help: "Evictions decided, by the signal that fired."}, []string{"signal"}),
+		readErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "headroom_agent_read_errors_total",
+			Help: "Failed reads, by source; the agent does not act on unreadable data."}, []string{"source"}),
+		evictionLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "headroom_agent_eviction_latency_seconds",
+			Help:    "Upper bound of the time from a threshold crossing to the eviction signal.",
+			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 5}}),
+	}
+	m.registry.MustRegister(m.ticks, m.psiWakeups, m.decisions, m.evictions, m.readErrors, m.evictionLatency,
+		viewCollector{a})
+	return m
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+}
+
+var (
+	descScopeRAM     = prometheus.NewDesc("headroom_scope_ram_bytes", "RAM of the agent's scope (its memory limit, or the host's RAM).", nil, nil)
+	descScopeSwap    = prometheus.NewDesc("headroom_scope_swap_bytes", "Swap the scope may use.", nil, nil)
+	descScopeWS      = prometheus.NewDesc("headroom_scope_working_set_bytes", "Working set of the scope.", nil, nil)
+	descScopeSwapUse = prometheus.NewDesc("headroom_scope_swap_used_bytes", "Swap used by the scope.", nil, nil)
+	descSwapIn       = prometheus.NewDesc("headroom_node_swap_in_pages_total", "Pages swapped in (/proc/vmstat pswpin).", nil, nil)
+	descSwapOut      = prometheus.NewDesc("headroom_node_swap_out_pages_total", "Pages swapped out (/proc/vmstat pswpout).", nil, nil)
+	descPSI          = prometheus.NewDesc("headroom_memory_pressure_stall_seconds_total", "Memory stall time (PSI) of the scope, by kind (some, full).", []string{"kind"}, nil)
+	descSignal       = prometheus.NewDesc("headroom_signal_value", "Current value of an eviction signal, in its unit.", []string{"signal", "unit"}, nil)
+	descThreshold    = prometheus.NewDesc("headroom_signal_threshold", "Threshold of an eviction signal, in its unit.", []string{"signal", "unit"}, nil)
+	descFiring       = prometheus.NewDesc("headroom_signal_firing", "1 if the signal is past its threshold.", []string{"signal"}, nil)
+	descWorkloads    = prometheus.NewDesc("headroom_workloads", "Workloads (child cgroups) in the scope.", nil, nil)
+	descWorkloadWS   = prometheus.NewDesc("headroom_workload_working_set_bytes", "Working set of a workload.", []string{"workload"}, nil)
+	descWorkloadSwap = prometheus.NewDesc("headroom_workload_swap_bytes", "Swap used by a workload.", []string{"workload"}, nil)
+	descAllowance    = prometheus.NewDesc("headroom_workload_swap_allowance_bytes", "Swap allowance applied to a workload.", []string{"workload"}, nil)
+	descPriority     = prometheus.NewDesc("headroom_workload_priority", "Priority of a workload (higher is more important).", []string{"workload"}, nil)
+)
+
+// viewCollector exports the agent's latest view.
+type viewCollector struct{ a *Agent }
+
+func (c viewCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descScopeRAM, descScopeSwap, descScopeWS, descScopeSwapUse, descSwapIn, descSwapOut,
+		descPSI, descSignal, descThreshold, descFiring, descWorkloads, descWorkloadWS, descWorkloadSwap, descAllowance, descPriority} {
+		ch <- d
+	}
+}
+
+func (c viewCollector) Collect(ch chan<- prometheus.Metric) {
+	v := c.a.Snapshot()
+	if v.Time.IsZero() {
+		return
+	}
+	gauge := func(d *prometheus.Desc, x float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, x, labels...)
+	}
+	counter := func(d *prometheus.Desc, x float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, x, labels...)
+	}
+	s := v.Sample
+	if s.ScopeErr == "" {
+		gauge(descScopeRAM, float64(s.Scope.RAMBytes))
+		gauge(descScopeSwap, float64(s.Scope.SwapBytes))
+		gauge(descScopeWS, float64(s.Scope.WorkingSetBytes))
+		gauge(descScopeSwapUse, float64(s.Scope.SwapUsedBytes))
+	}
+	if s.VMStatErr == "" {
+		counter(descSwapIn, float64(s.PswpIn))
+		counter(descSwapOut, float64(s.PswpOut))
+	}
+	if s.PSIErr == "" {
+		counter(descPSI, float64(s.PSISomeMicros)/1e6, "some")
+		counter(descPSI, float64(s.PSIFullMicros)/1e6, "full")
+	}
+	for _, sig := range v.Signals {
+		gauge(descSignal, sig.Value, sig.Name, sig.Unit)
+		gauge(descThreshold, sig.Threshold, sig.Name, sig.Unit)
+		firing := 0.0
+		if sig.Firing {
+			firing = 1
+		}
+		gauge(descFiring, firing, sig.Name)
+	}
+	gauge(descWorkloads, float64(len(v.Workloads)))
+	for _, w := range v.Workloads {
+		if w.Err == "" {
+			gauge(descWorkloadWS, float64(w.WorkingSetBytes), w.Name)
+			gauge(descWorkloadSwap, float64(w.SwapBytes), w.Name)
+		}
+		gauge(descAllowance, float64(w.SwapAllowanceBytes), w.Name)
+		gauge(descPriority, float64(w.Priority), w.Name)
+	}
+}
