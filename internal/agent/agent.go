@@ -87,6 +87,14 @@ func New(cfg Config, log *slog.Logger, decisions io.Writer) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	return NewForScope(cfg, scope, log, decisions)
+}
+
+// NewForScope is New for an already opened scope (tests use fixture trees).
+func NewForScope(cfg Config, scope cgroup.Group, log *slog.Logger, decisions io.Writer) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	a := &Agent{
 		cfg: cfg, log: log, decisions: decisions,
 		evictor:   SignalEvictor{Grace: seconds(cfg.EvictionGraceSeconds), Poll: 50 * time.Millisecond},
@@ -156,19 +164,21 @@ func (a *Agent) Run(ctx context.Context) error {
 // Tick runs one observe → decide → act round.
 func (a *Agent) Tick(ctx context.Context, now time.Time) {
 	a.metrics.ticks.Inc()
-	sample := a.obs.sample(now)
 	if now.Sub(a.lastDiscovery) >= seconds(a.cfg.DiscoverySeconds) {
+		a.obs.refreshLimits()
 		a.discover()
 		a.lastDiscovery = now
 	}
+	sample := a.obs.sample(now)
 	if now.Sub(a.statsAt) >= seconds(a.cfg.WorkloadStatsSeconds) {
 		a.refreshWorkloads(now)
 	}
 	snap := policy.Snapshot{Sample: sample, Workloads: a.workloadList()}
 	decisions, next := policy.Decide(snap, a.cfg.Config, a.state)
-	if hasEviction(decisions) && a.statsAt.Before(now) {
-		// Rank on fresh numbers: re-read every workload and decide again
-		// from the same state (Decide is pure).
+	if a.statsAt.Before(now) && next.Firing() {
+		// A signal fired: rank on fresh numbers (cached stats may predate
+		// the workloads' processes), re-reading every workload and deciding
+		// again from the same state (Decide is pure).
 		a.refreshWorkloads(now)
 		snap.Workloads = a.workloadList()
 		decisions, next = policy.Decide(snap, a.cfg.Config, a.state)
@@ -182,15 +192,6 @@ func (a *Agent) Tick(ctx context.Context, now time.Time) {
 	}
 	a.prevSample = now
 	a.publish(snap)
-}
-
-func hasEviction(ds []policy.Decision) bool {
-	for _, d := range ds {
-		if d.Action == policy.ActionEvict {
-			return true
-		}
-	}
-	return false
 }
 
 // discover updates the set of child cgroups; new ones are read at once.
@@ -282,8 +283,7 @@ func (a *Agent) act(ctx context.Context, d policy.Decision) {
 
 // publish stores the view served over HTTP.
 func (a *Agent) publish(snap policy.Snapshot) {
-	signals, _ := policy.Evaluate(a.state.Window, a.cfg.Config)
-	v := View{Time: snap.Sample.Time, Scope: a.cfg.Scope, DryRun: a.cfg.DryRun, Sample: snap.Sample, Signals: signals}
+	v := View{Time: snap.Sample.Time, Scope: a.cfg.Scope, DryRun: a.cfg.DryRun, Sample: snap.Sample, Signals: a.state.Signals}
 	for _, w := range snap.Workloads {
 		_, evicting := a.state.Evicting[w.Name]
 		v.Workloads = append(v.Workloads, WorkloadView{Workload: w, DisplayName: a.meta[w.Name].Name,

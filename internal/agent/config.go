@@ -55,7 +55,7 @@ func DefaultConfig() Config {
 		Listen:                "127.0.0.1:9731",
 		IntervalSeconds:       0.25,
 		DiscoverySeconds:      1,
-		WorkloadStatsSeconds:  5,
+		WorkloadStatsSeconds:  10,
 		EvictionGraceSeconds:  10,
 		OOMScoreAdj:           -1000,
 		Mlock:                 true,

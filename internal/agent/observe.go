@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"os"
 	"path/filepath"
 	"time"
 
@@ -15,28 +16,59 @@ type observer struct {
 	hostScope    bool // scope "/": RAM and swap are the host's
 	workloadsDir string
 	readErrors   func(source string) // counts read failures for metrics
+
+	// A sub-tree scope's limits and the host's RAM and swap change rarely:
+	// they are re-read by refreshLimits (at discovery cadence), not every
+	// sample.
+	limits    cgroup.Memory
+	hostMem   host.Memory
+	limitsErr error
+	metadata  map[string]cachedMetadata
+}
+
+type cachedMetadata struct {
+	modTime time.Time
+	size    int64
+	md      Metadata
+}
+
+// refreshLimits re-reads the scope's limits and the host's memory totals.
+func (o *observer) refreshLimits() {
+	if o.hostScope {
+		return
+	}
+	o.hostMem, o.limitsErr = host.ReadMemory()
+	if o.limitsErr == nil {
+		o.limits, o.limitsErr = o.scope.Memory()
+	}
 }
 
 // sample reads one policy.Sample. Read failures are recorded in the
 // sample's Err fields, never hidden.
 func (o *observer) sample(now time.Time) policy.Sample {
 	s := policy.Sample{Time: now}
-	mem, err := host.ReadMemory()
-	if err != nil {
-		s.ScopeErr = err.Error()
-		o.readErrors("meminfo")
-	} else if o.hostScope {
-		s.Scope = policy.Scope{
-			RAMBytes:        mem.TotalBytes,
-			SwapBytes:       mem.SwapTotalBytes,
-			WorkingSetBytes: mem.TotalBytes - min(mem.AvailableBytes, mem.TotalBytes),
-			SwapUsedBytes:   mem.SwapTotalBytes - min(mem.SwapFreeBytes, mem.SwapTotalBytes),
+	if o.hostScope {
+		if mem, err := host.ReadMemory(); err != nil {
+			s.ScopeErr = err.Error()
+			o.readErrors("meminfo")
+		} else {
+			s.Scope = policy.Scope{
+				RAMBytes:        mem.TotalBytes,
+				SwapBytes:       mem.SwapTotalBytes,
+				WorkingSetBytes: mem.TotalBytes - min(mem.AvailableBytes, mem.TotalBytes),
+				SwapUsedBytes:   mem.SwapTotalBytes - min(mem.SwapFreeBytes, mem.SwapTotalBytes),
+			}
 		}
-	} else if m, err := o.scope.Memory(); err != nil {
+	} else if o.limitsErr != nil {
+		s.ScopeErr = o.limitsErr.Error()
+		o.readErrors("scope")
+	} else if u, err := o.scope.Usage(); err != nil {
 		s.ScopeErr = err.Error()
 		o.readErrors("scope")
 	} else {
-		s.Scope = scopeFromGroup(m, mem)
+		m := o.limits
+		m.UsageBytes, m.WorkingSetBytes, m.SwapBytes = u.UsageBytes, u.WorkingSetBytes, u.SwapBytes
+		s.Scope = scopeFromGroup(m, o.hostMem)
 	}
 
 	if v, err := host.ReadVMStat(); err != nil {
@@ -98,14 +130,14 @@ func (o *observer) discover() ([]cgroup.Group, error) {
 func (o *observer) workload(g cgroup.Group) (policy.Workload, Metadata) {
 	name := filepath.Base(g.Path())
 	w := policy.Workload{Name: name}
-	md, err := readMetadata(o.workloadsDir, name)
+	md, err := o.readMetadata(name)
 	if err != nil {
 		w.Err = err.Error()
 		o.readErrors("metadata")
 	}
 	w.Priority, w.RequestBytes, w.Protected = md.Priority, md.MemoryRequestBytes, md.Protected
 	procs, perr := g.Procs()
-	m, merr := g.Memory()
+	m, merr := g.Usage()
 	switch {
 	case merr != nil:
 		w.Err = merr.Error()
@@ -117,4 +149,26 @@ func (o *observer) workload(g cgroup.Group) (policy.Workload, Metadata) {
 	w.Processes = len(procs)
 	w.WorkingSetBytes, w.SwapBytes = m.WorkingSetBytes, m.SwapBytes
 	return w, md
+}
+
+// readMetadata returns a workload's metadata, re-reading the file only when
+// its modification time or size changed.
+func (o *observer) readMetadata(name string) (Metadata, error) {
+	fi, err := os.Stat(filepath.Join(o.workloadsDir, name+".json"))
+	if err != nil {
+		delete(o.metadata, name)
+		return readMetadata(o.workloadsDir, name)
+	}
+	if c, ok := o.metadata[name]; ok && c.modTime.Equal(fi.ModTime()) && c.size == fi.Size() {
+		return c.md, nil
+	}
+	md, err := readMetadata(o.workloadsDir, name)
+	if err != nil {
+		return md, err
+	}
+	if o.metadata == nil {
+		o.metadata = map[string]cachedMetadata{}
+	}
+	o.metadata[name] = cachedMetadata{fi.ModTime(), fi.Size(), md}
+	return md, nil
 }

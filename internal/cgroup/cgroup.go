@@ -31,12 +31,22 @@ type Memory struct {
 	OOMKills        uint64 `json:"oom_kills"`
 }
 
+// Usage is the part of Memory that changes from moment to moment; it is
+// cheaper to read (three files) than Memory.
+type Usage struct {
+	UsageBytes      uint64
+	WorkingSetBytes uint64
+	SwapBytes       uint64
+}
+
 // Group is one memory cgroup.
 type Group interface {
 	// Path is the cgroup's directory.
 	Path() string
 	// Memory reads the group's current memory state.
 	Memory() (Memory, error)
+	// Usage reads only usage, working set and swap.
+	Usage() (Usage, error)
 	// SetSwapLimit lets the group use at most swapBytes of swap.
 	SetSwapLimit(swapBytes uint64) error
 	// Procs lists the processes in the group (not its children).
@@ -144,6 +154,55 @@ func ParseKeyValues(b []byte) (map[string]uint64, error) {
 		out[string(fields[0])] = n
 	}
 	return out, nil
+}
+
+// StatValue returns one key's value from a "key value" file such as
+// memory.stat without parsing the rest; a missing key is an error.
+func StatValue(b []byte, key string) (uint64, error) {
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		if len(line) > len(key) && line[len(key)] == ' ' && string(line[:len(key)]) == key {
+			n, err := strconv.ParseUint(string(bytes.TrimSpace(line[len(key)+1:])), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("parse %s: %w", key, err)
+			}
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("no %s", key)
+}
+
+// readUsage reads usage, usage+swap or swap (swapIsTotal says which the
+// second file holds) and the inactive file cache from a memory.stat key.
+func readUsage(usageFile, swapFile string, swapIsTotal bool, statFile, inactiveKey string) (Usage, error) {
+	var u Usage
+	var err error
+	if u.UsageBytes, err = readUint(usageFile); err != nil {
+		return Usage{}, err
+	}
+	second, err := readUint(swapFile)
+	if err != nil {
+		return Usage{}, err
+	}
+	u.SwapBytes = second
+	if swapIsTotal {
+		u.SwapBytes = subtract(second, u.UsageBytes)
+	}
+	b, err := os.ReadFile(statFile)
+	if err != nil {
+		return Usage{}, err
+	}
+	inactive, err := StatValue(b, inactiveKey)
+	if err != nil {
+		return Usage{}, fmt.Errorf("%s: %w", statFile, err)
+	}
+	u.WorkingSetBytes = subtract(u.UsageBytes, inactive)
+	return u, nil
 }
 
 func readKeyValues(path string) (map[string]uint64, error) {

@@ -129,3 +129,30 @@ func FuzzParseKeyValues(f *testing.F) {
 		}
 	})
 }
+
+func TestStatValue(t *testing.T) {
+	b := []byte("cache 10\ntotal_inactive_file 4096\ninactive_file 7\n")
+	for key, want := range map[string]uint64{"total_inactive_file": 4096, "inactive_file": 7, "cache": 10} {
+		if got, err := StatValue(b, key); err != nil || got != want {
+			t.Errorf("StatValue(%s) = %d, %v", key, got, err)
+		}
+	}
+	for _, bad := range []string{"inactive", "missing_key"} {
+		if _, err := StatValue(b, bad); err == nil {
+			t.Errorf("StatValue(%s) found a value", bad)
+		}
+	}
+	if _, err := StatValue([]byte("inactive_file x\n"), "inactive_file"); err == nil {
+		t.Error("non-numeric value accepted")
+	}
+}
+
+func FuzzStatValue(f *testing.F) {
+	f.Add([]byte("inactive_file 5\n"), "inactive_file")
+	f.Add([]byte("a 1\nb"), "b")
+	f.Fuzz(func(t *testing.T, b []byte, key string) {
+		if _, err := StatValue(b, key); err == nil && !strings.Contains(string(b), key+" ") {
+			t.Fatalf("found %q in %q", key, b)
+		}
+	})
+}

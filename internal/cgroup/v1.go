@@ -18,22 +18,21 @@ func (g *v1Group) file(name string) string {
 	return filepath.Join(g.path, name)
 }
 
+func (g *v1Group) Usage() (Usage, error) {
+	u, err := readUsage(g.file("memory.usage_in_bytes"), g.file("memory.memsw.usage_in_bytes"), true,
+		g.file("memory.stat"), "total_inactive_file")
+	if err != nil {
+		return Usage{}, fmt.Errorf("%w (memsw files need swap accounting: swapaccount=1)", err)
+	}
+	return u, nil
+}
+
 func (g *v1Group) Memory() (Memory, error) {
-	var m Memory
-	var memsw uint64
-	var err error
-	if m.UsageBytes, err = readUint(g.file("memory.usage_in_bytes")); err != nil {
-		return Memory{}, err
-	}
-	if memsw, err = readUint(g.file("memory.memsw.usage_in_bytes")); err != nil {
-		return Memory{}, fmt.Errorf("%w (is swap accounting on? swapaccount=1)", err)
-	}
-	m.SwapBytes = subtract(memsw, m.UsageBytes)
-	stat, err := readKeyValues(g.file("memory.stat"))
+	u, err := g.Usage()
 	if err != nil {
 		return Memory{}, err
 	}
-	m.WorkingSetBytes = subtract(m.UsageBytes, stat["total_inactive_file"])
+	m := Memory{UsageBytes: u.UsageBytes, WorkingSetBytes: u.WorkingSetBytes, SwapBytes: u.SwapBytes}
 	if m.LimitBytes, err = readUint(g.file("memory.limit_in_bytes")); err != nil {
 		return Memory{}, err
 	}

@@ -17,20 +17,16 @@ func (g *v2Group) file(name string) string {
 	return filepath.Join(g.path, name)
 }
 
+func (g *v2Group) Usage() (Usage, error) {
+	return readUsage(g.file("memory.current"), g.file("memory.swap.current"), false, g.file("memory.stat"), "inactive_file")
+}
+
 func (g *v2Group) Memory() (Memory, error) {
-	var m Memory
-	var err error
-	if m.UsageBytes, err = readUint(g.file("memory.current")); err != nil {
-		return Memory{}, err
-	}
-	if m.SwapBytes, err = readUint(g.file("memory.swap.current")); err != nil {
-		return Memory{}, err
-	}
-	stat, err := readKeyValues(g.file("memory.stat"))
+	u, err := g.Usage()
 	if err != nil {
 		return Memory{}, err
 	}
-	m.WorkingSetBytes = subtract(m.UsageBytes, stat["inactive_file"])
+	m := Memory{UsageBytes: u.UsageBytes, WorkingSetBytes: u.WorkingSetBytes, SwapBytes: u.SwapBytes}
 	if m.LimitBytes, err = readUint(g.file("memory.max")); err != nil {
 		return Memory{}, err
 	}

@@ -40,12 +40,14 @@ type Config struct {
 // DefaultConfig is what the agent runs without configuration. Rate and PSI
 // signals are off until set or calibrated (`headroom agent calibrate`):
 // a fixed default cannot fit every swap device, which is why wasp-agent's
-// 1000 pages/s default misfired.
+// 1000 pages/s default misfired. The exhaustion trend is off too: during a
+// burst of allocation (guests booting, workloads populating) a linear trend
+// cannot know where growth stops and evicts workloads that would have fit;
+// enable it for slow, steady growth such as leaks.
 func DefaultConfig() Config {
 	return Config{
 		SwapUtilizationThresholdFactor: 0.8,
 		AverageWindowSizeSeconds:       10,
-		ExhaustionHorizonSeconds:       5,
 		CooldownSeconds:                5,
 	}
 }
@@ -125,6 +127,8 @@ type State struct {
 	Evicting map[string]time.Time `json:"evicting"`
 	// SwapAllowance is the allowance last decided per workload.
 	SwapAllowance map[string]uint64 `json:"swap_allowance"`
+	// Signals are the signals evaluated by the last Decide.
+	Signals []Signal `json:"signals"`
 	// lastNote avoids repeating the same non-action decision every tick.
 	lastNote string
 }
@@ -151,6 +155,9 @@ type Decision struct {
 	// Signals are all evaluated signals at the time of an eviction.
 	Signals []Signal `json:"signals,omitempty"`
 }
+
+// Firing reports whether any signal of the last Decide was past its threshold.
+func (st State) Firing() bool { return firstFiring(st.Signals) != nil }
 
 // Decide is the policy: given the newest snapshot, the configuration and the
 // carried state, it returns the actions to take and the next state.
@@ -179,6 +186,7 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 	}
 
 	signals, unreadable := Evaluate(st.Window, cfg)
+	st.Signals = signals
 	firing := firstFiring(signals)
 	switch {
 	case snap.Sample.ScopeErr != "":
@@ -232,6 +240,7 @@ func (st *State) note(out []Decision, d Decision) []Decision {
 func (st State) clone() State {
 	c := st
 	c.Window = append([]Sample(nil), st.Window...)
+	c.Signals = nil
 	c.Evicting = make(map[string]time.Time, len(st.Evicting))
 	for k, v := range st.Evicting {
 		c.Evicting[k] = v

@@ -190,11 +190,30 @@ func HeadroomBinary(t testing.TB) string {
 	return buildPath
 }
 
-// remove kills what is left in the cgroup and removes it.
+// remove kills what is left in the cgroup and its children and removes
+// them, deepest first.
 func (cg *MemoryCgroup) remove() error {
+	var dirs []string
+	filepath.WalkDir(cg.Path, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if err := removeOne(dirs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// removeOne kills a cgroup's processes and removes the directory, waiting
+// for the kernel to reap them (v1 has no event for a cgroup emptying).
+func removeOne(dir string) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		b, err := os.ReadFile(filepath.Join(cg.Path, "cgroup.procs"))
+		b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 		if os.IsNotExist(err) {
 			return nil
 		}
@@ -205,15 +224,51 @@ func (cg *MemoryCgroup) remove() error {
 			}
 		}
 		if len(pids) == 0 {
-			if err := os.Remove(cg.Path); err == nil || os.IsNotExist(err) {
+			if err := os.Remove(dir); err == nil || os.IsNotExist(err) {
 				return nil
 			} else if time.Now().After(deadline) {
-				return fmt.Errorf("remove cgroup %s: %w", cg.Path, err)
+				return fmt.Errorf("remove cgroup %s: %w", dir, err)
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("cgroup %s still has processes %v", cg.Path, pids)
+			return fmt.Errorf("cgroup %s still has processes %v", dir, pids)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// Child creates a child cgroup with the given memory limit (removed with
+// its parent).
+func (cg *MemoryCgroup) Child(t testing.TB, name string, limitBytes int64) *MemoryCgroup {
+	t.Helper()
+	c := &MemoryCgroup{Path: filepath.Join(cg.Path, name)}
+	if err := os.Mkdir(c.Path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Write("memory.limit_in_bytes", strconv.FormatInt(limitBytes, 10)); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// OOMKills sums the kernel's OOM kills in the cgroup and its children.
+func (cg *MemoryCgroup) OOMKills() (uint64, error) {
+	var total uint64
+	err := filepath.WalkDir(cg.Path, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(filepath.Join(p, "memory.oom_control"))
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+				n, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+				total += n
+			}
+		}
+		return nil
+	})
+	return total, err
 }

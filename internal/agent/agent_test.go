@@ -1,0 +1,187 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/headroom-dev/headroom/internal/cgroup"
+)
+
+func TestParseMetadata(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    Metadata
+		wantErr bool
+	}{
+		{`{"name":"vm-a","priority":100,"memoryRequest":"4Gi","protected":true}`, Metadata{Name: "vm-a", Priority: 100, MemoryRequestBytes: 4 << 30, Protected: true}, false},
+		{`{"memoryRequest":1073741824}`, Metadata{MemoryRequestBytes: 1 << 30}, false},
+		{`{"priority":-5}`, Metadata{Priority: -5}, false},
+		{`{}`, Metadata{}, false},
+		{`{"memoryRequest":"lots"}`, Metadata{}, true},
+		{`{"memoryRequest":-1}`, Metadata{}, true},
+		{`{"priority":"high"}`, Metadata{}, true},
+		{`not json`, Metadata{}, true},
+	}
+	for _, tt := range tests {
+		got, err := ParseMetadata([]byte(tt.in))
+		if (err != nil) != tt.wantErr || (err == nil && got != tt.want) {
+			t.Errorf("ParseMetadata(%s) = %+v, %v; want %+v, error %v", tt.in, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+func FuzzParseMetadata(f *testing.F) {
+	for _, s := range []string{`{"name":"a","priority":1,"memoryRequest":"1Gi"}`, `{"memoryRequest":5}`, `{"memoryRequest":null}`, `[]`, `{"protected":1}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := ParseMetadata(b)
+		if err == nil && !json.Valid(b) {
+			t.Fatalf("accepted invalid JSON %q as %+v", b, m)
+		}
+	})
+}
+
+func TestConfigLayering(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "agent.yaml")
+	os.WriteFile(file, []byte("swapUtilizationThresholdFactor: 0.9\naverageWindowSizeSeconds: 20\nscope: machine.slice\n"), 0o644)
+	cfg := DefaultConfig()
+	if err := cfg.LoadFile(file); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"AVERAGE_WINDOW_SIZE_SECONDS": "30", "MAX_AVERAGE_SWAP_IN_PAGES_PER_SECOND": "5000"}
+	if err := cfg.LoadEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.SwapUtilizationThresholdFactor != 0.9 || cfg.AverageWindowSizeSeconds != 30 || cfg.MaxAverageSwapInPagesPerSecond != 5000 || cfg.Scope != "machine.slice" {
+		t.Fatalf("layered config %+v", cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(file, []byte("swapUtilisationFactor: 0.9\n"), 0o644)
+	strict := DefaultConfig()
+	if err := strict.LoadFile(file); err == nil {
+		t.Fatal("unknown key accepted")
+	}
+	bad := DefaultConfig()
+	if err := bad.LoadEnv(func(k string) (string, bool) { return "lots", k == "SWAP_UTILIZATION_THRESHOLD_FACTOR" }); err == nil || !strings.Contains(err.Error(), "SWAP_UTILIZATION_THRESHOLD_FACTOR") {
+		t.Fatalf("bad env value: %v", err)
+	}
+}
+
+// fixtureScope builds a v2 tree with one workload; stat is the content of
+// the scope's memory.stat.
+func fixtureScope(t *testing.T, scopeStat string) (cgroup.Group, string) {
+	t.Helper()
+	root := t.TempDir()
+	files := map[string]string{
+		"node/memory.current": "3000000000\n", "node/memory.swap.current": "2000000000\n", "node/memory.stat": scopeStat,
+		"node/memory.max": "2147483648\n", "node/memory.swap.max": "max\n", "node/memory.events": "oom_kill 0\n",
+		"node/memory.pressure":     "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+		"node/vm-a/memory.current": "1000000000\n", "node/vm-a/memory.swap.current": "0\n", "node/vm-a/memory.stat": "inactive_file 0\n",
+		"node/vm-a/memory.max": "max\n", "node/vm-a/memory.swap.max": "max\n", "node/vm-a/memory.events": "oom_kill 0\n",
+		"node/vm-a/cgroup.procs": "999999999\n", "node/vm-a/cgroup.kill": "",
+	}
+	for name, content := range files {
+		p := filepath.Join(root, name)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte(content), 0o644)
+	}
+	g, err := cgroup.OpenAt(cgroup.V2, root, "node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, root
+}
+
+type recordingEvictor struct{ begun []string }
+
+func (e *recordingEvictor) Begin(g cgroup.Group) error {
+	e.begun = append(e.begun, filepath.Base(g.Path()))
+	return nil
+}
+func (e *recordingEvictor) Finish(context.Context, cgroup.Group) error { return nil }
+
+func newFixtureAgent(t *testing.T, scope cgroup.Group) (*Agent, *recordingEvictor, *bytes.Buffer) {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Scope, cfg.WorkloadsDir, cfg.Listen = "node", t.TempDir(), ""
+	var out bytes.Buffer
+	a, err := NewForScope(cfg, scope, slog.New(slog.NewTextHandler(io.Discard, nil)), &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := &recordingEvictor{}
+	a.SetEvictor(ev)
+	return a, ev, &out
+}
+
+// A node far over RAM + swap: the agent evicts when it can read the scope,
+// and does nothing but say why when it cannot.
+func TestAgentActsOnlyOnReadableData(t *testing.T) {
+	// The swap device is the host's: give the fixture scope a swap limit of
+	// 1 GB so the signal is computed against known numbers.
+	scope, root := fixtureScope(t, "inactive_file 0\n")
+	os.WriteFile(filepath.Join(root, "node/memory.swap.max"), []byte("1000000000\n"), 0o644)
+	a, ev, out := newFixtureAgent(t, scope)
+	a.Tick(context.Background(), time.Now())
+	if len(ev.begun) != 1 || ev.begun[0] != "vm-a" || !strings.Contains(out.String(), `"action":"evict"`) {
+		t.Fatalf("readable overloaded node: evicted %v, log %s", ev.begun, out)
+	}
+
+	broken, _ := fixtureScope(t, "garbage\n")
+	a, ev, out = newFixtureAgent(t, broken)
+	a.Tick(context.Background(), time.Now())
+	a.Tick(context.Background(), time.Now().Add(time.Second))
+	if len(ev.begun) != 0 || !strings.Contains(out.String(), "unreadable") {
+		t.Fatalf("unreadable scope: evicted %v, log %s", ev.begun, out)
+	}
+}
+
+func TestHTTPEndpoints(t *testing.T) {
+	scope, _ := fixtureScope(t, "inactive_file 0\n")
+	a, _, _ := newFixtureAgent(t, scope)
+	a.Tick(context.Background(), time.Now())
+	srv := httptest.NewServer(a.Handler())
+	defer srv.Close()
+	get := func(path string) (int, string) {
+		resp, err := srv.Client().Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("/healthz"); code != 200 || strings.TrimSpace(body) != "ok" {
+		t.Fatalf("/healthz %d %q", code, body)
+	}
+	code, body := get("/v1/decisions")
+	var recs []Record
+	if code != 200 || json.Unmarshal([]byte(body), &recs) != nil || len(recs) == 0 {
+		t.Fatalf("/v1/decisions %d %s", code, body)
+	}
+	code, body = get("/v1/snapshot")
+	var v View
+	if code != 200 || json.Unmarshal([]byte(body), &v) != nil || len(v.Workloads) != 1 || v.Workloads[0].Name != "vm-a" {
+		t.Fatalf("/v1/snapshot %d %s", code, body)
+	}
+	_, body = get("/metrics")
+	for _, want := range []string{"headroom_scope_ram_bytes 2.147483648e+09", `headroom_workload_working_set_bytes{workload="vm-a"} 1e+09`,
+		`headroom_signal_firing{signal="swap_utilization"} 1`, `headroom_agent_decisions_total{action="evict"} 1`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}

@@ -1,0 +1,249 @@
+//go:build system
+
+package agent
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/headroom-dev/headroom/internal/memload"
+	"github.com/headroom-dev/headroom/internal/policy"
+	"github.com/headroom-dev/headroom/internal/testenv"
+)
+
+// The node: 1.5 GiB of RAM (a v1 memory cgroup) and 1 GiB of swap (a swap
+// file, node memsw capped at 2.5 GiB). Three workers of 900 MiB each — 2.7
+// GiB of working sets — outgrow RAM + swap.
+const (
+	nodeRAM      = 1536 << 20
+	nodeSwap     = 1 << 30
+	workerLimit  = 1 << 30
+	workerSize   = "900Mi"
+	workerLength = "8s"
+)
+
+var priorities = map[string]int{"w-low": 1, "w-mid": 5, "w-high": 10}
+
+type workerOutcome struct {
+	summary  *memload.Summary
+	killedBy syscall.Signal // 0 if it exited on its own
+}
+
+type nodeRun struct {
+	workers   map[string]workerOutcome
+	decisions []Record
+	oomKills  uint64
+}
+
+// runNode builds the node, starts the agent (unless agentArgs is nil) and
+// waits for it to have applied the swap allowances, runs the workers to
+// completion and reports what happened. metadata overrides a worker's
+// metadata file content.
+func runNode(t *testing.T, agentArgs []string, metadata map[string]string) nodeRun {
+	testenv.SwapFile(t, nodeSwap)
+	node := testenv.NewMemoryCgroup(t, nodeRAM)
+	if err := node.Write("memory.memsw.limit_in_bytes", strconv.Itoa(nodeRAM+nodeSwap)); err != nil {
+		t.Fatal(err)
+	}
+	bin := testenv.HeadroomBinary(t)
+	metaDir := t.TempDir()
+	children := map[string]*testenv.MemoryCgroup{}
+	for name, prio := range priorities {
+		md := `{"name":"` + name + `","priority":` + strconv.Itoa(prio) + `,"memoryRequest":"512Mi"}`
+		if m, ok := metadata[name]; ok {
+			md = m
+		}
+		if err := os.WriteFile(filepath.Join(metaDir, name+".json"), []byte(md), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		children[name] = node.Child(t, name, workerLimit)
+	}
+
+	var run nodeRun
+	var agentDone chan []Record
+	var agentCmd *exec.Cmd
+	if agentArgs != nil {
+		scope := strings.TrimPrefix(node.Path, testenv.CgroupV1MemoryRoot)
+		args := append([]string{"agent", "--scope", scope, "--workloads-dir", metaDir, "--listen", ""}, agentArgs...)
+		agentCmd = exec.Command(bin, args...)
+		stdout, _ := agentCmd.StdoutPipe()
+		agentCmd.Stderr = os.Stderr
+		if err := agentCmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { agentCmd.Process.Kill(); agentCmd.Wait() })
+		records := make(chan Record, 64)
+		agentDone = make(chan []Record, 1)
+		go readDecisions(stdout, records, agentDone)
+		// Allowances are applied on discovery, before any workload runs.
+		for seen := 0; seen < len(priorities); {
+			select {
+			case r := <-records:
+				if r.Action == policy.ActionSetSwap {
+					seen++
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the agent did not apply swap allowances within 10 s")
+			}
+		}
+		go func() {
+			for range records {
+			}
+		}()
+	}
+
+	type exit struct {
+		name string
+		out  []byte
+		err  error
+	}
+	exits := make(chan exit, len(children))
+	for name, cg := range children {
+		cmd := testenv.CommandIn(cg.Path, bin, "load", "--size", workerSize, "--duration", workerLength, "--json", "--interval", "500ms")
+		go func() {
+			out, err := cmd.Output()
+			exits <- exit{name, out, err}
+		}()
+	}
+	run.workers = map[string]workerOutcome{}
+	for range children {
+		e := <-exits
+		var o workerOutcome
+		var ee *exec.ExitError
+		if errors.As(e.err, &ee) {
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				o.killedBy = ws.Signal()
+			}
+		}
+		lines := strings.Split(strings.TrimSpace(string(e.out)), "\n")
+		var s memload.Summary
+		if json.Unmarshal([]byte(lines[len(lines)-1]), &s) == nil && s.Type == "summary" {
+			o.summary = &s
+		}
+		run.workers[e.name] = o
+		t.Logf("%s: killed by %v, summary %v", e.name, o.killedBy, o.summary != nil)
+	}
+	if agentCmd != nil {
+		agentCmd.Process.Signal(syscall.SIGTERM)
+		run.decisions = <-agentDone
+		agentCmd.Wait()
+	}
+	var err error
+	if run.oomKills, err = node.OOMKills(); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range run.decisions {
+		if r.Action == policy.ActionEvict {
+			t.Logf("decision: evict %s on %s %.0f > %.0f %s (latency bound %.3fs, dry run %v): %s",
+				r.Workload, r.Signal, r.Value, r.Threshold, r.Unit, r.LatencyBoundSeconds, r.DryRun, r.Reason)
+		}
+	}
+	return run
+}
+
+func readDecisions(r io.Reader, live chan<- Record, done chan<- []Record) {
+	var all []Record
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		var rec Record
+		if json.Unmarshal(sc.Bytes(), &rec) == nil {
+			all = append(all, rec)
+			live <- rec
+		}
+	}
+	close(live)
+	done <- all
+}
+
+func evicted(decisions []Record) []string {
+	var out []string
+	for _, r := range decisions {
+		if r.Action == policy.ActionEvict {
+			out = append(out, r.Workload)
+		}
+	}
+	return out
+}
+
+func TestSystemWithoutAgentTheKernelOOMKills(t *testing.T) {
+	run := runNode(t, nil, nil)
+	if run.oomKills == 0 {
+		t.Fatalf("no OOM kill without the agent: the scenario does not outgrow RAM + swap (%+v)", run.workers)
+	}
+}
+
+func TestSystemAgentEvictsLowestPriorityFirst(t *testing.T) {
+	run := runNode(t, []string{}, nil)
+	if run.oomKills != 0 {
+		t.Fatalf("the kernel OOM-killed %d processes with the agent running", run.oomKills)
+	}
+	ev := evicted(run.decisions)
+	if len(ev) == 0 || ev[0] != "w-low" {
+		t.Fatalf("evictions %v, want w-low first", ev)
+	}
+	for _, name := range []string{"w-mid", "w-high"} {
+		if s := run.workers[name].summary; s == nil || s.StopReason != memload.StopDuration || len(ev) > 1 && contains(ev, name) {
+			t.Errorf("%s did not finish its run: %+v (evictions %v)", name, run.workers[name], ev)
+		}
+	}
+	if low := run.workers["w-low"]; low.killedBy == syscall.SIGKILL || low.summary == nil || !strings.Contains(low.summary.StopReason, "terminated") {
+		t.Errorf("w-low was not evicted gracefully (SIGTERM, summary kept): %+v", low)
+	}
+	for _, r := range run.decisions {
+		if r.Action == policy.ActionEvict && (r.LatencyBoundSeconds <= 0 || r.LatencyBoundSeconds > 1) {
+			t.Errorf("threshold crossing to eviction signal took up to %.3f s, want at most 1 s", r.LatencyBoundSeconds)
+		}
+	}
+}
+
+func TestSystemDryRunActsOnNothing(t *testing.T) {
+	run := runNode(t, []string{"--dry-run"}, nil)
+	if len(evicted(run.decisions)) == 0 {
+		t.Fatal("dry run decided no eviction under a node that outgrows RAM + swap")
+	}
+	for _, r := range run.decisions {
+		if !r.DryRun || r.SignaledAt != nil {
+			t.Fatalf("dry run acted: %+v", r)
+		}
+	}
+	for name, w := range run.workers {
+		if w.summary != nil && strings.Contains(w.summary.StopReason, "terminated") {
+			t.Errorf("%s got SIGTERM in a dry run", name)
+		}
+	}
+}
+
+func TestSystemProtectedAndUnreadableAreNeverChosen(t *testing.T) {
+	run := runNode(t, []string{}, map[string]string{
+		"w-low": `{"name":"w-low","priority":1,"memoryRequest":"512Mi","protected":true}`,
+		"w-mid": `{"priority": "not a number"`,
+	})
+	ev := evicted(run.decisions)
+	if len(ev) == 0 {
+		t.Fatal("no eviction: the scenario outgrows RAM + swap")
+	}
+	for _, name := range ev {
+		if name != "w-high" {
+			t.Fatalf("evicted %s; only w-high is neither protected nor unreadable (evictions %v)", name, ev)
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
