@@ -53,6 +53,7 @@ bench: build
 	bench/rate-accuracy.sh
 	bench/start-skew.sh
 	bench/swap-bound.sh
+	bench/agent-overhead.sh
 
 clean:
 	rm -rf bin

@@ -170,8 +170,10 @@ func newCalibrateCommand() *cobra.Command {
 direct I/O (like fio --rw=randread/randwrite --bs=4k --direct=1) and sets
 maxAverageSwapInPagesPerSecond and maxAverageSwapOutPagesPerSecond to
 --fraction of them: thresholds that mean something for this device, instead
-of a fixed default. Reads go to the swap area itself (safe); writes go to a
-scratch file beside a swap file (or in --write-test-dir for a partition).`,
+of a fixed default. For a swap file, both tests use a scratch file written
+full beside it (a swap file's unwritten blocks would be answered without
+device I/O); for a partition, reads go to the partition (never written) and
+writes are measured only with --write-test-dir on the same device.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runCalibrate(cmd, f) },
 	}
@@ -199,12 +201,16 @@ func runCalibrate(cmd *cobra.Command, f *calibrateFlags) error {
 	if err != nil {
 		return usageError{err}
 	}
-	writeDir := f.writeTestDir
-	if writeDir == "" && dev.Type == "file" {
-		writeDir = filepath.Dir(dev.Path)
+	opts := probe.Options{Duration: f.seconds, Jobs: f.jobs, ScratchBytes: min(dev.SizeBytes, 256<<20)}
+	switch {
+	case f.writeTestDir != "":
+		opts.Dir = f.writeTestDir
+	case dev.Type == "file":
+		opts.Dir = filepath.Dir(dev.Path)
+	default:
+		opts.Device, opts.DeviceBytes = dev.Path, dev.SizeBytes
 	}
-	res, err := probe.Run(cmd.Context(), probe.Options{ReadPath: dev.Path, ReadBytes: dev.SizeBytes,
-		WriteDir: writeDir, WriteBytes: min(dev.SizeBytes, 256<<20), Duration: f.seconds, Jobs: f.jobs})
+	res, err := probe.Run(cmd.Context(), opts)
 	if err != nil {
 		return err
 	}
@@ -225,7 +231,7 @@ func runCalibrate(cmd *cobra.Command, f *calibrateFlags) error {
 			Thresholds map[string]float64 `json:"thresholds"`
 		}{res, f.fraction, thresholds})
 	}
-	fmt.Fprintf(out, "%s: 4 KiB random read %.0f IOPS (%.0f µs at queue depth %d)", dev.Path, res.ReadIOPS, res.ReadLatencyUs, res.Jobs)
+	fmt.Fprintf(out, "%s (probed on %s): 4 KiB random read %.0f IOPS (%.0f µs at queue depth %d)", dev.Path, res.ReadPath, res.ReadIOPS, res.ReadLatencyUs, res.Jobs)
 	if res.WriteIOPS > 0 {
 		fmt.Fprintf(out, ", random write %.0f IOPS (%.0f µs)", res.WriteIOPS, res.WriteLatencyUs)
 	}

@@ -5,6 +5,7 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -46,5 +47,36 @@ func TestSystemSwapInMemoryCgroup(t *testing.T) {
 	maxMemsw, err := cg.ReadInt("memory.memsw.max_usage_in_bytes")
 	if err != nil || maxMemsw <= limit {
 		t.Fatalf("cgroup memory+swap peak %d, want above the %d limit (swap in use): %v", maxMemsw, limit, err)
+	}
+}
+
+// calibrate measures the real swap file's file system and writes thresholds
+// the agent then loads.
+func TestSystemCalibrate(t *testing.T) {
+	testenv.SwapFile(t, 512<<20)
+	cfg := t.TempDir() + "/agent.yaml"
+	r := runHeadroom(t, "agent", "calibrate", "--duration", "1s", "--json", "--write-config", cfg)
+	if r.code != 0 {
+		t.Fatalf("calibrate: exit %d: %s", r.code, r.stderr)
+	}
+	var res struct {
+		ReadIOPS      float64            `json:"read_iops"`
+		WriteIOPS     float64            `json:"write_iops"`
+		ReadLatencyUs float64            `json:"read_latency_us"`
+		Thresholds    map[string]float64 `json:"thresholds"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("4 KiB random read %.0f IOPS (%.0f µs), write %.0f IOPS", res.ReadIOPS, res.ReadLatencyUs, res.WriteIOPS)
+	// Device I/O takes microseconds; a few hundred nanoseconds would mean
+	// the reads never reached the device.
+	if res.ReadIOPS <= 0 || res.WriteIOPS <= 0 || res.ReadLatencyUs < 5 {
+		t.Fatalf("implausible probe: %+v", res)
+	}
+	p := runHeadroom(t, "agent", "--config", cfg, "--print-config")
+	in := strconv.FormatFloat(res.Thresholds["maxAverageSwapInPagesPerSecond"], 'f', -1, 64)
+	if p.code != 0 || !strings.Contains(p.stdout, "maxAverageSwapInPagesPerSecond: "+in) {
+		t.Fatalf("agent does not load the calibrated threshold %s:\n%s%s", in, p.stdout, p.stderr)
 	}
 }

@@ -171,7 +171,7 @@ func (a *Agent) Tick(ctx context.Context, now time.Time) {
 	}
 	sample := a.obs.sample(now)
 	if now.Sub(a.statsAt) >= seconds(a.cfg.WorkloadStatsSeconds) {
-		a.refreshWorkloads(now)
+		a.refreshWorkloads(now, false)
 	}
 	snap := policy.Snapshot{Sample: sample, Workloads: a.workloadList()}
 	decisions, next := policy.Decide(snap, a.cfg.Config, a.state)
@@ -179,7 +179,7 @@ func (a *Agent) Tick(ctx context.Context, now time.Time) {
 		// A signal fired: rank on fresh numbers (cached stats may predate
 		// the workloads' processes), re-reading every workload and deciding
 		// again from the same state (Decide is pure).
-		a.refreshWorkloads(now)
+		a.refreshWorkloads(now, true)
 		snap.Workloads = a.workloadList()
 		decisions, next = policy.Decide(snap, a.cfg.Config, a.state)
 	}
@@ -207,7 +207,7 @@ func (a *Agent) discover() {
 		seen[name] = true
 		if _, known := a.groups[name]; !known {
 			a.groups[name] = g
-			a.workloads[name], a.meta[name] = a.obs.workload(g)
+			a.workloads[name], a.meta[name] = a.obs.workload(g, true)
 		}
 	}
 	for name := range a.groups {
@@ -215,13 +215,14 @@ func (a *Agent) discover() {
 			delete(a.groups, name)
 			delete(a.workloads, name)
 			delete(a.meta, name)
+			a.obs.forget(name)
 		}
 	}
 }
 
-func (a *Agent) refreshWorkloads(now time.Time) {
+func (a *Agent) refreshWorkloads(now time.Time, full bool) {
 	for name, g := range a.groups {
-		a.workloads[name], a.meta[name] = a.obs.workload(g)
+		a.workloads[name], a.meta[name] = a.obs.workload(g, full)
 	}
 	a.statsAt = now
 }

@@ -24,6 +24,9 @@ type observer struct {
 	hostMem   host.Memory
 	limitsErr error
 	metadata  map[string]cachedMetadata
+	// workloadLimits caches each workload's memory limit (0: none), read
+	// in full when it is discovered and before every ranking.
+	workloadLimits map[string]uint64
 }
 
 type cachedMetadata struct {
@@ -126,8 +129,9 @@ func (o *observer) discover() ([]cgroup.Group, error) {
 	return kids, err
 }
 
-// workload reads one child cgroup's stats and metadata.
-func (o *observer) workload(g cgroup.Group) (policy.Workload, Metadata) {
+// workload reads one child cgroup's stats and metadata; full also re-reads
+// its limits (more files), which the periodic refresh skips.
+func (o *observer) workload(g cgroup.Group, full bool) (policy.Workload, Metadata) {
 	name := filepath.Base(g.Path())
 	w := policy.Workload{Name: name}
 	md, err := o.readMetadata(name)
@@ -137,7 +141,23 @@ func (o *observer) workload(g cgroup.Group) (policy.Workload, Metadata) {
 	}
 	w.Priority, w.RequestBytes, w.Protected = md.Priority, md.MemoryRequestBytes, md.Protected
 	procs, perr := g.Procs()
-	m, merr := g.Usage()
+	var u cgroup.Usage
+	var merr error
+	if full {
+		var m cgroup.Memory
+		if m, merr = g.Memory(); merr == nil {
+			u = cgroup.Usage{UsageBytes: m.UsageBytes, WorkingSetBytes: m.WorkingSetBytes, SwapBytes: m.SwapBytes}
+			if o.workloadLimits == nil {
+				o.workloadLimits = map[string]uint64{}
+			}
+			o.workloadLimits[name] = m.LimitBytes
+			if m.LimitBytes == cgroup.Unlimited {
+				o.workloadLimits[name] = 0
+			}
+		}
+	} else {
+		u, merr = g.Usage()
+	}
 	switch {
 	case merr != nil:
 		w.Err = merr.Error()
@@ -147,8 +167,15 @@ func (o *observer) workload(g cgroup.Group) (policy.Workload, Metadata) {
 		o.readErrors("workload")
 	}
 	w.Processes = len(procs)
-	w.WorkingSetBytes, w.SwapBytes = m.WorkingSetBytes, m.SwapBytes
+	w.LimitBytes = o.workloadLimits[name]
+	w.WorkingSetBytes, w.SwapBytes = u.WorkingSetBytes, u.SwapBytes
 	return w, md
+}
+
+// forget drops what is cached about a workload that is gone.
+func (o *observer) forget(name string) {
+	delete(o.workloadLimits, name)
+	delete(o.metadata, name)
 }
 
 // readMetadata returns a workload's metadata, re-reading the file only when

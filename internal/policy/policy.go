@@ -100,11 +100,13 @@ type Sample struct {
 
 // Workload is one child cgroup of the scope with its metadata.
 type Workload struct {
-	Name            string `json:"name"`
-	Priority        int    `json:"priority"`
-	RequestBytes    uint64 `json:"request_bytes"`
-	Protected       bool   `json:"protected"`
-	Processes       int    `json:"processes"`
+	Name         string `json:"name"`
+	Priority     int    `json:"priority"`
+	RequestBytes uint64 `json:"request_bytes"`
+	Protected    bool   `json:"protected"`
+	Processes    int    `json:"processes"`
+	// LimitBytes is the workload's memory limit; 0 if it has none.
+	LimitBytes      uint64 `json:"limit_bytes,omitempty"`
 	WorkingSetBytes uint64 `json:"working_set_bytes"`
 	SwapBytes       uint64 `json:"swap_bytes"`
 	// Err says the workload's stats could not be read: it is never ranked.

@@ -24,6 +24,11 @@ func wl(name string, prio int, reqGiB, wsGiB, swapGiB float64) Workload {
 		WorkingSetBytes: uint64(wsGiB * gi), SwapBytes: uint64(swapGiB * gi)}
 }
 
+func withLimit(w Workload, limitGiB float64) Workload {
+	w.LimitBytes = uint64(limitGiB * gi)
+	return w
+}
+
 func evictions(ds []Decision) []Decision {
 	var out []Decision
 	for _, d := range ds {
@@ -92,9 +97,15 @@ func TestRank(t *testing.T) {
 		{"swap counts toward usage",
 			[]Workload{wl("swapper", 5, 1, 0.5, 1), wl("resident", 5, 1, 0.9, 0)}, map[string]uint64{"swapper": 2 * gi},
 			[]string{"swapper", "resident"}, "exceeds its memory request"},
-		{"over swap allowance first",
+		{"without a memory limit, swap over the allowance is over the limit",
 			[]Workload{wl("a", 1, 1, 3, 0), wl("b", 9, 1, 1, 0.5)}, map[string]uint64{"b": gi / 4},
-			[]string{"b", "a"}, "over its swap allowance"},
+			[]string{"b", "a"}, "over its limit plus swap allowance"},
+		{"with a memory limit only the sum counts (cgroup v1 memsw)",
+			[]Workload{withLimit(wl("a", 1, 1, 1.5, 0), 2), withLimit(wl("b", 9, 1, 1, 0.5), 2)}, map[string]uint64{"a": gi / 4, "b": gi / 4},
+			[]string{"a", "b"}, "lower priority"},
+		{"over memory limit plus allowance first",
+			[]Workload{withLimit(wl("a", 1, 1, 1.5, 0), 2), withLimit(wl("b", 9, 1, 2, 0.5), 2)}, map[string]uint64{"a": gi / 4, "b": gi / 4},
+			[]string{"b", "a"}, "over its limit plus swap allowance"},
 		{"larger excess first at equal priority",
 			[]Workload{wl("small", 1, 1, 1.5, 0), wl("big", 1, 1, 3, 0)}, nil,
 			[]string{"big", "small"}, "more memory above its request"},

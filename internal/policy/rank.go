@@ -31,9 +31,17 @@ func orderedBy(cs ...criterion) func(a, b Workload, allowance map[string]uint64)
 
 func used(w Workload) uint64 { return w.WorkingSetBytes + w.SwapBytes }
 
-// overSwapAllowance: workloads using more swap than they are allowed first.
-func overSwapAllowance(a, b Workload, allowance map[string]uint64) int {
-	over := func(w Workload) bool { return w.SwapBytes > allowance[w.Name] }
+// overLimit: workloads using more than their memory limit plus swap
+// allowance first. cgroup v1 enforces only that sum (memsw), so swap alone
+// above the allowance is not over the limit; without a memory limit, swap
+// above the allowance is.
+func overLimit(a, b Workload, allowance map[string]uint64) int {
+	over := func(w Workload) bool {
+		if w.LimitBytes == 0 {
+			return w.SwapBytes > allowance[w.Name]
+		}
+		return used(w) > w.LimitBytes+allowance[w.Name]
+	}
 	return boolFirst(over(a), over(b))
 }
 
@@ -62,7 +70,7 @@ func boolFirst(a, b bool) int {
 }
 
 var victimOrder = orderedBy(
-	criterion{"over its swap allowance", overSwapAllowance},
+	criterion{"over its limit plus swap allowance", overLimit},
 	criterion{"exceeds its memory request", exceedsRequest},
 	criterion{"lower priority", priority},
 	criterion{"more memory above its request", usageAboveRequest},

@@ -32,54 +32,93 @@ type Result struct {
 	WriteLatencyUs float64 `json:"write_latency_us,omitempty"`
 }
 
-// Options choose what to measure.
+// Options choose what to measure: either a block device (a swap
+// partition: read only, since an active swap area must never be written)
+// or a directory on the swap file's file system, where a scratch file is
+// written full and then read and written at random. A swap file itself is
+// not read: its unwritten blocks are answered by the file system without
+// touching the device.
 type Options struct {
-	// ReadPath is read at random offsets below ReadBytes (a swap file or
-	// partition: reading an active swap area is safe).
-	ReadPath  string
-	ReadBytes uint64
-	// WriteDir gets a scratch file for the write test ("" skips it; an
-	// active swap area must never be written).
-	WriteDir   string
-	WriteBytes uint64
-	Duration   time.Duration
-	Jobs       int
+	Device       string // block device to read
+	DeviceBytes  uint64
+	Dir          string // directory for a scratch file (read and write tests)
+	ScratchBytes uint64
+	Duration     time.Duration
+	Jobs         int
 }
 
-// Run measures random reads, then random writes.
+// Run measures random reads, then (with a scratch file) random writes.
 func Run(ctx context.Context, o Options) (Result, error) {
-	r := Result{Device: o.ReadPath, ReadPath: o.ReadPath, Jobs: o.Jobs, Seconds: o.Duration.Seconds()}
-	if o.ReadBytes < 2*BlockBytes {
-		return r, fmt.Errorf("probe %s: too small to probe", o.ReadPath)
+	r := Result{Device: o.Device, Jobs: o.Jobs, Seconds: o.Duration.Seconds()}
+	readPath, readBytes := o.Device, o.DeviceBytes
+	if o.Dir != "" {
+		path, err := scratchFile(o.Dir, o.ScratchBytes)
+		if err != nil {
+			return r, err
+		}
+		defer os.Remove(path)
+		r.Device, r.WritePath = o.Dir, path
+		readPath, readBytes = path, o.ScratchBytes
 	}
-	n, d, err := randomIO(ctx, o.ReadPath, unix.O_RDONLY, o.ReadBytes, o.Duration, o.Jobs, false)
+	if readBytes < 2*BlockBytes {
+		return r, fmt.Errorf("probe %s: too small to probe", readPath)
+	}
+	r.ReadPath = readPath
+	n, d, err := randomIO(ctx, readPath, unix.O_RDONLY, readBytes, o.Duration, o.Jobs, false)
 	if err != nil {
 		return r, err
 	}
 	r.ReadIOPS = float64(n) / d.Seconds()
 	r.ReadLatencyUs = latencyMicros(n, d, o.Jobs)
-	if o.WriteDir == "" {
+	if o.Dir == "" {
 		return r, nil
 	}
-	f, err := os.CreateTemp(o.WriteDir, ".headroom-probe-")
-	if err != nil {
-		return r, fmt.Errorf("probe write: %w", err)
-	}
-	path := f.Name()
-	defer os.Remove(path)
-	err = unix.Fallocate(int(f.Fd()), 0, 0, int64(o.WriteBytes))
-	f.Close()
-	if err != nil {
-		return r, fmt.Errorf("probe write: allocate %s: %w", path, err)
-	}
-	n, d, err = randomIO(ctx, path, unix.O_WRONLY, o.WriteBytes, o.Duration, o.Jobs, true)
+	n, d, err = randomIO(ctx, r.WritePath, unix.O_WRONLY, o.ScratchBytes, o.Duration, o.Jobs, true)
 	if err != nil {
 		return r, err
 	}
-	r.WritePath = path
 	r.WriteIOPS = float64(n) / d.Seconds()
 	r.WriteLatencyUs = latencyMicros(n, d, o.Jobs)
 	return r, nil
+}
+
+// scratchFile writes a file of size bytes in dir with direct I/O and
+// syncs it, so that every block is really on the device.
+func scratchFile(dir string, size uint64) (string, error) {
+	const chunk = 1 << 20
+	size = max(size/chunk, 1) * chunk
+	f, err := os.CreateTemp(dir, ".headroom-probe-")
+	if err != nil {
+		return "", fmt.Errorf("probe: %w", err)
+	}
+	path := f.Name()
+	f.Close()
+	fail := func(err error) (string, error) {
+		os.Remove(path)
+		return "", fmt.Errorf("probe: write scratch file %s: %w", path, err)
+	}
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fail(err)
+	}
+	defer unix.Close(fd)
+	buf, err := unix.Mmap(-1, 0, chunk, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return fail(err)
+	}
+	defer unix.Munmap(buf)
+	for i := range buf {
+		buf[i] = byte(i*7 + 1) // not zero: no file system may elide it
+	}
+	for off := uint64(0); off < size; off += chunk {
+		if _, err := unix.Pwrite(fd, buf, int64(off)); err != nil {
+			return fail(err)
+		}
+	}
+	if err := unix.Fdatasync(fd); err != nil {
+		return fail(err)
+	}
+	return path, nil
 }
 
 func latencyMicros(n uint64, d time.Duration, jobs int) float64 {
@@ -90,7 +129,7 @@ func latencyMicros(n uint64, d time.Duration, jobs int) float64 {
 }
 
 // randomIO runs jobs workers doing 4 KiB direct I/O at uniform offsets in
-// [4 KiB, size) (the first page of a swap area is its header) for d.
+// [4 KiB, size) (the first page of a swap partition is its header) for d.
 func randomIO(ctx context.Context, path string, mode int, size uint64, d time.Duration, jobs int, write bool) (uint64, time.Duration, error) {
 	blocks := size/BlockBytes - 1
 	var ops atomic.Uint64
