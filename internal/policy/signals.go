@@ -48,46 +48,35 @@ func Evaluate(window []Sample, cfg Config) (signals []Signal, unreadable []strin
 		signals = append(signals, above(SignalSwapUtilization, used, capacity, "bytes"))
 	}
 
-	rates := []struct {
+	// Windowed averages of cumulative counters: the counter's increase over
+	// the window, per second, times scale.
+	vmstatErr := func(s Sample) string { return s.VMStatErr }
+	psiErr := func(s Sample) string { return s.PSIErr }
+	averages := []struct {
 		name      string
 		threshold float64
+		unit      string
+		scale     float64
 		counter   func(Sample) uint64
+		err       func(Sample) string
 	}{
-		{SignalSwapIn, cfg.MaxAverageSwapInPagesPerSecond, func(s Sample) uint64 { return s.PswpIn }},
-		{SignalSwapOut, cfg.MaxAverageSwapOutPagesPerSecond, func(s Sample) uint64 { return s.PswpOut }},
+		{SignalSwapIn, cfg.MaxAverageSwapInPagesPerSecond, "pages/s", 1, func(s Sample) uint64 { return s.PswpIn }, vmstatErr},
+		{SignalSwapOut, cfg.MaxAverageSwapOutPagesPerSecond, "pages/s", 1, func(s Sample) uint64 { return s.PswpOut }, vmstatErr},
+		// Stall microseconds per second of window, as a percentage.
+		{SignalPSIFull, cfg.PSIFullPercent, "percent", 1e-4, func(s Sample) uint64 { return s.PSIFullMicros }, psiErr},
+		{SignalPSISome, cfg.PSISomePercent, "percent", 1e-4, func(s Sample) uint64 { return s.PSISomeMicros }, psiErr},
 	}
-	for _, r := range rates {
-		if r.threshold == 0 {
+	for _, a := range averages {
+		if a.threshold == 0 {
 			continue
 		}
-		if anyErr(window, func(s Sample) string { return s.VMStatErr }) {
-			unreadable = append(unreadable, r.name)
+		if anyErr(window, a.err) {
+			unreadable = append(unreadable, a.name)
 			continue
 		}
 		if span >= minRateSpanSeconds {
-			signals = append(signals, above(r.name, delta(r.counter(first), r.counter(last))/span, r.threshold, "pages/s"))
-		}
-	}
-
-	psi := []struct {
-		name    string
-		percent float64
-		counter func(Sample) uint64
-	}{
-		{SignalPSIFull, cfg.PSIFullPercent, func(s Sample) uint64 { return s.PSIFullMicros }},
-		{SignalPSISome, cfg.PSISomePercent, func(s Sample) uint64 { return s.PSISomeMicros }},
-	}
-	for _, p := range psi {
-		if p.percent == 0 {
-			continue
-		}
-		if anyErr(window, func(s Sample) string { return s.PSIErr }) {
-			unreadable = append(unreadable, p.name)
-			continue
-		}
-		if span >= minRateSpanSeconds {
-			stalled := delta(p.counter(first), p.counter(last)) / 1e6
-			signals = append(signals, above(p.name, 100*stalled/span, p.percent, "percent"))
+			perSec := delta(a.counter(first), a.counter(last)) / span
+			signals = append(signals, above(a.name, a.scale*perSec, a.threshold, a.unit))
 		}
 	}
 
