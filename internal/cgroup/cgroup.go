@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Unlimited is the value of a limit that is not set.
@@ -49,6 +50,9 @@ type Group interface {
 	Usage() (Usage, error)
 	// SetSwapLimit lets the group use at most swapBytes of swap.
 	SetSwapLimit(swapBytes uint64) error
+	// SetMemoryLimit sets the group's memory limit (v1: set it before the
+	// group's processes grow; lowering it below usage fails with EBUSY).
+	SetMemoryLimit(limitBytes uint64) error
 	// Procs lists the processes in the group (not its children).
 	Procs() ([]int, error)
 	// Kill sends SIGKILL to every process in the group and its children.
@@ -286,4 +290,52 @@ func subtract(a, b uint64) uint64 {
 		return 0
 	}
 	return a - b
+}
+
+// Create makes a child group of parent, of the same hierarchy version; on
+// v2 it first enables the memory controller for parent's children.
+func Create(parent Group, name string) (Group, error) {
+	p := filepath.Join(parent.Path(), name)
+	if _, ok := parent.(*v2Group); ok {
+		ctl := filepath.Join(parent.Path(), "cgroup.subtree_control")
+		if err := os.WriteFile(ctl, []byte("+memory"), 0o644); err != nil {
+			return nil, fmt.Errorf("enable memory controller in %s: %w", parent.Path(), err)
+		}
+	}
+	if err := os.Mkdir(p, 0o755); err != nil {
+		return nil, fmt.Errorf("create cgroup: %w", err)
+	}
+	if _, ok := parent.(*v2Group); ok {
+		return &v2Group{path: p}, nil
+	}
+	return &v1Group{path: p}, nil
+}
+
+// Remove kills every process in g and its children and removes them all,
+// deepest first, waiting up to timeout for killed processes to leave (v1
+// has no event for a cgroup becoming empty).
+func Remove(g Group, timeout time.Duration) error {
+	var dirs []string
+	filepath.WalkDir(g.Path(), func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	killTree(g.Path())
+	deadline := time.Now().Add(timeout)
+	for i := len(dirs) - 1; i >= 0; i-- {
+		for {
+			err := os.Remove(dirs[i])
+			if err == nil || errors.Is(err, os.ErrNotExist) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("remove cgroup %s: %w", dirs[i], err)
+			}
+			killTree(dirs[i])
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return nil
 }

@@ -70,6 +70,21 @@ func (g *v1Group) SetSwapLimit(swapBytes uint64) error {
 	return writeValue(g.file("memory.memsw.limit_in_bytes"), target)
 }
 
+// SetMemoryLimit sets memory.limit_in_bytes, keeping memsw at least as
+// large (v1 refuses a memory limit above the memsw limit).
+func (g *v1Group) SetMemoryLimit(limitBytes uint64) error {
+	memsw, err := readUint(g.file("memory.memsw.limit_in_bytes"))
+	if err != nil {
+		return err
+	}
+	if memsw != Unlimited && memsw < limitBytes {
+		if err := writeValue(g.file("memory.memsw.limit_in_bytes"), limitBytes); err != nil {
+			return err
+		}
+	}
+	return writeValue(g.file("memory.limit_in_bytes"), limitBytes)
+}
+
 func (g *v1Group) Procs() ([]int, error) { return readProcs(g.path) }
 func (g *v1Group) Kill() error           { return killTree(g.path) }
 

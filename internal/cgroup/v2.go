@@ -45,6 +45,10 @@ func (g *v2Group) SetSwapLimit(swapBytes uint64) error {
 	return writeValue(g.file("memory.swap.max"), swapBytes)
 }
 
+func (g *v2Group) SetMemoryLimit(limitBytes uint64) error {
+	return writeValue(g.file("memory.max"), limitBytes)
+}
+
 func (g *v2Group) Procs() ([]int, error) { return readProcs(g.path) }
 
 // Kill uses cgroup.kill (Linux 5.14+), which also reaches processes forked

@@ -47,11 +47,12 @@ type Controller struct {
 }
 
 type workerConn struct {
-	conn    net.Conn
-	writeMu sync.Mutex
-	result  Result
-	done    bool // summary received or connection lost
-	ready   bool
+	conn      net.Conn
+	writeMu   sync.Mutex
+	result    Result
+	done      bool // summary received or connection lost
+	ready     bool
+	lastHeard time.Time
 }
 
 type event struct {
@@ -144,6 +145,7 @@ func (c *Controller) handle(ev event) (*workerConn, error) {
 		return w, nil
 	}
 	m := ev.msg
+	w.lastHeard = time.Now()
 	switch m.Type {
 	case TypeHello:
 		if m.Protocol != ProtocolVersion {
@@ -160,7 +162,9 @@ func (c *Controller) handle(ev event) (*workerConn, error) {
 		c.workers[m.Worker] = w
 		c.order = append(c.order, m.Worker)
 	case TypeReady:
+		c.mu.Lock()
 		w.ready = true
+		c.mu.Unlock()
 		w.result.ReadyAt = time.Now()
 		w.result.Populate = m.Populate
 	case TypeStarted:
@@ -203,6 +207,10 @@ func (c *Controller) AwaitReady(ctx context.Context, n int) error {
 	}
 }
 
+// ReadyCount is how many workers have reported ready (safe to call from
+// any goroutine, e.g. for progress).
+func (c *Controller) ReadyCount() int { return c.countReady() }
+
 func (c *Controller) countReady() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -244,30 +252,62 @@ func (c *Controller) broadcast(m Message) {
 	}
 }
 
+// CollectOptions tune Collect.
+type CollectOptions struct {
+	// StopGrace is how long workers get to send summaries after being
+	// asked to stop (when Collect's context ends).
+	StopGrace time.Duration
+	// Silence marks a worker failed when it has sent nothing for this long
+	// (0: never). Workers send a record every interval, so a few intervals
+	// of silence mean a hung or frozen worker.
+	Silence time.Duration
+	// OnRecord, if set, sees each interval record as it arrives.
+	OnRecord func(memload.Record)
+}
+
 // Collect receives records and summaries until every introduced worker has
-// finished (summary, error or lost connection) or ctx ends; onRecord, if
-// set, sees each interval record as it arrives. On ctx's end the workers
-// are asked to stop and given stopGrace to send their summaries.
-func (c *Controller) Collect(ctx context.Context, stopGrace time.Duration, onRecord func(memload.Record)) []Result {
+// finished (summary, error, lost connection or silence) or ctx ends; then
+// the workers are asked to stop and given StopGrace to send summaries.
+func (c *Controller) Collect(ctx context.Context, o CollectOptions) []Result {
 	stopping := ctx.Done()
 	var grace <-chan time.Time
+	var silenceCheck <-chan time.Time
+	if o.Silence > 0 {
+		t := time.NewTicker(o.Silence / 4)
+		defer t.Stop()
+		silenceCheck = t.C
+	}
 	for !c.allDone() {
 		select {
 		case ev := <-c.events:
 			w, _ := c.handle(ev)
-			if w != nil && ev.msg.Record != nil && onRecord != nil {
-				onRecord(*ev.msg.Record)
+			if w != nil && ev.msg.Record != nil && o.OnRecord != nil {
+				o.OnRecord(*ev.msg.Record)
 			}
+		case now := <-silenceCheck:
+			c.markSilent(now, o.Silence)
 		case <-stopping:
 			c.Stop()
 			stopping = nil
-			grace = time.After(stopGrace)
+			grace = time.After(o.StopGrace)
 		case <-grace:
 			c.markUnfinished("no summary within the stop grace period")
 			return c.Results()
 		}
 	}
 	return c.Results()
+}
+
+// markSilent fails workers that have sent nothing for longer than silence.
+func (c *Controller) markSilent(now time.Time, silence time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, w := range c.workers {
+		if !w.done && now.Sub(w.lastHeard) > silence {
+			w.done = true
+			w.result.Err = fmt.Sprintf("silent for %s", now.Sub(w.lastHeard).Round(time.Millisecond))
+		}
+	}
 }
 
 func (c *Controller) allDone() bool {

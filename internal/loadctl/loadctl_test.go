@@ -71,12 +71,12 @@ func TestProtocolReadyStartRecordsSummary(t *testing.T) {
 	}
 	at := c.Start(20 * time.Millisecond)
 	var records int
-	results := c.Collect(ctxTimeout(t), time.Second, func(r memload.Record) {
+	results := c.Collect(ctxTimeout(t), CollectOptions{StopGrace: time.Second, OnRecord: func(r memload.Record) {
 		if !strings.HasPrefix(r.Worker, "w") {
 			t.Errorf("record without its worker's name: %+v", r)
 		}
 		records++
-	})
+	}})
 	for range workers {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
@@ -112,7 +112,7 @@ func TestWorkerDyingMidRunIsReportedFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Start(5 * time.Millisecond)
-	results := c.Collect(ctxTimeout(t), time.Second, nil)
+	results := c.Collect(ctxTimeout(t), CollectOptions{StopGrace: time.Second})
 	byName := map[string]Result{}
 	for _, r := range results {
 		byName[r.Worker] = r
@@ -180,7 +180,7 @@ func TestCollectStopsWorkersWhenCanceled(t *testing.T) {
 	c.Start(time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	results := c.Collect(ctx, 5*time.Second, nil)
+	results := c.Collect(ctx, CollectOptions{StopGrace: 5 * time.Second})
 	if len(results) != 1 || results[0].Failed() || results[0].Summary.StopReason != "stopped by controller" {
 		t.Fatalf("results %+v", results)
 	}
@@ -216,7 +216,7 @@ func TestTCPController(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Start(time.Millisecond)
-	if r := c.Collect(ctxTimeout(t), time.Second, nil); len(r) != 1 || r[0].Failed() {
+	if r := c.Collect(ctxTimeout(t), CollectOptions{StopGrace: time.Second}); len(r) != 1 || r[0].Failed() {
 		t.Fatalf("results %+v", r)
 	}
 }
@@ -269,4 +269,19 @@ func FuzzDecodeMessage(f *testing.F) {
 			t.Fatalf("re-encoded %q does not decode: %v", b, err)
 		}
 	})
+}
+
+func TestSilentWorkerIsReportedFailed(t *testing.T) {
+	c := listen(t)
+	quiet := dial(t, c, "quiet")
+	quiet.Ready(memload.PopulateStats{})
+	go func() { quiet.AwaitStart(context.Background()) }() // then says nothing, connection open
+	if err := c.AwaitReady(ctxTimeout(t), 1); err != nil {
+		t.Fatal(err)
+	}
+	c.Start(time.Millisecond)
+	results := c.Collect(ctxTimeout(t), CollectOptions{StopGrace: time.Second, Silence: 300 * time.Millisecond})
+	if len(results) != 1 || !strings.HasPrefix(results[0].Err, "silent for") {
+		t.Fatalf("results %+v", results)
+	}
 }

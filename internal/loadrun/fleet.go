@@ -113,12 +113,12 @@ func Fleet(ctx context.Context, o Options, n int, exe string, stderr io.Writer) 
 
 	latest := newLatestRates()
 	stopProgress := p.progress(latest, o.Params.Interval)
-	results := ctl.Collect(ctx, 10*time.Second, func(r memload.Record) {
+	results := ctl.Collect(ctx, loadctl.CollectOptions{StopGrace: 10 * time.Second, OnRecord: func(r memload.Record) {
 		latest.set(r.Worker, r.PagesPerSec)
 		if o.JSON {
 			p.record(r)
 		}
-	})
+	}})
 	stopProgress()
 	for _, r := range results {
 		if r.Summary != nil && o.JSON {

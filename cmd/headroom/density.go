@@ -1,0 +1,273 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/headroom-dev/headroom/internal/density"
+	"github.com/headroom-dev/headroom/internal/memload"
+	"github.com/headroom-dev/headroom/internal/results"
+	"github.com/headroom-dev/headroom/internal/units"
+)
+
+const densityLong = `The density benchmark: start 1, 2, 3 ... workers (each a VM-sized memory
+cgroup running headroom load), all released together, until the run fails;
+per step, record every worker's pages/s, creation-to-ready latency and start
+offset, and the node's swap-in/out, major faults and memory pressure.
+
+A step fails when a worker fails to start, is OOM-killed, is evicted or goes
+silent; with --stop-on-failure (default) the ramp stops there. A step whose
+total request exceeds the node is refused, the way a scheduler would refuse
+it (request = vm-memory × 100 / overcommit-percent + overhead).
+
+--node-memory puts all workers under one parent cgroup with that limit (a
+small node inside a big machine); --swap SIZE creates a swap file for the run
+and removes it afterwards (--swap existing uses the machine's swap);
+--swap-tier zram:SIZE adds a zram device in front; --agent runs headroom
+agent on the node for the whole run.
+
+Results go to --out (default ./results/<timestamp>-density): run.json,
+steps.csv, timeline.jsonl, workers.jsonl (and agent.jsonl with --agent).
+Draw them with headroom report. Needs root (cgroups, swap).`
+
+type densityFlags struct {
+	backend     string
+	deployments string
+	vmMemory    bytesValue
+	memorySize  bytesValue
+	scan        scanValue
+	writes      fractionValue
+	rate        rateValue
+	content     contentValue
+	runtime     time.Duration
+	overcommit  float64
+	overhead    bytesValue
+	repeat      int
+	stopOnFail  bool
+	nodeMemory  bytesValue
+	swap        string
+	swapTier    string
+	agent       bool
+	out         string
+	label       string
+	seed        uint64
+	json        bool
+}
+
+func newDensityCommand() *cobra.Command {
+	f := &densityFlags{backend: "cgroup", deployments: "1:8:1", vmMemory: 512 << 20, memorySize: 256 << 20,
+		scan: scanValue(memload.ScanSeq), writes: 1, content: contentValue(memload.Content{Kind: memload.ContentRandom}),
+		runtime: 30 * time.Second, overcommit: 100, overhead: density.DefaultOverheadBytes, repeat: 1, stopOnFail: true, seed: 1}
+	cmd := &cobra.Command{
+		Use:   "density",
+		Short: "Ramp workers on a node until it fails; measure per-worker and aggregate pages/s",
+		Long:  densityLong,
+		Example: `  headroom density --node-memory 2Gi --swap 6Gi --vm-memory 320Mi --memory-size 256Mi --deployments 1:24:1 --memory-scan random
+  headroom density --deployments 1,2,4,8,16 --vm-memory 1Gi --memory-size 768Mi --overcommit-percent 200 --swap existing --agent --node-memory 8Gi`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runDensity(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.backend, "backend", f.backend, "worker backend: cgroup (qemu and kubevirt come later)")
+	fl.StringVar(&f.deployments, "deployments", f.deployments, "worker counts: start:end:step or a list such as 1,2,4,8")
+	fl.Var(&f.vmMemory, "vm-memory", "declared memory of each worker (its cgroup memory limit)")
+	fl.Var(&f.memorySize, "memory-size", "each workload's block (at most --vm-memory)")
+	fl.Var(&f.scan, "memory-scan", "access pattern: seq, random or none")
+	fl.Var(&f.writes, "writes", "fraction of touches that write, in [0,1]")
+	fl.Var(&f.rate, "rate", "per-worker cap on pages/s (0: as fast as possible)")
+	fl.Var(&f.content, "content", "page content: random, zero, dup=F, compress=R")
+	fl.DurationVar(&f.runtime, "workload-runtime", f.runtime, "measured phase of each step")
+	fl.Float64Var(&f.overcommit, "overcommit-percent", f.overcommit, "memory overcommit: request = vm-memory × 100 / percent (+ overhead)")
+	fl.Var(&f.overhead, "overhead", "per-worker request overhead beyond its memory")
+	fl.IntVar(&f.repeat, "repeat", f.repeat, "runs of each step")
+	fl.BoolVar(&f.stopOnFail, "stop-on-failure", f.stopOnFail, "stop the ramp at the first failed step")
+	fl.Var(&f.nodeMemory, "node-memory", "put the workers in one node cgroup with this memory limit (default: the whole host)")
+	fl.StringVar(&f.swap, "swap", "", "swap for the run: a size (a swap file created and removed), existing, or none")
+	fl.StringVar(&f.swapTier, "swap-tier", "", "compressed tier in front of the swap: zram:SIZE")
+	fl.BoolVar(&f.agent, "agent", false, "run headroom agent on the node for the whole run")
+	fl.StringVar(&f.out, "out", "", "results directory (default ./results/<timestamp>-density)")
+	fl.StringVar(&f.label, "label", "", "name of this run in reports (default: scan and size)")
+	fl.Uint64Var(&f.seed, "seed", f.seed, "base seed of the workers' random scans and contents")
+	fl.BoolVar(&f.json, "json", false, "print run.json's content at the end instead of a table")
+	return cmd
+}
+
+func runDensity(cmd *cobra.Command, f *densityFlags) error {
+	deployments, err := density.ParseDeployments(f.deployments)
+	if err != nil {
+		return usagef("--deployments: %v; want %s", err, density.DeploymentsForm)
+	}
+	swapMode, swapBytes, err := density.ParseSwap(f.swap)
+	if err != nil {
+		return usagef("--swap: %v", err)
+	}
+	zram, err := density.ParseSwapTier(f.swapTier)
+	if err != nil {
+		return usagef("--swap-tier: %v", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find own executable: %w", err)
+	}
+	p := density.Params{
+		Backend: f.backend, Deployments: deployments, VMMemoryBytes: uint64(f.vmMemory), MemorySizeBytes: uint64(f.memorySize),
+		Scan: memload.Scan(f.scan), WriteFraction: float64(f.writes), RatePagesPerSec: float64(f.rate),
+		Content: memload.Content(f.content), WorkloadRuntime: f.runtime, OvercommitPercent: f.overcommit,
+		OverheadBytes: uint64(f.overhead), Repeat: f.repeat, StopOnFailure: f.stopOnFail,
+		NodeMemoryBytes: uint64(f.nodeMemory), Swap: swapMode, SwapFileBytes: swapBytes, ZramBytes: zram,
+		Agent: f.agent, Out: f.out, Label: f.label, Seed: f.seed, Interval: time.Second, Executable: exe,
+	}
+	if err := p.Validate(); err != nil {
+		return usageError{err}
+	}
+	if os.Geteuid() != 0 {
+		return usagef("density needs root: it creates cgroups and swap")
+	}
+	rep := newDensityReporter(cmd.OutOrStdout(), cmd.ErrOrStderr(), f.json)
+	dir, run, err := density.Run(cmd.Context(), p, rep)
+	rep.clearStatus()
+	if run != nil {
+		rep.finish(dir, run)
+	}
+	if err != nil {
+		return err
+	}
+	if run.Interrupted || (run.StopReason != "completed" && !f.stopOnFail) {
+		return fmt.Errorf("%s", run.StopReason)
+	}
+	return nil
+}
+
+// densityReporter prints progress: a status line on a terminal, step lines
+// and a final summary.
+type densityReporter struct {
+	mu     sync.Mutex
+	out    io.Writer
+	status io.Writer // nil unless stderr is a terminal
+	json   bool
+	header bool
+}
+
+func newDensityReporter(out, errw io.Writer, asJSON bool) *densityReporter {
+	r := &densityReporter{out: out, json: asJSON}
+	if f, ok := errw.(*os.File); ok {
+		if _, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS); err == nil {
+			r.status = f
+		}
+	}
+	return r
+}
+
+func (r *densityReporter) Status(step, workers, ready int, elapsed time.Duration, pagesPerSec float64) {
+	if r.status == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	fmt.Fprintf(r.status, "\r\033[Kstep %d: %d workers, %d ready, %5.1fs, %s pages/s", step, workers, ready, elapsed.Seconds(), siRate(pagesPerSec))
+}
+
+func (r *densityReporter) clearStatus() {
+	if r.status != nil {
+		fmt.Fprint(r.status, "\r\033[K")
+	}
+}
+
+func (r *densityReporter) Note(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.status != nil {
+		fmt.Fprint(r.status, "\r\033[K")
+	}
+	if !r.json {
+		fmt.Fprintf(r.out, format+"\n", args...)
+	}
+}
+
+func (r *densityReporter) StepDone(s results.Step) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.status != nil {
+		fmt.Fprint(r.status, "\r\033[K")
+	}
+	if r.json {
+		return
+	}
+	if !r.header {
+		fmt.Fprintf(r.out, "%4s %7s %12s %12s %12s %10s %10s %9s %9s %8s  %s\n", "step", "workers", "agg pages/s", "min/worker", "max/worker",
+			"swapin/s", "majflt/s", "create95", "skew ms", "psi full", "status")
+		r.header = true
+	}
+	lo, hi := 0.0, 0.0
+	for i, w := range s.PerWorker {
+		if i == 0 || w.PagesPerSec < lo {
+			lo = w.PagesPerSec
+		}
+		hi = max(hi, w.PagesPerSec)
+	}
+	status := "ok"
+	if s.Failed {
+		status = "FAILED: " + s.FailReason
+	}
+	fmt.Fprintf(r.out, "%4d %7d %12s %12s %12s %10s %10s %8.2fs %9.3f %7.1f%%  %s\n", s.Index, s.Workers, siRate(s.AggregatePagesPerSec),
+		siRate(lo), siRate(hi), siRate(s.SwapInPagesPerSec), siRate(s.MajorFaultsPerSec), s.CreateP95Seconds,
+		s.StartSkewSeconds*1e3, s.PSIFullPercent, status)
+}
+
+func (r *densityReporter) finish(dir string, run *results.Run) {
+	if r.json {
+		json.NewEncoder(r.out).Encode(run)
+		return
+	}
+	reg := results.DetectRegimes(run.Points())
+	fmt.Fprintf(r.out, "stopped: %s\n", run.StopReason)
+	fmt.Fprintf(r.out, "peak %s pages/s at %d workers; last step in RAM: %d workers", siRate(reg.PeakPagesPerSec), reg.PeakWorkers, reg.KneeWorkers)
+	if reg.PlateauStartWorkers > 0 {
+		fmt.Fprintf(r.out, "; plateau %s pages/s from %d workers (%.0fx below the peak)", siRate(reg.PlateauPagesPerSec),
+			reg.PlateauStartWorkers, reg.PeakPagesPerSec/reg.PlateauPagesPerSec)
+	}
+	fmt.Fprintln(r.out)
+	if in := plateauPageIns(run, reg); in > 0 && run.Node.SwapReadIOPS > 0 {
+		fmt.Fprintf(r.out, "plateau page-ins: %s pages/s = %.1f%% of the swap device's 4 KiB random-read rate (%s IOPS)\n",
+			siRate(in), 100*in/run.Node.SwapReadIOPS, siRate(run.Node.SwapReadIOPS))
+	}
+	fmt.Fprintf(r.out, "results: %s (%s)\n", dir, units.FormatBytes(run.Node.MemoryBytes)+" node")
+}
+
+// plateauPageIns is the mean node swap-in rate over the plateau's steps.
+func plateauPageIns(run *results.Run, reg results.Regimes) float64 {
+	if reg.PlateauStartWorkers == 0 {
+		return 0
+	}
+	var sum float64
+	var n int
+	for _, s := range run.Steps {
+		if !s.Failed && s.Workers >= reg.PlateauStartWorkers {
+			sum += s.SwapInPagesPerSec
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
+}
+
+func siRate(v float64) string {
+	switch {
+	case v >= 1e9:
+		return fmt.Sprintf("%.2fG", v/1e9)
+	case v >= 1e6:
+		return fmt.Sprintf("%.2fM", v/1e6)
+	case v >= 1e4:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	}
+	return fmt.Sprintf("%.0f", v)
+}

@@ -1,0 +1,163 @@
+// Package density is the density benchmark: it ramps the number of workers
+// (each a VM-sized memory cgroup running `headroom load`) on a node until
+// something fails, measuring per-worker and aggregate pages/s, creation
+// latency, swap traffic, pressure, OOM kills and evictions per step, and
+// writes the shared result schema (internal/results).
+package density
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/headroom-dev/headroom/internal/memload"
+	"github.com/headroom-dev/headroom/internal/units"
+)
+
+// Params are a density run's parameters; names follow ClusterBuster's.
+type Params struct {
+	Backend           string
+	Deployments       []int
+	VMMemoryBytes     uint64
+	MemorySizeBytes   uint64
+	Scan              memload.Scan
+	WriteFraction     float64
+	RatePagesPerSec   float64
+	Content           memload.Content
+	WorkloadRuntime   time.Duration
+	OvercommitPercent float64
+	// OverheadBytes is added to every worker's request: what the scheduler
+	// reserves beyond the guest memory (for a cgroup worker, the workload
+	// process's own runtime; for a VM, QEMU's).
+	OverheadBytes   uint64
+	Repeat          int
+	StopOnFailure   bool
+	NodeMemoryBytes uint64 // 0: the host's RAM, no node cgroup limit
+	// Swap is "" (none added), "existing", or a swap file size in bytes.
+	Swap          string
+	SwapFileBytes uint64
+	ZramBytes     uint64 // a zram swap tier in front of the swap file
+	Agent         bool
+	Out           string
+	Label         string
+	Seed          uint64
+	Interval      time.Duration
+	// Executable is the headroom binary that runs the workers and agent.
+	Executable string
+}
+
+// DefaultOverheadBytes is the default per-worker request overhead: the
+// resident size of a `headroom load` process beside its block.
+const DefaultOverheadBytes = 16 << 20
+
+// DeploymentsForm describes the accepted --deployments syntax.
+const DeploymentsForm = "start:end:step (e.g. 1:100:1) or a comma-separated list (e.g. 1,2,4,8)"
+
+// ParseDeployments parses "1:100:1", "1:10" (step 1) or "1,2,4,8".
+func ParseDeployments(s string) ([]int, error) {
+	var out []int
+	if strings.Contains(s, ":") {
+		parts := strings.Split(s, ":")
+		if len(parts) > 3 {
+			return nil, fmt.Errorf("invalid deployments %q", s)
+		}
+		nums := []int{0, 0, 1}
+		for i, p := range parts {
+			n, err := strconv.Atoi(strings.TrimSpace(p))
+			if err != nil {
+				return nil, fmt.Errorf("invalid deployments %q", s)
+			}
+			nums[i] = n
+		}
+		start, end, step := nums[0], nums[1], nums[2]
+		if start < 1 || end < start || step < 1 || (end-start)/step >= 10000 {
+			return nil, fmt.Errorf("invalid deployments %q: need 1 <= start <= end and step >= 1", s)
+		}
+		for n := start; n <= end; n += step {
+			out = append(out, n)
+		}
+		return out, nil
+	}
+	for _, p := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || n < 1 || n > 100000 {
+			return nil, fmt.Errorf("invalid deployments %q", s)
+		}
+		if len(out) > 0 && n <= out[len(out)-1] {
+			return nil, fmt.Errorf("invalid deployments %q: counts must increase", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// ParseSwap parses --swap: "", "none", "existing" or a size.
+func ParseSwap(s string) (mode string, sizeBytes uint64, err error) {
+	switch s {
+	case "", "none":
+		return "", 0, nil
+	case "existing":
+		return "existing", 0, nil
+	}
+	n, err := units.ParseBytes(s)
+	if err != nil || n < 40<<10 {
+		return "", 0, fmt.Errorf("invalid swap %q: want none, existing or a size such as 8Gi", s)
+	}
+	return "file", n, nil
+}
+
+// ParseSwapTier parses --swap-tier "zram:2Gi".
+func ParseSwapTier(s string) (uint64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	kind, size, ok := strings.Cut(s, ":")
+	n, err := units.ParseBytes(size)
+	if !ok || kind != "zram" || err != nil || n == 0 {
+		return 0, fmt.Errorf("invalid swap tier %q: want zram:SIZE, e.g. zram:2Gi", s)
+	}
+	return n, nil
+}
+
+// RequestBytes is what the scheduler reserves per worker: the declared
+// memory scaled down by the overcommit percentage, plus the overhead.
+func (p Params) RequestBytes() uint64 {
+	return uint64(float64(p.VMMemoryBytes)*100/p.OvercommitPercent) + p.OverheadBytes
+}
+
+// Validate checks the parameters against each other, naming the flag.
+func (p Params) Validate() error {
+	switch {
+	case p.Backend != "cgroup":
+		return fmt.Errorf("--backend %q is not available yet: only cgroup (qemu and kubevirt backends come later)", p.Backend)
+	case len(p.Deployments) == 0:
+		return fmt.Errorf("--deployments is empty")
+	case p.MemorySizeBytes == 0 || p.MemorySizeBytes > p.VMMemoryBytes:
+		return fmt.Errorf("--memory-size must be positive and at most --vm-memory (%s)", units.FormatBytes(p.VMMemoryBytes))
+	case p.OvercommitPercent < 100:
+		return fmt.Errorf("--overcommit-percent must be at least 100, got %g", p.OvercommitPercent)
+	case p.WorkloadRuntime <= 0:
+		return fmt.Errorf("--workload-runtime must be positive")
+	case p.Repeat < 1:
+		return fmt.Errorf("--repeat must be at least 1")
+	case p.ZramBytes > 0 && p.Swap == "":
+		return fmt.Errorf("--swap-tier needs --swap (a tier sits in front of a swap device)")
+	case p.Agent && p.NodeMemoryBytes == 0:
+		return fmt.Errorf("--agent needs --node-memory: the agent protects the run's node cgroup")
+	}
+	return nil
+}
+
+// AsMap renders the parameters for run.json.
+func (p Params) AsMap() map[string]any {
+	return map[string]any{
+		"backend": p.Backend, "deployments": p.Deployments, "vm_memory_bytes": p.VMMemoryBytes,
+		"memory_size_bytes": p.MemorySizeBytes, "memory_scan": string(p.Scan), "writes": p.WriteFraction,
+		"rate_pages_per_sec": p.RatePagesPerSec, "content": p.Content.String(),
+		"workload_runtime_seconds": p.WorkloadRuntime.Seconds(), "overcommit_percent": p.OvercommitPercent,
+		"overhead_bytes": p.OverheadBytes, "request_bytes": p.RequestBytes(), "repeat": p.Repeat,
+		"stop_on_failure": p.StopOnFailure, "node_memory_bytes": p.NodeMemoryBytes, "swap": p.Swap,
+		"swap_file_bytes": p.SwapFileBytes, "zram_bytes": p.ZramBytes, "agent": p.Agent, "seed": p.Seed,
+	}
+}

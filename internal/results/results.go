@@ -1,0 +1,249 @@
+// Package results is the result schema shared by `headroom density` (and
+// later `headroom sim`) and read by `headroom report`: one directory per
+// run with run.json (parameters, machine, steps, stop reason), steps.csv,
+// timeline.jsonl (node samples) and workers.jsonl (every worker's interval
+// records).
+package results
+
+import (
+	"bufio"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// SchemaVersion names the layout; readers refuse other versions.
+const SchemaVersion = "headroom.results/v1"
+
+// File names inside a run directory.
+const (
+	RunFile      = "run.json"
+	StepsCSV     = "steps.csv"
+	TimelineFile = "timeline.jsonl"
+	WorkersFile  = "workers.jsonl"
+)
+
+// Run is run.json.
+type Run struct {
+	Schema     string    `json:"schema"`
+	Kind       string    `json:"kind"` // "density" (measured) or "sim" (modelled)
+	Label      string    `json:"label"`
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at"`
+	// Params are the command's parameters as given.
+	Params  map[string]any `json:"params"`
+	Machine Machine        `json:"machine"`
+	Node    Node           `json:"node"`
+	Steps   []Step         `json:"steps"`
+	// StopReason says why the ramp ended: "completed", a failure, an
+	// admission refusal or an interruption.
+	StopReason string `json:"stop_reason"`
+	// Interrupted is set when the run was cut short (Ctrl-C); the steps
+	// recorded so far are kept.
+	Interrupted bool `json:"interrupted,omitempty"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	Hostname      string       `json:"hostname"`
+	Kernel        string       `json:"kernel"`
+	CPUs          int          `json:"cpus"`
+	MemTotalBytes uint64       `json:"mem_total_bytes"`
+	SwapDevices   []SwapDevice `json:"swap_devices"`
+}
+
+// SwapDevice is one active swap area during the run.
+type SwapDevice struct {
+	Path      string `json:"path"`
+	Type      string `json:"type"`
+	SizeBytes uint64 `json:"size_bytes"`
+	Priority  int    `json:"priority"`
+}
+
+// Node is the (possibly small) node the workers ran in.
+type Node struct {
+	Scope       string `json:"scope"`
+	MemoryBytes uint64 `json:"memory_bytes"`
+	SwapBytes   uint64 `json:"swap_bytes"`
+	SwapTier    string `json:"swap_tier,omitempty"`
+	// SwapReadIOPS is the swap device's measured 4 KiB random-read rate:
+	// the physical limit of page-ins. 0 if not measured.
+	SwapReadIOPS float64 `json:"swap_read_iops,omitempty"`
+	// RequestBytes is what the scheduler reserves per worker.
+	RequestBytes uint64 `json:"request_bytes"`
+}
+
+// Step is one ramp step: a number of workers run together.
+type Step struct {
+	Index   int       `json:"index"`
+	Workers int       `json:"workers"`
+	Repeat  int       `json:"repeat"`
+	Started time.Time `json:"started"`
+	Seconds float64   `json:"seconds"`
+	Failed  bool      `json:"failed"`
+	// FailReason names what failed (a worker OOM-killed, evicted, silent,
+	// not started).
+	FailReason string `json:"fail_reason,omitempty"`
+	// AggregatePagesPerSec sums the workers' rates.
+	AggregatePagesPerSec float64 `json:"aggregate_pages_per_sec"`
+	StartSkewSeconds     float64 `json:"start_skew_seconds"`
+	// Node rates over the measured phase, from /proc/vmstat and PSI.
+	SwapInPagesPerSec  float64 `json:"swap_in_pages_per_sec"`
+	SwapOutPagesPerSec float64 `json:"swap_out_pages_per_sec"`
+	MajorFaultsPerSec  float64 `json:"major_faults_per_sec"`
+	PSISomePercent     float64 `json:"psi_some_percent"`
+	PSIFullPercent     float64 `json:"psi_full_percent"`
+	// Creation-to-ready latency quantiles over this step's workers (exact).
+	CreateP50Seconds float64        `json:"create_p50_seconds"`
+	CreateP95Seconds float64        `json:"create_p95_seconds"`
+	CreateP99Seconds float64        `json:"create_p99_seconds"`
+	Evictions        int            `json:"evictions"`
+	OOMKills         int            `json:"oom_kills"`
+	PerWorker        []WorkerResult `json:"per_worker"`
+}
+
+// WorkerResult is one worker's outcome in a step.
+type WorkerResult struct {
+	Name                 string  `json:"name"`
+	PagesPerSec          float64 `json:"pages_per_sec"`
+	MajorFaultsPerSec    float64 `json:"major_faults_per_sec"`
+	CreateToReadySeconds float64 `json:"create_to_ready_seconds"`
+	PopulateSeconds      float64 `json:"populate_seconds"`
+	StartOffsetSeconds   float64 `json:"start_offset_seconds"`
+	OOMKilled            bool    `json:"oom_killed,omitempty"`
+	Evicted              bool    `json:"evicted,omitempty"`
+	Error                string  `json:"error,omitempty"`
+}
+
+// Sample is one line of timeline.jsonl: the node once a second.
+type Sample struct {
+	Time              time.Time `json:"time"`
+	Step              int       `json:"step"`
+	PswpIn            uint64    `json:"pswpin"`
+	PswpOut           uint64    `json:"pswpout"`
+	PgMajFault        uint64    `json:"pgmajfault"`
+	PSISomeMicros     uint64    `json:"psi_some_micros"`
+	PSIFullMicros     uint64    `json:"psi_full_micros"`
+	MemAvailableBytes uint64    `json:"mem_available_bytes"`
+	ScopeUsageBytes   uint64    `json:"scope_usage_bytes"`
+	ScopeSwapBytes    uint64    `json:"scope_swap_bytes"`
+}
+
+// WriteRun writes run.json and steps.csv into dir (atomically, so an
+// interrupted run never leaves a torn file).
+func WriteRun(dir string, r *Run) error {
+	r.Schema = SchemaVersion
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := writeAtomic(filepath.Join(dir, RunFile), append(b, '\n')); err != nil {
+		return err
+	}
+	return writeAtomic(filepath.Join(dir, StepsCSV), stepsCSV(r))
+}
+
+func writeAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return os.Rename(tmp, path)
+}
+
+func stepsCSV(r *Run) []byte {
+	var buf bytesBuffer
+	w := csv.NewWriter(&buf)
+	w.Write([]string{"step", "workers", "repeat", "failed", "fail_reason", "aggregate_pages_per_sec", "start_skew_seconds",
+		"swap_in_pages_per_sec", "swap_out_pages_per_sec", "major_faults_per_sec", "psi_some_percent", "psi_full_percent",
+		"create_p50_seconds", "create_p95_seconds", "create_p99_seconds", "evictions", "oom_kills"})
+	f := func(x float64) string { return strconv.FormatFloat(x, 'g', 8, 64) }
+	for _, s := range r.Steps {
+		w.Write([]string{strconv.Itoa(s.Index), strconv.Itoa(s.Workers), strconv.Itoa(s.Repeat), strconv.FormatBool(s.Failed), s.FailReason,
+			f(s.AggregatePagesPerSec), f(s.StartSkewSeconds), f(s.SwapInPagesPerSec), f(s.SwapOutPagesPerSec), f(s.MajorFaultsPerSec),
+			f(s.PSISomePercent), f(s.PSIFullPercent), f(s.CreateP50Seconds), f(s.CreateP95Seconds), f(s.CreateP99Seconds),
+			strconv.Itoa(s.Evictions), strconv.Itoa(s.OOMKills)})
+	}
+	w.Flush()
+	return buf.b
+}
+
+type bytesBuffer struct{ b []byte }
+
+func (w *bytesBuffer) Write(p []byte) (int, error) { w.b = append(w.b, p...); return len(p), nil }
+
+// ReadRun reads a run directory's run.json.
+func ReadRun(dir string) (*Run, error) {
+	b, err := os.ReadFile(filepath.Join(dir, RunFile))
+	if err != nil {
+		return nil, fmt.Errorf("read results: %w", err)
+	}
+	var r Run
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("read results %s: %w", dir, err)
+	}
+	if r.Schema != SchemaVersion {
+		return nil, fmt.Errorf("read results %s: schema %q, want %q", dir, r.Schema, SchemaVersion)
+	}
+	return &r, nil
+}
+
+// JSONLines appends JSON lines to a file in a run directory.
+type JSONLines struct {
+	f *os.File
+	w *bufio.Writer
+}
+
+// AppendLines opens (creating) a JSON-lines file.
+func AppendLines(path string) (*JSONLines, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return &JSONLines{f: f, w: bufio.NewWriter(f)}, nil
+}
+
+// Write appends v as one line.
+func (l *JSONLines) Write(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	l.w.Write(b)
+	return l.w.WriteByte('\n')
+}
+
+// Close flushes and closes the file.
+func (l *JSONLines) Close() error {
+	if err := l.w.Flush(); err != nil {
+		l.f.Close()
+		return err
+	}
+	return l.f.Close()
+}
+
+// ReadTimeline reads timeline.jsonl (missing file: no samples).
+func ReadTimeline(dir string) ([]Sample, error) {
+	f, err := os.Open(filepath.Join(dir, TimelineFile))
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []Sample
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var s Sample
+		if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
+			return nil, fmt.Errorf("%s: %w", TimelineFile, err)
+		}
+		out = append(out, s)
+	}
+	return out, sc.Err()
+}
