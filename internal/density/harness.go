@@ -657,4 +657,3 @@ func (r *rates) sum() float64 {
 	}
 	return total
 }
-
