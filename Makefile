@@ -11,10 +11,14 @@ FUZZTIME ?= 5s
 
 all: build
 
+# System packages: util-linux (swap tools), gcc (bench reference), chromium
+# (the report is rendered in a headless browser by a test).
+APT_PACKAGES := util-linux gcc chromium
+
 deps:
 	@command -v $(GO) >/dev/null || { echo "Go toolchain not found: install Go 1.26 (/usr/local/go/bin)"; exit 1; }
-	@for tool in mkswap swapon swapoff gcc taskset; do \
-	  command -v $$tool >/dev/null || { apt-get update -qq && apt-get install -y -qq util-linux gcc >/dev/null; break; }; \
+	@for tool in mkswap swapon swapoff gcc taskset chromium; do \
+	  command -v $$tool >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PACKAGES) >/dev/null; break; }; \
 	done
 	$(GO) mod download
 

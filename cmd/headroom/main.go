@@ -33,7 +33,7 @@ holds, safely, and measure exactly what that costs.`,
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newLoadCommand(), newAgentCommand(), newDensityCommand())
+	root.AddCommand(newLoadCommand(), newAgentCommand(), newDensityCommand(), newReportCommand())
 	return root
 }
 

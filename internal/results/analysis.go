@@ -33,7 +33,7 @@ const (
 // DetectRegimes finds the regimes of an aggregate-rate curve. Points with
 // the same worker count (repeats) are averaged; order does not matter.
 func DetectRegimes(points []Point) Regimes {
-	curve := averageByWorkers(points)
+	curve := Curve(points)
 	var r Regimes
 	if len(curve) == 0 {
 		return r
@@ -86,7 +86,9 @@ func withinBand(tail []Point) bool {
 	return true
 }
 
-func averageByWorkers(points []Point) []Point {
+// Curve averages points with the same worker count (repeats) and sorts
+// them by workers; negative and NaN rates are dropped.
+func Curve(points []Point) []Point {
 	sum := map[int]float64{}
 	n := map[int]int{}
 	for _, p := range points {

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/headroom-dev/headroom/internal/report"
+)
+
+func newReportCommand() *cobra.Command {
+	var out string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "report RUN_DIR...",
+		Short: "Draw density (or sim) results as an HTML page with charts and PNGs",
+		Long: `Reads one or more result directories (from headroom density, later headroom sim)
+and writes one self-contained HTML page (opens offline) with charts: aggregate
+pages/s vs workers (log scale) with the detected regime boundaries and the swap
+device's measured random-read rate; per-worker pages/s spread per step; swap-in/out
+and major faults; PSI; creation latency p50/p95/p99; and why each ramp stopped.
+Several runs overlay on the same axes. PNG files of the charts are written beside
+the page (<name>-aggregate.png, ...). --json prints the computed summary.`,
+		Example: `  headroom report results/20261121-120000-density -o report.html
+  headroom report results/seq results/random --json`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, dirs []string) error {
+			runs, err := report.Load(dirs)
+			if err != nil {
+				return usageError{err}
+			}
+			charts, err := report.Write(runs, out)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(w)
+				enc.SetIndent("", "  ")
+				return enc.Encode(report.Summarize(runs))
+			}
+			fmt.Fprintf(w, "report: %s\n", out)
+			for _, c := range charts {
+				fmt.Fprintf(w, "chart: %s\n", c.PNG)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&out, "output", "o", "report.html", "HTML file to write (PNGs go beside it)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the computed summary as JSON")
+	return cmd
+}

@@ -1,0 +1,221 @@
+package report
+
+import (
+	"bytes"
+	"fmt"
+	"image/color"
+	"math"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/headroom-dev/headroom/internal/results"
+)
+
+// chart is a plot ready to render in several formats.
+type chart struct {
+	name, title string
+	p           *plot.Plot
+}
+
+const chartWidth, chartHeight = 10 * vg.Inch, 5.5 * vg.Inch
+
+func (c chart) render(format string) ([]byte, error) {
+	w, err := c.p.WriterTo(chartWidth, chartHeight, format)
+	if err != nil {
+		return nil, fmt.Errorf("render %s chart: %w", c.name, err)
+	}
+	var buf bytes.Buffer
+	if _, err := w.WriteTo(&buf); err != nil {
+		return nil, fmt.Errorf("render %s chart: %w", c.name, err)
+	}
+	return buf.Bytes(), nil
+}
+
+// logFloor keeps zero rates plottable on a log axis.
+const logFloor = 1
+
+func floor(v float64) float64 { return math.Max(v, logFloor) }
+
+// newPlot makes a plot; the legend goes where the data usually is not:
+// bottom left for falling curves, top left for rising ones.
+func newPlot(title, x, y string, logY, legendTop bool) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = x
+	p.Y.Label.Text = y
+	p.Legend.Top = legendTop
+	p.Legend.Left = true
+	p.Add(plotter.NewGrid())
+	if logY {
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	}
+	return p
+}
+
+func runColor(i int) color.Color { return plotutil.Color(i) }
+
+func addLine(p *plot.Plot, label string, pts plotter.XYs, c color.Color, dashes []vg.Length, shape int) {
+	if len(pts) == 0 {
+		return
+	}
+	l, s, err := plotter.NewLinePoints(pts)
+	if err != nil {
+		return
+	}
+	l.Color, s.Color = c, c
+	l.Dashes = dashes
+	s.Shape = plotutil.Shape(shape)
+	p.Add(l, s)
+	p.Legend.Add(label, l, s)
+}
+
+// vline marks x on a log or linear y axis spanning [lo, hi].
+func vline(p *plot.Plot, x, lo, hi float64, c color.Color, label string) {
+	l, err := plotter.NewLine(plotter.XYs{{X: x, Y: lo}, {X: x, Y: hi}})
+	if err != nil {
+		return
+	}
+	l.Color = c
+	l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+	p.Add(l)
+	if label != "" {
+		p.Legend.Add(label, l)
+	}
+}
+
+func drawCharts(runs []Run) ([]chart, error) {
+	return []chart{aggregateChart(runs), perWorkerChart(runs), swapChart(runs), psiChart(runs), latencyChart(runs)}, nil
+}
+
+// aggregateChart: aggregate pages/s vs workers, log scale, with regime
+// boundaries and the swap device's random-read rate.
+func aggregateChart(runs []Run) chart {
+	p := newPlot("Aggregate pages/s", "workers", "pages/s (log)", true, false)
+	lo, hi, maxX := math.Inf(1), 0.0, 0.0
+	for _, r := range runs {
+		for _, pt := range r.Points() {
+			lo, hi = math.Min(lo, floor(pt.PagesPerSec)), math.Max(hi, pt.PagesPerSec)
+			maxX = math.Max(maxX, float64(pt.Workers))
+		}
+		lo = math.Min(lo, floor(r.Node.SwapReadIOPS))
+	}
+	if math.IsInf(lo, 1) {
+		lo, hi = 1, 10
+	}
+	for i, r := range runs {
+		var pts plotter.XYs
+		curve := results.Curve(r.Points())
+		for _, pt := range curve {
+			pts = append(pts, plotter.XY{X: float64(pt.Workers), Y: floor(pt.PagesPerSec)})
+		}
+		c := runColor(i)
+		addLine(p, r.Label, pts, c, nil, i)
+		// The knee is only a boundary if the curve went on past it.
+		if k := r.Regimes.KneeWorkers; k > 0 && len(curve) > 0 && k < curve[len(curve)-1].Workers {
+			vline(p, float64(k)+0.5, lo, hi, c, fmt.Sprintf("%s: RAM | transition", r.Label))
+		}
+		if s := r.Regimes.PlateauStartWorkers; s > 0 {
+			vline(p, float64(s)-0.5, lo, hi, c, fmt.Sprintf("%s: transition | plateau", r.Label))
+		}
+		if iops := r.Node.SwapReadIOPS; iops > 0 {
+			l, err := plotter.NewLine(plotter.XYs{{X: 1, Y: iops}, {X: math.Max(maxX, 2), Y: iops}})
+			if err == nil {
+				l.Color = c
+				l.Dashes = []vg.Length{vg.Points(1), vg.Points(3)}
+				l.Width = vg.Points(2)
+				p.Add(l)
+				p.Legend.Add(fmt.Sprintf("%s: swap device 4 KiB random read (%s IOPS)", r.Label, rate(iops)), l)
+			}
+		}
+	}
+	return chart{name: "aggregate", title: "Aggregate pages/s vs workers", p: p}
+}
+
+// perWorkerChart: every worker's pages/s per step, showing the spread
+// (lucky and unlucky workers in the transition).
+func perWorkerChart(runs []Run) chart {
+	p := newPlot("Per-worker pages/s", "workers", "pages/s per worker (log)", true, false)
+	for i, r := range runs {
+		var pts plotter.XYs
+		offset := (float64(i) - float64(len(runs)-1)/2) * 0.15
+		for _, s := range r.Steps {
+			for _, w := range s.PerWorker {
+				if w.Error == "" {
+					pts = append(pts, plotter.XY{X: float64(s.Workers) + offset, Y: floor(w.PagesPerSec)})
+				}
+			}
+		}
+		if len(pts) == 0 {
+			continue
+		}
+		sc, err := plotter.NewScatter(pts)
+		if err != nil {
+			continue
+		}
+		sc.Color = runColor(i)
+		sc.Shape = draw.CircleGlyph{}
+		sc.Radius = vg.Points(2.5)
+		p.Add(sc)
+		p.Legend.Add(r.Label, sc)
+	}
+	return chart{name: "per-worker", title: "Per-worker pages/s spread per step", p: p}
+}
+
+// swapChart: node swap-in, swap-out and major faults per step.
+func swapChart(runs []Run) chart {
+	p := newPlot("Swap traffic and major faults", "workers", "per second (log)", true, true)
+	for i, r := range runs {
+		var in, out, maj plotter.XYs
+		for _, s := range r.Steps {
+			x := float64(s.Workers)
+			in = append(in, plotter.XY{X: x, Y: floor(s.SwapInPagesPerSec)})
+			out = append(out, plotter.XY{X: x, Y: floor(s.SwapOutPagesPerSec)})
+			maj = append(maj, plotter.XY{X: x, Y: floor(s.MajorFaultsPerSec)})
+		}
+		c := runColor(i)
+		addLine(p, r.Label+": swap-in pages/s", in, c, nil, 0)
+		addLine(p, r.Label+": swap-out pages/s", out, c, []vg.Length{vg.Points(5), vg.Points(3)}, 1)
+		addLine(p, r.Label+": major faults/s", maj, c, []vg.Length{vg.Points(1), vg.Points(2)}, 2)
+	}
+	return chart{name: "swap", title: "Swap-in/out and major faults per step", p: p}
+}
+
+// psiChart: memory pressure (PSI) per step.
+func psiChart(runs []Run) chart {
+	p := newPlot("Memory pressure (PSI)", "workers", "stall share of the step (%)", false, true)
+	for i, r := range runs {
+		var some, full plotter.XYs
+		for _, s := range r.Steps {
+			some = append(some, plotter.XY{X: float64(s.Workers), Y: s.PSISomePercent})
+			full = append(full, plotter.XY{X: float64(s.Workers), Y: s.PSIFullPercent})
+		}
+		c := runColor(i)
+		addLine(p, r.Label+": some", some, c, nil, 0)
+		addLine(p, r.Label+": full", full, c, []vg.Length{vg.Points(5), vg.Points(3)}, 1)
+	}
+	return chart{name: "psi", title: "Memory pressure per step", p: p}
+}
+
+// latencyChart: creation-to-ready latency p50/p95/p99 per step (exact).
+func latencyChart(runs []Run) chart {
+	p := newPlot("Creation-to-ready latency", "workers", "seconds", false, true)
+	for i, r := range runs {
+		var p50, p95, p99 plotter.XYs
+		for _, s := range r.Steps {
+			x := float64(s.Workers)
+			p50 = append(p50, plotter.XY{X: x, Y: s.CreateP50Seconds})
+			p95 = append(p95, plotter.XY{X: x, Y: s.CreateP95Seconds})
+			p99 = append(p99, plotter.XY{X: x, Y: s.CreateP99Seconds})
+		}
+		c := runColor(i)
+		addLine(p, r.Label+": p50", p50, c, nil, 0)
+		addLine(p, r.Label+": p95", p95, c, []vg.Length{vg.Points(5), vg.Points(3)}, 1)
+		addLine(p, r.Label+": p99", p99, c, []vg.Length{vg.Points(1), vg.Points(2)}, 2)
+	}
+	return chart{name: "latency", title: "Creation-to-ready latency p50/p95/p99 per step", p: p}
+}

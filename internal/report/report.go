@@ -1,0 +1,211 @@
+// Package report turns result directories (from `headroom density`, later
+// `headroom sim`) into one self-contained HTML page with charts, PNG files
+// of the main charts, and a JSON summary. Charts are drawn with gonum/plot;
+// several runs overlay on the same axes.
+package report
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/headroom-dev/headroom/internal/results"
+)
+
+// Summary is the computed summary of one run (report --json).
+type Summary struct {
+	Dir                 string  `json:"dir"`
+	Label               string  `json:"label"`
+	Kind                string  `json:"kind"`
+	PeakPagesPerSec     float64 `json:"peak_pages_per_sec"`
+	PeakWorkers         int     `json:"peak_workers"`
+	PlateauPagesPerSec  float64 `json:"plateau_pages_per_sec"`
+	PlateauStartWorkers int     `json:"plateau_start_workers"`
+	KneeWorkers         int     `json:"knee_workers"`
+	StopReason          string  `json:"stop_reason"`
+	Steps               int     `json:"steps"`
+	FailedSteps         int     `json:"failed_steps"`
+	// PlateauPageInsPerSec is the node's mean swap-in rate over the
+	// plateau, and PlateauPageInFraction that rate over the swap device's
+	// measured 4 KiB random-read rate (how close to the hardware it is).
+	PlateauPageInsPerSec  float64 `json:"plateau_page_ins_per_sec,omitempty"`
+	SwapReadIOPS          float64 `json:"swap_read_iops,omitempty"`
+	PlateauPageInFraction float64 `json:"plateau_page_in_fraction,omitempty"`
+	// PlateauRatio is peak / plateau.
+	PlateauRatio float64 `json:"plateau_ratio,omitempty"`
+}
+
+// Run is a loaded result directory.
+type Run struct {
+	Dir string
+	*results.Run
+	Regimes results.Regimes
+}
+
+// Load reads result directories.
+func Load(dirs []string) ([]Run, error) {
+	var out []Run
+	for _, d := range dirs {
+		r, err := results.ReadRun(d)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Run{Dir: d, Run: r, Regimes: results.DetectRegimes(r.Points())})
+	}
+	return out, nil
+}
+
+// Summarize computes each run's summary.
+func Summarize(runs []Run) []Summary {
+	var out []Summary
+	for _, r := range runs {
+		s := Summary{Dir: r.Dir, Label: r.Label, Kind: r.Kind, PeakPagesPerSec: r.Regimes.PeakPagesPerSec, PeakWorkers: r.Regimes.PeakWorkers,
+			PlateauPagesPerSec: r.Regimes.PlateauPagesPerSec, PlateauStartWorkers: r.Regimes.PlateauStartWorkers,
+			KneeWorkers: r.Regimes.KneeWorkers, StopReason: r.StopReason, Steps: len(r.Steps), SwapReadIOPS: r.Node.SwapReadIOPS}
+		var in float64
+		var n int
+		for _, st := range r.Steps {
+			if st.Failed {
+				s.FailedSteps++
+				continue
+			}
+			if s.PlateauStartWorkers > 0 && st.Workers >= s.PlateauStartWorkers {
+				in += st.SwapInPagesPerSec
+				n++
+			}
+		}
+		if n > 0 {
+			s.PlateauPageInsPerSec = in / float64(n)
+			if s.SwapReadIOPS > 0 {
+				s.PlateauPageInFraction = s.PlateauPageInsPerSec / s.SwapReadIOPS
+			}
+		}
+		if s.PlateauPagesPerSec > 0 {
+			s.PlateauRatio = s.PeakPagesPerSec / s.PlateauPagesPerSec
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// Chart is one rendered chart.
+type Chart struct {
+	Name  string // file stem: aggregate, per-worker, ...
+	Title string
+	// Image is the PNG as a data URI: the page embeds the exact pixels
+	// (an SVG would be laid out with the browser's fonts, not the ones
+	// the chart was measured with) and needs no other file.
+	Image template.URL
+	PNG   string // path of the PNG file
+}
+
+// Write renders the HTML page at htmlPath and the PNGs beside it, and
+// returns the charts.
+func Write(runs []Run, htmlPath string) ([]Chart, error) {
+	if len(runs) == 0 {
+		return nil, fmt.Errorf("no runs to report")
+	}
+	dir := filepath.Dir(htmlPath)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	stem := strings.TrimSuffix(filepath.Base(htmlPath), filepath.Ext(htmlPath))
+	charts, err := drawCharts(runs)
+	if err != nil {
+		return nil, err
+	}
+	var out []Chart
+	for _, c := range charts {
+		png, err := c.render("png")
+		if err != nil {
+			return nil, err
+		}
+		path := filepath.Join(dir, stem+"-"+c.name+".png")
+		if err := os.WriteFile(path, png, 0o644); err != nil {
+			return nil, err
+		}
+		uri := "data:image/png;base64," + base64.StdEncoding.EncodeToString(png)
+		out = append(out, Chart{Name: c.name, Title: c.title, Image: template.URL(uri), PNG: path})
+	}
+	summaries := Summarize(runs)
+	summaryJSON, err := json.MarshalIndent(summaries, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	err = page.Execute(&buf, pageData{Runs: runs, Summaries: summaries, Charts: out, SummaryJSON: template.JS(summaryJSON)})
+	if err != nil {
+		return nil, err
+	}
+	return out, os.WriteFile(htmlPath, buf.Bytes(), 0o644)
+}
+
+type pageData struct {
+	Runs        []Run
+	Summaries   []Summary
+	Charts      []Chart
+	SummaryJSON template.JS
+}
+
+var page = template.Must(template.New("report").Funcs(template.FuncMap{
+	"rate": func(v float64) string { return rate(v) },
+	"pct":  func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) },
+	"f1":   func(v float64) string { return fmt.Sprintf("%.1f", v) },
+	"f3":   func(v float64) string { return fmt.Sprintf("%.3f", v) },
+	"ms":   func(v float64) string { return fmt.Sprintf("%.3f", v*1e3) },
+	"gib":  func(v uint64) string { return fmt.Sprintf("%.2f GiB", float64(v)/(1<<30)) },
+}).Parse(pageTemplate))
+
+func rate(v float64) string {
+	switch {
+	case v >= 1e9:
+		return fmt.Sprintf("%.2fG", v/1e9)
+	case v >= 1e6:
+		return fmt.Sprintf("%.2fM", v/1e6)
+	case v >= 1e4:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+const pageTemplate = `<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>headroom density report</title>
+<style>
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
+h1{font-size:1.6em} h2{font-size:1.25em;margin-top:2em} table{border-collapse:collapse;margin:1em 0;font-size:.9em}
+td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right} th{background:#f3f3f3} td.l,th.l{text-align:left}
+.chart img{width:100%;height:auto;max-width:1000px} .failed{color:#b00}
+</style></head><body>
+<h1>headroom density report</h1>
+<p>Aggregate and per-worker pages/second as the number of workers grows: everything in RAM, a sharp fall as swap
+takes over, then a level plateau. Regime boundaries are marked on the aggregate chart; the dotted line is the swap
+device's measured 4 KiB random-read rate, the physical limit of page-ins.</p>
+<table id="summary"><tr><th class="l">run</th><th>peak pages/s</th><th>at workers</th><th>last step in RAM</th>
+<th>plateau pages/s</th><th>from workers</th><th>peak / plateau</th><th>plateau page-ins / device read rate</th><th class="l">stopped</th></tr>
+{{range .Summaries}}<tr><td class="l">{{.Label}} ({{.Kind}})</td><td>{{rate .PeakPagesPerSec}}</td><td>{{.PeakWorkers}}</td><td>{{.KneeWorkers}}</td>
+<td>{{if .PlateauStartWorkers}}{{rate .PlateauPagesPerSec}}{{else}}–{{end}}</td><td>{{if .PlateauStartWorkers}}{{.PlateauStartWorkers}}{{else}}–{{end}}</td>
+<td>{{if .PlateauRatio}}{{f1 .PlateauRatio}}×{{else}}–{{end}}</td>
+<td>{{if .PlateauPageInFraction}}{{rate .PlateauPageInsPerSec}} / {{rate .SwapReadIOPS}} = {{pct .PlateauPageInFraction}}{{else}}–{{end}}</td>
+<td class="l">{{.StopReason}}</td></tr>
+{{end}}</table>
+{{range .Charts}}<h2>{{.Title}}</h2><div class="chart" id="chart-{{.Name}}"><img alt="{{.Title}}" src="{{.Image}}"></div>
+{{end}}
+{{range .Runs}}<h2>Steps: {{.Label}}</h2>
+<p>{{.Machine.Hostname}}, kernel {{.Machine.Kernel}}, {{.Machine.CPUs}} CPUs; node {{gib .Node.MemoryBytes}} RAM, {{gib .Node.SwapBytes}} swap{{if .Node.SwapTier}} ({{.Node.SwapTier}} tier){{end}};
+request per worker {{gib .Node.RequestBytes}}; {{.Node.Scope}}</p>
+<table class="steps"><tr><th>step</th><th>workers</th><th>aggregate pages/s</th><th>swap-in/s</th><th>swap-out/s</th><th>major faults/s</th>
+<th>PSI some</th><th>PSI full</th><th>create p50 s</th><th>p95</th><th>p99</th><th>start skew ms</th><th class="l">status</th></tr>
+{{range .Steps}}<tr><td>{{.Index}}</td><td>{{.Workers}}</td><td>{{rate .AggregatePagesPerSec}}</td><td>{{rate .SwapInPagesPerSec}}</td><td>{{rate .SwapOutPagesPerSec}}</td>
+<td>{{rate .MajorFaultsPerSec}}</td><td>{{f1 .PSISomePercent}}%</td><td>{{f1 .PSIFullPercent}}%</td><td>{{f3 .CreateP50Seconds}}</td><td>{{f3 .CreateP95Seconds}}</td>
+<td>{{f3 .CreateP99Seconds}}</td><td>{{ms .StartSkewSeconds}}</td><td class="l{{if .Failed}} failed{{end}}">{{if .Failed}}failed: {{.FailReason}}{{else}}ok{{end}}</td></tr>
+{{end}}</table>
+<p>Stopped: {{.StopReason}}</p>
+{{end}}
+<script type="application/json" id="headroom-summary">{{.SummaryJSON}}</script>
+</body></html>
+`
