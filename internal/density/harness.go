@@ -3,7 +3,6 @@ package density
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -351,16 +350,6 @@ type worker struct {
 	waitErr error
 }
 
-func (w *worker) killedBy() syscall.Signal {
-	var ee *exec.ExitError
-	if errors.As(w.waitErr, &ee) {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return ws.Signal()
-		}
-	}
-	return 0
-}
-
 // runStep runs n workers together once and tears them down.
 func (h *Harness) runStep(ctx context.Context, index, n, repeat int) results.Step {
 	h.step.Store(int64(index))
@@ -416,6 +405,9 @@ func (h *Harness) runStep(ctx context.Context, index, n, repeat int) results.Ste
 	}})
 	after := h.readCounters()
 	h.summarize(&step, res, workers, before, after)
+	if ctx.Err() != nil {
+		step.Failed, step.FailReason = true, "interrupted: "+context.Cause(ctx).Error()
+	}
 	step.Seconds = time.Since(stepStart).Seconds()
 	return step
 }
@@ -553,12 +545,9 @@ func (h *Harness) summarize(step *results.Step, res []loadctl.Result, workers []
 		if !r.StartedAt.IsZero() {
 			wr.StartOffsetSeconds = r.StartedAt.Sub(first).Seconds()
 		}
+		// The kernel counts an OOM kill in the victim's own cgroup, so a
+		// worker killed by anything else is not mistaken for one.
 		if m, err := w.group.Memory(); err == nil && m.OOMKills > 0 {
-			wr.OOMKilled = true
-		}
-		if w.killedBy() == syscall.SIGKILL && byName[w.name].Summary == nil {
-			// SIGKILLed without a summary in a memory-limited cgroup: the
-			// kernel's OOM killer (the harness itself only SIGKILLs in teardown).
 			wr.OOMKilled = true
 		}
 		switch {
