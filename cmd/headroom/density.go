@@ -139,7 +139,9 @@ func runDensity(cmd *cobra.Command, f *densityFlags) error {
 	if err != nil {
 		return err
 	}
-	if run.Interrupted || (run.StopReason != "completed" && !f.stopOnFail) {
+	// Running until something fails, or until admission refuses a step, is
+	// the benchmark's normal end; only an interrupted run is an error.
+	if run.Interrupted {
 		return fmt.Errorf("%s", run.StopReason)
 	}
 	return nil

@@ -85,6 +85,17 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"load", "extra"}, "unknown command"},
 		{[]string{"load", "--bogus"}, "unknown flag"},
 		{[]string{"frobnicate"}, "unknown command"},
+		{[]string{"density", "--deployments", "0:5"}, "--deployments"},
+		{[]string{"density", "--vm-memory", "512Mi", "--memory-size", "1Gi"}, "--memory-size"},
+		{[]string{"density", "--backend", "qemu"}, "--backend"},
+		{[]string{"density", "--swap", "lots"}, "--swap"},
+		{[]string{"density", "--swap", "1Gi", "--swap-tier", "zswap:1G"}, "--swap-tier"},
+		{[]string{"density", "--overcommit-percent", "50"}, "--overcommit-percent"},
+		{[]string{"density", "--agent"}, "--node-memory"},
+		{[]string{"report"}, "requires at least 1 arg"},
+		{[]string{"report", "/nonexistent-run"}, "read results"},
+		{[]string{"agent", "--window", "0"}, "averageWindowSizeSeconds"},
+		{[]string{"agent", "calibrate", "--fraction", "2"}, "--fraction"},
 	}
 	for _, tt := range tests {
 		r := runHeadroom(t, tt.args...)

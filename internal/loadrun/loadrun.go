@@ -11,6 +11,8 @@ import (
 	"io"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/headroom-dev/headroom/internal/loadctl"
 	"github.com/headroom-dev/headroom/internal/memload"
 )
@@ -62,6 +64,12 @@ func Worker(ctx context.Context, o Options) error {
 	defer session.Close()
 	p := newPrinter(o.Out, o.JSON)
 	p.header(o.Params)
+	// Keep the worker's own runtime (stacks, heap, the controller session)
+	// resident: locked before the block is mapped, so only the block pages.
+	// Otherwise, deep in swap, waking for the start signal and reporting
+	// take major faults and measure the harness instead of the workload.
+	// Best effort: without the privilege the worker runs unlocked.
+	unix.Mlockall(unix.MCL_CURRENT | unix.MCL_ONFAULT)
 
 	// The run ends when the caller's context does or the controller stops
 	// us or goes away, whichever comes first.

@@ -40,15 +40,15 @@ const logFloor = 1
 
 func floor(v float64) float64 { return math.Max(v, logFloor) }
 
-// newPlot makes a plot; the legend goes where the data usually is not:
-// bottom left for falling curves, top left for rising ones.
-func newPlot(title, x, y string, logY, legendTop bool) *plot.Plot {
+// newPlot makes a plot; the legend goes in the corner the data usually
+// leaves empty: top right for falling curves, top left for rising ones.
+func newPlot(title, x, y string, logY, legendLeft bool) *plot.Plot {
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = x
 	p.Y.Label.Text = y
-	p.Legend.Top = legendTop
-	p.Legend.Left = true
+	p.Legend.Top = true
+	p.Legend.Left = legendLeft
 	p.Add(plotter.NewGrid())
 	if logY {
 		p.Y.Scale = plot.LogScale{}
