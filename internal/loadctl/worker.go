@@ -177,7 +177,10 @@ func waitUntil(ctx context.Context, at time.Time, stopped <-chan struct{}, stopE
 			}
 			continue
 		}
-		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		// RawSyscall: sched_yield never blocks, and announcing it to the Go
+		// scheduler lets sysmon hand the P to another thread when the yield
+		// is long, adding runnable threads in every waiting worker.
+		unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 	}
 }
 

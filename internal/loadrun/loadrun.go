@@ -31,7 +31,7 @@ type Options struct {
 
 // sharedStartWindow is how long a controller's worker yields the CPU
 // between small batches after the common start (see memload.Params).
-const sharedStartWindow = 50 * time.Millisecond
+const sharedStartWindow = 20 * time.Millisecond
 
 // ErrRunFailed marks failures that happened after input was accepted.
 var ErrRunFailed = errors.New("run failed")

@@ -47,11 +47,12 @@ type Params struct {
 	HugePages       HugePages     `json:"hugepages"`
 	Interval        time.Duration `json:"-"`
 	IntervalSeconds float64       `json:"interval_seconds"`
-	// SharedStartWindow is set when many workers start at one instant: for
-	// this long after starting, the worker yields the CPU after every small
-	// batch, so that every worker gets to begin before any of them runs a
-	// full scheduler time slice (50 workers on 2 cores otherwise begin up to
-	// 100 ms apart). It costs a negligible share of a run of seconds.
+	// SharedStartWindow is set when many workers start at one instant:
+	// after its first small batch (its start) the worker pauses until this
+	// long after starting, leaving the CPU to the workers that have not
+	// begun yet, so that every worker begins before any runs a scheduler
+	// time slice (50 workers on 2 cores otherwise begin up to 100 ms
+	// apart). It costs one short pause in a run of seconds.
 	SharedStartWindow time.Duration `json:"-"`
 }
 

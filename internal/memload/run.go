@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"golang.org/x/time/rate"
 )
 
@@ -189,7 +188,7 @@ func touchLoop(ctx context.Context, b *Block, p Params, start time.Time, stop *a
 		sleeper.Stop()
 	}
 
-	yieldUntil := start.Add(p.SharedStartWindow)
+	pauseUntil := start.Add(p.SharedStartWindow)
 	var done uint64
 	for !stop.Load() {
 		n := batch
@@ -210,15 +209,19 @@ func touchLoop(ctx context.Context, b *Block, p Params, start time.Time, stop *a
 				}
 			}
 		}
-		yielding := batchStart.Before(yieldUntil)
-		if yielding {
+		first := done == 0 && p.SharedStartWindow > 0
+		if first {
 			n = min(n, sharedStartBatch)
 		}
 		t.touch(p.Scan, n)
 		done += n
 		touched.Store(done)
-		if yielding {
-			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		if first {
+			// Begun (the first batch is this worker's start): now leave the
+			// CPU to the workers that have not, until the window ends.
+			if !sleepUntil(ctx, pauseUntil) {
+				return StopCanceled
+			}
 		}
 		now := time.Now()
 		if !deadline.IsZero() && !now.Before(deadline) {
@@ -229,6 +232,22 @@ func touchLoop(ctx context.Context, b *Block, p Params, start time.Time, stop *a
 		}
 	}
 	return StopCanceled
+}
+
+// sleepUntil sleeps until t; false if ctx ended first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return true
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // adaptBatch steers the batch size toward targetBatch of work.
