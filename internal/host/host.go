@@ -60,20 +60,21 @@ func ReadVMStat() (VMStat, error) {
 // be present.
 func ParseVMStat(b []byte) (VMStat, error) {
 	var v VMStat
-	found := 0
+	var found [3]bool // pswpin, pswpout, pgmajfault
 	for _, line := range bytes.Split(b, []byte{'\n'}) {
 		name, value, ok := bytes.Cut(line, []byte{' '})
 		if !ok {
 			continue
 		}
 		var dst *uint64
+		var key int
 		switch string(name) {
 		case "pswpin":
-			dst = &v.PswpIn
+			dst, key = &v.PswpIn, 0
 		case "pswpout":
-			dst = &v.PswpOut
+			dst, key = &v.PswpOut, 1
 		case "pgmajfault":
-			dst = &v.PgMajFault
+			dst, key = &v.PgMajFault, 2
 		default:
 			continue
 		}
@@ -82,9 +83,9 @@ func ParseVMStat(b []byte) (VMStat, error) {
 			return VMStat{}, fmt.Errorf("parse vmstat %s: %w", name, err)
 		}
 		*dst = n
-		found++
+		found[key] = true
 	}
-	if found < 3 {
+	if found != [3]bool{true, true, true} {
 		return VMStat{}, fmt.Errorf("parse vmstat: pswpin, pswpout or pgmajfault missing")
 	}
 	return v, nil
