@@ -123,3 +123,34 @@ func TestQuantileIsExact(t *testing.T) {
 		}
 	}
 }
+
+// Curves measured on the development machine (2 vCPUs, kernel 6.18) with
+// headroom density: a 2 GiB node with 6 GiB of swap and 256 MiB workers
+// (seq and random), and make demo's 1 GiB node with random access.
+func TestDetectRegimesOnMeasuredCurves(t *testing.T) {
+	tests := []struct {
+		name  string
+		rates []float64
+		want  Regimes
+	}{
+		{"seq, 2 GiB node", []float64{81899825, 120456348, 112741224, 87569971, 98503467, 119325359, 127396765, 90902229, 50317299,
+			60821, 66243, 62998, 53745, 57301, 56365, 54762, 53299, 53259, 55033, 50974, 43148},
+			Regimes{PeakPagesPerSec: 127396765, PeakWorkers: 7, KneeWorkers: 8, PlateauStartWorkers: 10, PlateauPagesPerSec: 54897.5}},
+		{"random, 2 GiB node", []float64{68130040, 128749956, 120470658, 109563174, 110932128, 111045839, 112526325, 85752652, 45616044,
+			33978462, 8721767, 129291, 118141, 97559, 85630, 67462, 65598, 69678, 60112, 60965, 62963},
+			Regimes{PeakPagesPerSec: 128749956, PeakWorkers: 2, KneeWorkers: 8, PlateauStartWorkers: 12, PlateauPagesPerSec: 68570}},
+		{"random, make demo's 1 GiB node", []float64{72243514, 141387121, 125586653, 77380809, 56017270, 14073849, 79098, 67086, 57622, 57817},
+			Regimes{PeakPagesPerSec: 141387121, PeakWorkers: 2, KneeWorkers: 4, PlateauStartWorkers: 7, PlateauPagesPerSec: 62451.5}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := DetectRegimes(curve(tt.rates...))
+			if got != tt.want {
+				t.Fatalf("DetectRegimes = %+v, want %+v", got, tt.want)
+			}
+			if got.PeakPagesPerSec/got.PlateauPagesPerSec < 10 {
+				t.Fatalf("plateau only %.1fx below the peak", got.PeakPagesPerSec/got.PlateauPagesPerSec)
+			}
+		})
+	}
+}
