@@ -42,7 +42,8 @@ type Harness struct {
 	p        Params
 	rep      Reporter
 	dir      string
-	scope    cgroup.Group
+	backend  Backend
+	scope    cgroup.Group // the backend's node cgroup
 	metaDir  string
 	step     atomic.Int64 // current step index, for the node timeline
 	workers  *results.JSONLines
@@ -100,17 +101,17 @@ func Run(ctx context.Context, p Params, rep Reporter) (dir string, run *results.
 	run.Machine = machineFacts()
 	run.Node = h.nodeFacts(run.Machine, swap)
 
-	scope, err := h.prepareScope(run.Node)
+	backend, err := h.prepareNode(run.Node)
 	if err != nil {
 		return h.dir, run, err
 	}
-	h.scope = scope
+	h.backend, h.scope = backend, backend.Scope()
 	defer func() {
-		if rerr := cgroup.Remove(scope, 30*time.Second); rerr != nil && err == nil {
-			err = rerr
+		if cerr := backend.Close(); cerr != nil && err == nil {
+			err = cerr
 		}
 	}()
-	run.Node.Scope = scope.Path()
+	run.Node.Scope = h.scope.Path()
 
 	if h.workers, err = results.AppendLines(filepath.Join(h.dir, results.WorkersFile)); err != nil {
 		return h.dir, run, err
@@ -218,30 +219,25 @@ func (h *Harness) nodeFacts(m results.Machine, swap swapSetup) results.Node {
 	return n
 }
 
-// prepareScope creates the run's node cgroup: its memory limit is the
-// node's RAM and (v1) its memory+swap limit RAM plus the node's swap.
-func (h *Harness) prepareScope(node results.Node) (cgroup.Group, error) {
-	root, err := cgroup.Open("/")
+// prepareNode creates the run's node through the backend, limited to the
+// node's RAM and swap when --node-memory is set.
+func (h *Harness) prepareNode(node results.Node) (Backend, error) {
+	b, err := newBackend(h.p)
 	if err != nil {
 		return nil, err
 	}
-	g, err := cgroup.Create(root, fmt.Sprintf("headroom-density-%d", os.Getpid()))
-	if err != nil {
-		return nil, err
-	}
-	if h.p.NodeMemoryBytes > 0 {
-		if err := g.SetMemoryLimit(h.p.NodeMemoryBytes); err != nil {
-			cgroup.Remove(g, time.Second)
+	if cb, ok := b.(*cgroupBackend); ok && h.p.NodeMemoryBytes > 0 {
+		if err := cb.limit(h.p.NodeMemoryBytes, node.SwapBytes); err != nil {
+			b.Close()
 			return nil, err
 		}
-		if err := g.SetSwapLimit(node.SwapBytes); err != nil {
-			cgroup.Remove(g, time.Second)
-			return nil, err
-		}
-
 	}
 	h.metaDir = filepath.Join(h.dir, "workloads")
-	return g, os.MkdirAll(h.metaDir, 0o755)
+	if err := os.MkdirAll(h.metaDir, 0o755); err != nil {
+		b.Close()
+		return nil, err
+	}
+	return b, nil
 }
 
 // startAgent runs `headroom agent` on the run's node for the whole run;
@@ -339,15 +335,10 @@ func (h *Harness) sampleNode(ctx context.Context) (stop func()) {
 	return func() { close(done); wg.Wait() }
 }
 
-// worker is one started worker of a step.
+// worker is one started worker of a step, with when it was created.
 type worker struct {
-	name    string
-	group   cgroup.Group
-	cmd     *exec.Cmd
+	Worker
 	created time.Time
-	stderr  bytes.Buffer
-	exited  chan struct{}
-	waitErr error
 }
 
 // runStep runs n workers together once and tears them down.
@@ -375,8 +366,8 @@ func (h *Harness) runStep(ctx context.Context, index, n, repeat int) results.Ste
 		}
 		workers = append(workers, w)
 		go func() {
-			<-w.exited
-			cancelReady(fmt.Errorf("worker %s exited before it was ready: %v: %s", w.name, w.waitErr, lastLine(w.stderr.String())))
+			<-w.Exited()
+			cancelReady(fmt.Errorf("worker %s exited before it was ready: %s", w.Name(), lastLine(w.Stderr())))
 		}()
 	}
 	readyTimeout := 60*time.Second + time.Duration(n)*time.Duration(h.p.MemorySizeBytes/(20<<20))*time.Second
@@ -426,84 +417,49 @@ func (h *Harness) loadParams() memload.Params {
 	}
 }
 
-// startWorker creates the worker's cgroup (limit: the declared VM memory),
-// its metadata for the agent, and its process inside the cgroup.
+// startWorker writes the worker's metadata for the agent and starts it
+// through the backend.
 func (h *Harness) startWorker(name string, params memload.Params, seed uint64, controller string) (*worker, error) {
-	w := &worker{name: name, created: time.Now(), exited: make(chan struct{})}
-	g, err := cgroup.Create(h.scope, name)
-	if err != nil {
-		return nil, err
-	}
-	w.group = g
-	if err := g.SetMemoryLimit(h.p.VMMemoryBytes); err != nil {
-		cgroup.Remove(g, time.Second)
-		return nil, fmt.Errorf("worker %s: %w", name, err)
-	}
 	md := fmt.Sprintf(`{"name":%q,"priority":0,"memoryRequest":%d}`, name, h.p.RequestBytes())
 	if err := os.WriteFile(filepath.Join(h.metaDir, name+".json"), []byte(md), 0o644); err != nil {
-		cgroup.Remove(g, time.Second)
 		return nil, err
 	}
 	params.Seed += seed
-	args := append([]string{"load"}, loadrun.Args(params)...)
-	args = append(args, "--controller", controller, "--worker-id", name)
-	// Join the cgroup before exec, so the workload's first page is charged to it.
-	script := `echo $$ > "$0/cgroup.procs" && exec "$@"`
-	w.cmd = exec.Command("/bin/sh", append([]string{"-c", script, g.Path(), h.p.Executable}, args...)...)
-	w.cmd.Stderr = &limitedWriter{buf: &w.stderr, max: 4096}
-	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := w.cmd.Start(); err != nil {
-		cgroup.Remove(g, time.Second)
-		return nil, fmt.Errorf("start worker %s: %w", name, err)
+	args := append(loadrun.Args(params), "--controller", controller, "--worker-id", name)
+	created := time.Now()
+	w, err := h.backend.StartWorker(name, h.p.VMMemoryBytes, args)
+	if err != nil {
+		return nil, err
 	}
-	go func() {
-		w.waitErr = w.cmd.Wait()
-		close(w.exited)
-	}()
-	return w, nil
+	return &worker{Worker: w, created: created}, nil
 }
 
-// limitedWriter keeps the first max bytes written.
-type limitedWriter struct {
-	mu  sync.Mutex
-	buf *bytes.Buffer
-	max int
-}
-
-func (l *limitedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if room := l.max - l.buf.Len(); room > 0 {
-		l.buf.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
-}
-
-// teardown stops every worker (SIGTERM, then SIGKILL) and removes its cgroup.
+// teardown stops every worker (then kills what is left after a grace
+// period) and releases them.
 func (h *Harness) teardown(workers []*worker) {
 	for _, w := range workers {
 		select {
-		case <-w.exited:
+		case <-w.Exited():
 		default:
-			w.cmd.Process.Signal(syscall.SIGTERM)
+			w.Stop()
 		}
 	}
 	grace := time.After(5 * time.Second)
 	for _, w := range workers {
 		select {
-		case <-w.exited:
+		case <-w.Exited():
 		case <-grace:
 			for _, other := range workers {
-				other.cmd.Process.Kill()
+				other.Kill()
 			}
-			<-w.exited
+			<-w.Exited()
 		}
 	}
 	for _, w := range workers {
-		if err := cgroup.Remove(w.group, 10*time.Second); err != nil {
+		if err := w.Remove(); err != nil {
 			h.rep.Note("teardown: %v", err)
 		}
-		os.Remove(filepath.Join(h.metaDir, w.name+".json"))
+		os.Remove(filepath.Join(h.metaDir, w.Name()+".json"))
 	}
 }
 
@@ -517,9 +473,9 @@ func (h *Harness) summarize(step *results.Step, res []loadctl.Result, workers []
 	// Give workers that failed a moment to exit so their exit status tells
 	// an OOM kill from other failures.
 	for _, w := range workers {
-		if r := byName[w.name]; r.Failed() {
+		if r := byName[w.Name()]; r.Failed() {
 			select {
-			case <-w.exited:
+			case <-w.Exited():
 			case <-time.After(2 * time.Second):
 			}
 		}
@@ -533,8 +489,8 @@ func (h *Harness) summarize(step *results.Step, res []loadctl.Result, workers []
 	}
 	var create []float64
 	for _, w := range workers {
-		r, ok := byName[w.name]
-		wr := results.WorkerResult{Name: w.name}
+		r, ok := byName[w.Name()]
+		wr := results.WorkerResult{Name: w.Name()}
 		if ok && !r.ReadyAt.IsZero() {
 			wr.CreateToReadySeconds = r.ReadyAt.Sub(w.created).Seconds()
 			create = append(create, wr.CreateToReadySeconds)
@@ -545,14 +501,10 @@ func (h *Harness) summarize(step *results.Step, res []loadctl.Result, workers []
 		if !r.StartedAt.IsZero() {
 			wr.StartOffsetSeconds = r.StartedAt.Sub(first).Seconds()
 		}
-		// The kernel counts an OOM kill in the victim's own cgroup, so a
-		// worker killed by anything else is not mistaken for one.
-		if m, err := w.group.Memory(); err == nil && m.OOMKills > 0 {
-			wr.OOMKilled = true
-		}
+		wr.OOMKilled = w.OOMKilled()
 		switch {
 		case !ok:
-			wr.Error = "never connected to the controller: " + lastLine(w.stderr.String())
+			wr.Error = "never connected to the controller: " + lastLine(w.Stderr())
 		case r.Summary != nil:
 			wr.PagesPerSec, wr.MajorFaultsPerSec = r.Summary.PagesPerSec, r.Summary.MajorFaultsPerSec
 			if reason := r.Summary.StopReason; reason != memload.StopDuration {
@@ -570,7 +522,7 @@ func (h *Harness) summarize(step *results.Step, res []loadctl.Result, workers []
 		if wr.Error != "" {
 			step.Failed = true
 			if step.FailReason == "" {
-				step.FailReason = fmt.Sprintf("worker %s %s", w.name, wr.Error)
+				step.FailReason = fmt.Sprintf("worker %s %s", w.Name(), wr.Error)
 			}
 		}
 		if wr.OOMKilled {

@@ -158,3 +158,32 @@ func TestSystemInterruptKeepsPartialResults(t *testing.T) {
 		t.Fatalf("the interrupted step's measurements were lost: %+v", read.Steps[0])
 	}
 }
+
+// A zram tier sits in front of the swap file for the run and is reset after.
+func TestSystemZramTier(t *testing.T) {
+	p := smallNode(t)
+	p.Deployments = []int{1}
+	p.ZramBytes = 128 << 20
+	_, run, err := Run(context.Background(), p, testReporter{t: t})
+	assertRestored(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var zram, file bool
+	for _, d := range run.Machine.SwapDevices {
+		zram = zram || (strings.Contains(d.Path, "zram") && d.Priority == 100)
+		file = file || strings.Contains(d.Path, "headroom-density-swap")
+	}
+	if !zram || !file || !strings.Contains(run.Node.SwapTier, "zram") || run.Steps[0].Failed {
+		t.Fatalf("swap devices %+v, node %+v, step %+v", run.Machine.SwapDevices, run.Node, run.Steps[0])
+	}
+	swaps, _ := os.ReadFile("/proc/swaps")
+	if strings.Contains(string(swaps), "zram") {
+		t.Fatalf("zram still swapping:\n%s", swaps)
+	}
+	for _, z := range []string{"/sys/block/zram0/disksize", "/sys/block/zram1/disksize"} {
+		if b, err := os.ReadFile(z); err == nil && strings.TrimSpace(string(b)) != "0" {
+			t.Fatalf("%s = %s after the run", z, b)
+		}
+	}
+}
