@@ -173,7 +173,7 @@ func (r *densityReporter) Status(step, workers, ready int, elapsed time.Duration
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	fmt.Fprintf(r.status, "\r\033[Kstep %d: %d workers, %d ready, %5.1fs, %s pages/s", step, workers, ready, elapsed.Seconds(), siRate(pagesPerSec))
+	fmt.Fprintf(r.status, "\r\033[Kstep %d: %d workers, %d ready, %5.1fs, %s pages/s", step, workers, ready, elapsed.Seconds(), units.FormatRate(pagesPerSec))
 }
 
 func (r *densityReporter) clearStatus() {
@@ -218,8 +218,8 @@ func (r *densityReporter) StepDone(s results.Step) {
 	if s.Failed {
 		status = "FAILED: " + s.FailReason
 	}
-	fmt.Fprintf(r.out, "%4d %7d %12s %12s %12s %10s %10s %8.2fs %9.3f %7.1f%%  %s\n", s.Index, s.Workers, siRate(s.AggregatePagesPerSec),
-		siRate(lo), siRate(hi), siRate(s.SwapInPagesPerSec), siRate(s.MajorFaultsPerSec), s.CreateP95Seconds,
+	fmt.Fprintf(r.out, "%4d %7d %12s %12s %12s %10s %10s %8.2fs %9.3f %7.1f%%  %s\n", s.Index, s.Workers, units.FormatRate(s.AggregatePagesPerSec),
+		units.FormatRate(lo), units.FormatRate(hi), units.FormatRate(s.SwapInPagesPerSec), units.FormatRate(s.MajorFaultsPerSec), s.CreateP95Seconds,
 		s.StartSkewSeconds*1e3, s.PSIFullPercent, status)
 }
 
@@ -230,15 +230,15 @@ func (r *densityReporter) finish(dir string, run *results.Run) {
 	}
 	reg := results.DetectRegimes(run.Points())
 	fmt.Fprintf(r.out, "stopped: %s\n", run.StopReason)
-	fmt.Fprintf(r.out, "peak %s pages/s at %d workers; last step in RAM: %d workers", siRate(reg.PeakPagesPerSec), reg.PeakWorkers, reg.KneeWorkers)
+	fmt.Fprintf(r.out, "peak %s pages/s at %d workers; last step in RAM: %d workers", units.FormatRate(reg.PeakPagesPerSec), reg.PeakWorkers, reg.KneeWorkers)
 	if reg.PlateauStartWorkers > 0 {
-		fmt.Fprintf(r.out, "; plateau %s pages/s from %d workers (%.0fx below the peak)", siRate(reg.PlateauPagesPerSec),
+		fmt.Fprintf(r.out, "; plateau %s pages/s from %d workers (%.0fx below the peak)", units.FormatRate(reg.PlateauPagesPerSec),
 			reg.PlateauStartWorkers, reg.PeakPagesPerSec/reg.PlateauPagesPerSec)
 	}
 	fmt.Fprintln(r.out)
 	if in := plateauPageIns(run, reg); in > 0 && run.Node.SwapReadIOPS > 0 {
 		fmt.Fprintf(r.out, "plateau page-ins: %s pages/s = %.1f%% of the swap device's 4 KiB random-read rate (%s IOPS)\n",
-			siRate(in), 100*in/run.Node.SwapReadIOPS, siRate(run.Node.SwapReadIOPS))
+			units.FormatRate(in), 100*in/run.Node.SwapReadIOPS, units.FormatRate(run.Node.SwapReadIOPS))
 	}
 	fmt.Fprintf(r.out, "results: %s (%s)\n", dir, units.FormatBytes(run.Node.MemoryBytes)+" node")
 }
@@ -260,16 +260,4 @@ func plateauPageIns(run *results.Run, reg results.Regimes) float64 {
 		return 0
 	}
 	return sum / float64(n)
-}
-
-func siRate(v float64) string {
-	switch {
-	case v >= 1e9:
-		return fmt.Sprintf("%.2fG", v/1e9)
-	case v >= 1e6:
-		return fmt.Sprintf("%.2fM", v/1e6)
-	case v >= 1e4:
-		return fmt.Sprintf("%.1fk", v/1e3)
-	}
-	return fmt.Sprintf("%.0f", v)
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strconv"
 	"sync"
 	"time"
 
@@ -55,7 +54,7 @@ func (p *printer) populated(pop memload.PopulateStats) {
 		return
 	}
 	fmt.Fprintf(p.w, "populated %d pages in %.2f s (%s pages/s, %d major faults)\n",
-		pop.Pages, pop.Seconds, si(pop.PagesPerSec), pop.MajorFaults)
+		pop.Pages, pop.Seconds, units.FormatRate(pop.PagesPerSec), pop.MajorFaults)
 }
 
 func (p *printer) record(r memload.Record) {
@@ -69,8 +68,8 @@ func (p *printer) record(r memload.Record) {
 		fmt.Fprintf(p.w, "%8s %10s %10s %10s %10s %10s\n", "elapsed", "pages/s", "majflt/s", "minflt/s", "rss", "swap")
 	}
 	p.rows++
-	fmt.Fprintf(p.w, "%7.1fs %10s %10s %10s %10s %10s\n", r.ElapsedSeconds, si(r.PagesPerSec),
-		si(float64(r.MajorFaults)/r.IntervalSeconds), si(float64(r.MinorFaults)/r.IntervalSeconds),
+	fmt.Fprintf(p.w, "%7.1fs %10s %10s %10s %10s %10s\n", r.ElapsedSeconds, units.FormatRate(r.PagesPerSec),
+		units.FormatRate(float64(r.MajorFaults)/r.IntervalSeconds), units.FormatRate(float64(r.MinorFaults)/r.IntervalSeconds),
 		units.FormatBytes(r.RSSBytes), units.FormatBytes(r.SwapBytes))
 }
 
@@ -82,28 +81,15 @@ func (p *printer) summary(s memload.Summary) {
 		return
 	}
 	fmt.Fprintf(p.w, "summary: %d pages in %.2f s = %s pages/s; %d major faults (%s/s), %d minor; cpu user %.2f s sys %.2f s; populate %.2f s; stopped: %s\n",
-		s.Pages, s.Seconds, si(s.PagesPerSec), s.MajorFaults, si(s.MajorFaultsPerSec), s.MinorFaults,
+		s.Pages, s.Seconds, units.FormatRate(s.PagesPerSec), s.MajorFaults, units.FormatRate(s.MajorFaultsPerSec), s.MinorFaults,
 		s.UserCPUSeconds, s.SystemCPUSeconds, s.PopulateSeconds, s.StopReason)
-}
-
-// si renders a rate with a k/M/G suffix and three significant digits.
-func si(v float64) string {
-	switch {
-	case v >= 1e9:
-		return strconv.FormatFloat(v/1e9, 'f', 2, 64) + "G"
-	case v >= 1e6:
-		return strconv.FormatFloat(v/1e6, 'f', 2, 64) + "M"
-	case v >= 1e4:
-		return strconv.FormatFloat(v/1e3, 'f', 1, 64) + "k"
-	}
-	return strconv.FormatFloat(v, 'f', 0, 64)
 }
 
 func rateText(r float64) string {
 	if r == 0 {
 		return "unlimited"
 	}
-	return si(r) + " pages/s"
+	return units.FormatRate(r) + " pages/s"
 }
 
 // note prints a progress line (table mode only).
@@ -137,7 +123,7 @@ func (p *printer) progress(l *latestRates, every time.Duration) (stop func()) {
 				if n == 0 {
 					continue // no worker has finished an interval yet
 				}
-				p.note("%7.1fs  aggregate %s pages/s from %d workers", now.Sub(start).Seconds(), si(total), n)
+				p.note("%7.1fs  aggregate %s pages/s from %d workers", now.Sub(start).Seconds(), units.FormatRate(total), n)
 			case <-done:
 				return
 			}
@@ -167,7 +153,7 @@ func (p *printer) fleet(results []loadctl.Result, agg FleetSummary) {
 			status = "FAILED: " + r.Err
 		}
 		if r.Summary != nil {
-			rate, majflt = si(r.Summary.PagesPerSec), si(r.Summary.MajorFaultsPerSec)
+			rate, majflt = units.FormatRate(r.Summary.PagesPerSec), units.FormatRate(r.Summary.MajorFaultsPerSec)
 		}
 		pop, started := "-", "-"
 		if r.Populate != nil {
@@ -179,5 +165,5 @@ func (p *printer) fleet(results []loadctl.Result, agg FleetSummary) {
 		fmt.Fprintf(p.w, "%-8s %10s %10s %10s %12s  %s\n", r.Worker, rate, majflt, pop, started, status)
 	}
 	fmt.Fprintf(p.w, "aggregate: %d workers (%d failed), %s pages/s, %s major faults/s, slowest populate %.2f s, start skew %.3f ms\n",
-		agg.Workers, agg.Failed, si(agg.PagesPerSec), si(agg.MajorFaultsPerSec), agg.PopulateSeconds, agg.StartSkewSeconds*1e3)
+		agg.Workers, agg.Failed, units.FormatRate(agg.PagesPerSec), units.FormatRate(agg.MajorFaultsPerSec), agg.PopulateSeconds, agg.StartSkewSeconds*1e3)
 }

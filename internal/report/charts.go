@@ -13,6 +13,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/headroom-dev/headroom/internal/results"
+	"github.com/headroom-dev/headroom/internal/units"
 )
 
 // chart is a plot ready to render in several formats.
@@ -129,7 +130,7 @@ func aggregateChart(runs []Run) chart {
 				l.Dashes = []vg.Length{vg.Points(1), vg.Points(3)}
 				l.Width = vg.Points(2)
 				p.Add(l)
-				p.Legend.Add(fmt.Sprintf("%s: swap device 4 KiB random read (%s IOPS)", r.Label, rate(iops)), l)
+				p.Legend.Add(fmt.Sprintf("%s: swap device 4 KiB random read (%s IOPS)", r.Label, units.FormatRate(iops)), l)
 			}
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/headroom-dev/headroom/internal/results"
+	"github.com/headroom-dev/headroom/internal/units"
 )
 
 // Summary is the computed summary of one run (report --json).
@@ -153,25 +154,13 @@ type pageData struct {
 }
 
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
-	"rate": func(v float64) string { return rate(v) },
+	"rate": units.FormatRate,
 	"pct":  func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) },
 	"f1":   func(v float64) string { return fmt.Sprintf("%.1f", v) },
 	"f3":   func(v float64) string { return fmt.Sprintf("%.3f", v) },
 	"ms":   func(v float64) string { return fmt.Sprintf("%.3f", v*1e3) },
 	"gib":  func(v uint64) string { return fmt.Sprintf("%.2f GiB", float64(v)/(1<<30)) },
 }).Parse(pageTemplate))
-
-func rate(v float64) string {
-	switch {
-	case v >= 1e9:
-		return fmt.Sprintf("%.2fG", v/1e9)
-	case v >= 1e6:
-		return fmt.Sprintf("%.2fM", v/1e6)
-	case v >= 1e4:
-		return fmt.Sprintf("%.1fk", v/1e3)
-	}
-	return fmt.Sprintf("%.0f", v)
-}
 
 const pageTemplate = `<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>headroom density report</title>

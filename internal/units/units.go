@@ -120,3 +120,17 @@ func ParseFraction(s string) (float64, error) {
 	}
 	return f, nil
 }
+
+// FormatRate renders a per-second rate compactly with a k, M or G suffix:
+// "84.08M", "61.6k", "950".
+func FormatRate(v float64) string {
+	switch {
+	case v >= 1e9:
+		return strconv.FormatFloat(v/1e9, 'f', 2, 64) + "G"
+	case v >= 1e6:
+		return strconv.FormatFloat(v/1e6, 'f', 2, 64) + "M"
+	case v >= 1e4:
+		return strconv.FormatFloat(v/1e3, 'f', 1, 64) + "k"
+	}
+	return strconv.FormatFloat(v, 'f', 0, 64)
+}

@@ -129,3 +129,11 @@ func formatUint(n uint64) string {
 		}
 	}
 }
+
+func TestFormatRate(t *testing.T) {
+	for in, want := range map[float64]string{0: "0", 950: "950", 61600: "61.6k", 84.08e6: "84.08M", 2.5e9: "2.50G"} {
+		if got := FormatRate(in); got != want {
+			t.Errorf("FormatRate(%g) = %q, want %q", in, got, want)
+		}
+	}
+}
