@@ -167,56 +167,57 @@ func perWorkerChart(runs []Run) chart {
 	return chart{name: "per-worker", title: "Per-worker pages/s spread per step", p: p}
 }
 
+// series is one per-step value drawn for every run.
+type series struct {
+	label string
+	value func(results.Step) float64
+}
+
+// dashes per series position: solid, dashed, dotted.
+var seriesDashes = [][]vg.Length{nil, {vg.Points(5), vg.Points(3)}, {vg.Points(1), vg.Points(2)}}
+
+// stepChart draws each series per step for every run, one colour per run.
+func stepChart(p *plot.Plot, runs []Run, logY bool, ss ...series) {
+	for i, r := range runs {
+		for j, s := range ss {
+			var pts plotter.XYs
+			for _, st := range r.Steps {
+				y := s.value(st)
+				if logY {
+					y = floor(y)
+				}
+				pts = append(pts, plotter.XY{X: float64(st.Workers), Y: y})
+			}
+			addLine(p, r.Label+": "+s.label, pts, runColor(i), seriesDashes[j%len(seriesDashes)], j)
+		}
+	}
+}
+
 // swapChart: node swap-in, swap-out and major faults per step.
 func swapChart(runs []Run) chart {
 	p := newPlot("Swap traffic and major faults", "workers", "per second (log)", true, true)
-	for i, r := range runs {
-		var in, out, maj plotter.XYs
-		for _, s := range r.Steps {
-			x := float64(s.Workers)
-			in = append(in, plotter.XY{X: x, Y: floor(s.SwapInPagesPerSec)})
-			out = append(out, plotter.XY{X: x, Y: floor(s.SwapOutPagesPerSec)})
-			maj = append(maj, plotter.XY{X: x, Y: floor(s.MajorFaultsPerSec)})
-		}
-		c := runColor(i)
-		addLine(p, r.Label+": swap-in pages/s", in, c, nil, 0)
-		addLine(p, r.Label+": swap-out pages/s", out, c, []vg.Length{vg.Points(5), vg.Points(3)}, 1)
-		addLine(p, r.Label+": major faults/s", maj, c, []vg.Length{vg.Points(1), vg.Points(2)}, 2)
-	}
+	stepChart(p, runs, true,
+		series{"swap-in pages/s", func(s results.Step) float64 { return s.SwapInPagesPerSec }},
+		series{"swap-out pages/s", func(s results.Step) float64 { return s.SwapOutPagesPerSec }},
+		series{"major faults/s", func(s results.Step) float64 { return s.MajorFaultsPerSec }})
 	return chart{name: "swap", title: "Swap-in/out and major faults per step", p: p}
 }
 
 // psiChart: memory pressure (PSI) per step.
 func psiChart(runs []Run) chart {
 	p := newPlot("Memory pressure (PSI)", "workers", "stall share of the step (%)", false, true)
-	for i, r := range runs {
-		var some, full plotter.XYs
-		for _, s := range r.Steps {
-			some = append(some, plotter.XY{X: float64(s.Workers), Y: s.PSISomePercent})
-			full = append(full, plotter.XY{X: float64(s.Workers), Y: s.PSIFullPercent})
-		}
-		c := runColor(i)
-		addLine(p, r.Label+": some", some, c, nil, 0)
-		addLine(p, r.Label+": full", full, c, []vg.Length{vg.Points(5), vg.Points(3)}, 1)
-	}
+	stepChart(p, runs, false,
+		series{"some", func(s results.Step) float64 { return s.PSISomePercent }},
+		series{"full", func(s results.Step) float64 { return s.PSIFullPercent }})
 	return chart{name: "psi", title: "Memory pressure per step", p: p}
 }
 
 // latencyChart: creation-to-ready latency p50/p95/p99 per step (exact).
 func latencyChart(runs []Run) chart {
 	p := newPlot("Creation-to-ready latency", "workers", "seconds", false, true)
-	for i, r := range runs {
-		var p50, p95, p99 plotter.XYs
-		for _, s := range r.Steps {
-			x := float64(s.Workers)
-			p50 = append(p50, plotter.XY{X: x, Y: s.CreateP50Seconds})
-			p95 = append(p95, plotter.XY{X: x, Y: s.CreateP95Seconds})
-			p99 = append(p99, plotter.XY{X: x, Y: s.CreateP99Seconds})
-		}
-		c := runColor(i)
-		addLine(p, r.Label+": p50", p50, c, nil, 0)
-		addLine(p, r.Label+": p95", p95, c, []vg.Length{vg.Points(5), vg.Points(3)}, 1)
-		addLine(p, r.Label+": p99", p99, c, []vg.Length{vg.Points(1), vg.Points(2)}, 2)
-	}
+	stepChart(p, runs, false,
+		series{"p50", func(s results.Step) float64 { return s.CreateP50Seconds }},
+		series{"p95", func(s results.Step) float64 { return s.CreateP95Seconds }},
+		series{"p99", func(s results.Step) float64 { return s.CreateP99Seconds }})
 	return chart{name: "latency", title: "Creation-to-ready latency p50/p95/p99 per step", p: p}
 }
