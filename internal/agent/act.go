@@ -36,7 +36,7 @@ type SignalEvictor struct {
 
 // Begin sends SIGTERM to every process of the workload.
 func (e SignalEvictor) Begin(g cgroup.Group) error {
-	if err := signalTree(g, syscall.SIGTERM); err != nil {
+	if err := cgroup.Signal(g, syscall.SIGTERM); err != nil {
 		return fmt.Errorf("SIGTERM %s: %w", g.Path(), err)
 	}
 	return nil
@@ -61,26 +61,6 @@ func (e SignalEvictor) Finish(ctx context.Context, g cgroup.Group) error {
 			return g.Kill()
 		}
 	}
-}
-
-func signalTree(g cgroup.Group, sig syscall.Signal) error {
-	groups := []cgroup.Group{g}
-	for i := 0; i < len(groups); i++ {
-		kids, _ := groups[i].Children()
-		groups = append(groups, kids...)
-	}
-	for _, grp := range groups {
-		pids, err := grp.Procs()
-		if err != nil {
-			return err
-		}
-		for _, pid := range pids {
-			if err := syscall.Kill(pid, sig); err != nil && err != syscall.ESRCH {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 func empty(g cgroup.Group) bool {

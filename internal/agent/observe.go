@@ -107,7 +107,7 @@ func scopeFromGroup(m cgroup.Memory, hostMem host.Memory) policy.Scope {
 
 func (o *observer) readPSI() (host.PSI, error) {
 	if f := o.scope.PressureFile(); f != "" && !o.hostScope {
-		return readPSIFile(f)
+		return host.ReadPSIFile(f)
 	}
 	return host.ReadMemoryPSI()
 }

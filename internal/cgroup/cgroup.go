@@ -263,9 +263,14 @@ func childDirs(dir string) ([]string, error) {
 	return out, nil
 }
 
+// Signal sends sig to every process in g and in its descendant groups.
+func Signal(g Group, sig syscall.Signal) error { return signalTree(g.Path(), sig) }
+
 // killTree SIGKILLs every process in dir and its descendants (v1 has no
 // cgroup.kill).
-func killTree(dir string) error {
+func killTree(dir string) error { return signalTree(dir, syscall.SIGKILL) }
+
+func signalTree(dir string, sig syscall.Signal) error {
 	var firstErr error
 	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 		if err != nil || !d.IsDir() {
@@ -276,7 +281,7 @@ func killTree(dir string) error {
 			firstErr = err
 		}
 		for _, pid := range pids {
-			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && err != syscall.ESRCH && firstErr == nil {
+			if err := syscall.Kill(pid, sig); err != nil && err != syscall.ESRCH && firstErr == nil {
 				firstErr = err
 			}
 		}

@@ -1,6 +1,6 @@
 //go:build system
 
-package cgroup
+package cgroup_test
 
 import (
 	"os"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/headroom-dev/headroom/internal/cgroup"
 	"github.com/headroom-dev/headroom/internal/testenv"
 )
 
@@ -16,7 +17,7 @@ import (
 func TestSystemV1MemoryGroup(t *testing.T) {
 	testenv.SwapFile(t, 256<<20)
 	scopeCg := testenv.NewMemoryCgroup(t, 512<<20)
-	scope, err := OpenAt(V1, testenv.CgroupV1MemoryRoot, strings.TrimPrefix(scopeCg.Path, testenv.CgroupV1MemoryRoot))
+	scope, err := cgroup.OpenAt(cgroup.V1, testenv.CgroupV1MemoryRoot, strings.TrimPrefix(scopeCg.Path, testenv.CgroupV1MemoryRoot))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,11 @@ func TestSystemV1MemoryGroup(t *testing.T) {
 	if err != nil || m.OOMKills != 0 {
 		t.Fatalf("after the 80 MiB workload: %+v, %v", m, err)
 	}
-	if peak, err := readUint(filepath.Join(child, "memory.memsw.max_usage_in_bytes")); err != nil || peak <= 64<<20 {
+	b, err := os.ReadFile(filepath.Join(child, "memory.memsw.max_usage_in_bytes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if peak, err := cgroup.ParseLimit(b); err != nil || peak <= 64<<20 {
 		t.Fatalf("memsw peak %d: the workload did not swap (%v)", peak, err)
 	}
 	// ... and 120 MiB does not: the kernel OOM-kills it, and Memory sees it.

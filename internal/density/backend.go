@@ -43,10 +43,11 @@ type Worker interface {
 	Remove() error
 }
 
-func newBackend(p Params) (Backend, error) {
+// newBackend creates the run's node, with nodeSwapBytes of swap.
+func newBackend(p Params, nodeSwapBytes uint64) (Backend, error) {
 	switch p.Backend {
 	case "cgroup":
-		return newCgroupBackend(p)
+		return newCgroupBackend(p, nodeSwapBytes)
 	}
 	return nil, fmt.Errorf("--backend %q is not available", p.Backend)
 }
@@ -59,9 +60,9 @@ type cgroupBackend struct {
 	executable string
 }
 
-// newCgroupBackend creates the node cgroup: its memory limit is the node's
-// RAM and its swap limit the node's swap.
-func newCgroupBackend(p Params) (*cgroupBackend, error) {
+// newCgroupBackend creates the node cgroup; with --node-memory its memory
+// limit is the node's RAM and its swap limit the node's swap.
+func newCgroupBackend(p Params, nodeSwapBytes uint64) (*cgroupBackend, error) {
 	root, err := cgroup.Open("/")
 	if err != nil {
 		return nil, err
@@ -70,15 +71,17 @@ func newCgroupBackend(p Params) (*cgroupBackend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &cgroupBackend{scope: g, executable: p.Executable}, nil
-}
-
-// limit sets the node's memory and swap limits.
-func (b *cgroupBackend) limit(memoryBytes, swapBytes uint64) error {
-	if err := b.scope.SetMemoryLimit(memoryBytes); err != nil {
-		return err
+	if p.NodeMemoryBytes > 0 {
+		err := g.SetMemoryLimit(p.NodeMemoryBytes)
+		if err == nil {
+			err = g.SetSwapLimit(nodeSwapBytes)
+		}
+		if err != nil {
+			cgroup.Remove(g, time.Second)
+			return nil, err
+		}
 	}
-	return b.scope.SetSwapLimit(swapBytes)
+	return &cgroupBackend{scope: g, executable: p.Executable}, nil
 }
 
 func (b *cgroupBackend) Scope() cgroup.Group { return b.scope }

@@ -1,7 +1,6 @@
 package density
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -16,7 +15,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/headroom-dev/headroom/internal/cgroup"
 	"github.com/headroom-dev/headroom/internal/host"
 	"github.com/headroom-dev/headroom/internal/loadctl"
 	"github.com/headroom-dev/headroom/internal/loadrun"
@@ -43,7 +41,6 @@ type Harness struct {
 	rep      Reporter
 	dir      string
 	backend  Backend
-	scope    cgroup.Group // the backend's node cgroup
 	metaDir  string
 	step     atomic.Int64 // current step index, for the node timeline
 	workers  *results.JSONLines
@@ -105,13 +102,13 @@ func Run(ctx context.Context, p Params, rep Reporter) (dir string, run *results.
 	if err != nil {
 		return h.dir, run, err
 	}
-	h.backend, h.scope = backend, backend.Scope()
+	h.backend = backend
 	defer func() {
 		if cerr := backend.Close(); cerr != nil && err == nil {
 			err = cerr
 		}
 	}()
-	run.Node.Scope = h.scope.Path()
+	run.Node.Scope = h.backend.Scope().Path()
 
 	if h.workers, err = results.AppendLines(filepath.Join(h.dir, results.WorkersFile)); err != nil {
 		return h.dir, run, err
@@ -222,15 +219,9 @@ func (h *Harness) nodeFacts(m results.Machine, swap swapSetup) results.Node {
 // prepareNode creates the run's node through the backend, limited to the
 // node's RAM and swap when --node-memory is set.
 func (h *Harness) prepareNode(node results.Node) (Backend, error) {
-	b, err := newBackend(h.p)
+	b, err := newBackend(h.p, node.SwapBytes)
 	if err != nil {
 		return nil, err
-	}
-	if cb, ok := b.(*cgroupBackend); ok && h.p.NodeMemoryBytes > 0 {
-		if err := cb.limit(h.p.NodeMemoryBytes, node.SwapBytes); err != nil {
-			b.Close()
-			return nil, err
-		}
 	}
 	h.metaDir = filepath.Join(h.dir, "workloads")
 	if err := os.MkdirAll(h.metaDir, 0o755); err != nil {
@@ -243,8 +234,8 @@ func (h *Harness) prepareNode(node results.Node) (Backend, error) {
 // startAgent runs `headroom agent` on the run's node for the whole run;
 // its decisions go to agent.jsonl in the results.
 func (h *Harness) startAgent() (stop func(), err error) {
-	mount := filepath.Dir(h.scope.Path())
-	scope := strings.TrimPrefix(h.scope.Path(), mount)
+	mount := filepath.Dir(h.backend.Scope().Path())
+	scope := strings.TrimPrefix(h.backend.Scope().Path(), mount)
 	out, err := os.Create(filepath.Join(h.dir, "agent.jsonl"))
 	if err != nil {
 		return nil, err
@@ -295,9 +286,9 @@ func (h *Harness) readCounters() nodeCounters {
 }
 
 func (h *Harness) readPSI() (host.PSI, error) {
-	if f := h.scope.PressureFile(); f != "" {
-		if b, err := os.ReadFile(f); err == nil {
-			return host.ParsePSI(bytes.NewReader(b))
+	if f := h.backend.Scope().PressureFile(); f != "" {
+		if p, err := host.ReadPSIFile(f); err == nil {
+			return p, nil
 		}
 	}
 	return host.ReadMemoryPSI()
@@ -321,7 +312,7 @@ func (h *Harness) sampleNode(ctx context.Context) (stop func()) {
 				if m, err := host.ReadMemory(); err == nil {
 					s.MemAvailableBytes = m.AvailableBytes
 				}
-				if u, err := h.scope.Usage(); err == nil {
+				if u, err := h.backend.Scope().Usage(); err == nil {
 					s.ScopeUsageBytes, s.ScopeSwapBytes = u.UsageBytes, u.SwapBytes
 				}
 				h.timeline.Write(s)

@@ -125,10 +125,14 @@ type PSI struct {
 }
 
 // ReadMemoryPSI reads the system-wide /proc/pressure/memory.
-func ReadMemoryPSI() (PSI, error) {
-	f, err := os.Open("/proc/pressure/memory")
+func ReadMemoryPSI() (PSI, error) { return ReadPSIFile("/proc/pressure/memory") }
+
+// ReadPSIFile reads a pressure file: /proc/pressure/* or a cgroup v2
+// memory.pressure.
+func ReadPSIFile(path string) (PSI, error) {
+	f, err := os.Open(path)
 	if err != nil {
-		return PSI{}, fmt.Errorf("read /proc/pressure/memory: %w", err)
+		return PSI{}, fmt.Errorf("read %s: %w", path, err)
 	}
 	defer f.Close()
 	return ParsePSI(f)

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/headroom-dev/headroom/internal/cgroup"
 )
 
 // InCI reports whether the tests run under CI (CI=true), where a missing
@@ -191,50 +193,24 @@ func HeadroomBinary(t testing.TB) string {
 }
 
 // remove kills what is left in the cgroup and its children and removes
-// them, deepest first.
+// them all.
 func (cg *MemoryCgroup) remove() error {
-	var dirs []string
-	filepath.WalkDir(cg.Path, func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			dirs = append(dirs, p)
-		}
-		return nil
-	})
-	for i := len(dirs) - 1; i >= 0; i-- {
-		if err := removeOne(dirs[i]); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// removeOne kills a cgroup's processes and removes the directory, waiting
-// for the kernel to reap them (v1 has no event for a cgroup emptying).
-func removeOne(dir string) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	g, err := cg.group()
+	if err != nil {
 		if os.IsNotExist(err) {
 			return nil
 		}
-		pids := strings.Fields(string(b))
-		for _, p := range pids {
-			if pid, err := strconv.Atoi(p); err == nil {
-				syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-		if len(pids) == 0 {
-			if err := os.Remove(dir); err == nil || os.IsNotExist(err) {
-				return nil
-			} else if time.Now().After(deadline) {
-				return fmt.Errorf("remove cgroup %s: %w", dir, err)
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("cgroup %s still has processes %v", dir, pids)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return err
 	}
+	return cgroup.Remove(g, 10*time.Second)
+}
+
+// group opens the test cgroup with the cgroup package.
+func (cg *MemoryCgroup) group() (cgroup.Group, error) {
+	if _, err := os.Stat(cg.Path); err != nil {
+		return nil, err
+	}
+	return cgroup.OpenAt(cgroup.V1, CgroupV1MemoryRoot, strings.TrimPrefix(cg.Path, CgroupV1MemoryRoot))
 }
 
 // Child creates a child cgroup with the given memory limit (removed with
@@ -253,22 +229,22 @@ func (cg *MemoryCgroup) Child(t testing.TB, name string, limitBytes int64) *Memo
 
 // OOMKills sums the kernel's OOM kills in the cgroup and its children.
 func (cg *MemoryCgroup) OOMKills() (uint64, error) {
+	g, err := cg.group()
+	if err != nil {
+		return 0, err
+	}
 	var total uint64
-	err := filepath.WalkDir(cg.Path, func(p string, d os.DirEntry, err error) error {
-		if err != nil || !d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(filepath.Join(p, "memory.oom_control"))
+	for groups := []cgroup.Group{g}; len(groups) > 0; groups = groups[1:] {
+		m, err := groups[0].Memory()
 		if err != nil {
-			return err
+			return 0, err
 		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
-				n, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-				total += n
-			}
+		total += m.OOMKills
+		kids, err := groups[0].Children()
+		if err != nil {
+			return 0, err
 		}
-		return nil
-	})
-	return total, err
+		groups = append(groups, kids...)
+	}
+	return total, nil
 }
