@@ -1,0 +1,143 @@
+package policy
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// byteSource decodes fuzz input into bounded values; it yields zeros once
+// the input is used up so every input is a valid scenario.
+type byteSource struct{ b []byte }
+
+func (s *byteSource) next() byte {
+	if len(s.b) == 0 {
+		return 0
+	}
+	v := s.b[0]
+	s.b = s.b[1:]
+	return v
+}
+
+// upTo returns a value in [0, n).
+func (s *byteSource) upTo(n int) int { return int(s.next()) % n }
+
+// FuzzDecide runs Decide over a scenario decoded from the input (a config,
+// then up to 40 ticks of a scope with up to 5 workloads) and checks the
+// invariants the agent relies on, whatever the numbers.
+func FuzzDecide(f *testing.F) {
+	f.Add([]byte{})
+	f.Add([]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 200, 100, 50, 25, 12, 6, 3, 1})
+	f.Add([]byte("\x03\x00\x05\xff\xff\x10\x20\x30\x40\x50\x60\x70\x80\x90\xa0\xb0\xc0\xd0\xe0\xf0"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		src := &byteSource{b: data}
+		cfg := Config{
+			SwapUtilizationThresholdFactor: float64(1+src.upTo(100)) / 100,
+			MaxAverageSwapInPagesPerSecond: float64(src.upTo(4) * 1000),
+			PSIFullPercent:                 float64(src.upTo(3) * 10),
+			AverageWindowSizeSeconds:       float64(1 + src.upTo(30)),
+			ExhaustionHorizonSeconds:       float64(src.upTo(3) * 30),
+			CooldownSeconds:                float64(src.upTo(10)),
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("decoded config invalid: %v", err)
+		}
+		const ramBytes, swapBytes = 4 * gi, 4 * gi
+		st := State{}
+		var pswpin, psiFull uint64
+		now := t0
+		for tick := 0; tick < 40 && len(src.b) > 0; tick++ {
+			now = now.Add(time.Duration(src.upTo(3000)) * time.Millisecond)
+			pswpin += uint64(src.upTo(256)) * 100
+			psiFull += uint64(src.upTo(256)) * 5000
+			snap := Snapshot{Sample: Sample{Time: now, PswpIn: pswpin, PSIFullMicros: psiFull,
+				Scope: Scope{RAMBytes: ramBytes, SwapBytes: swapBytes,
+					WorkingSetBytes: uint64(src.upTo(256)) * (ramBytes / 200),
+					SwapUsedBytes:   uint64(src.upTo(256)) * (swapBytes / 200)}}}
+			if src.upTo(16) == 0 {
+				snap.Sample.ScopeErr = "unreadable"
+			}
+			n := src.upTo(6)
+			for i := 0; i < n; i++ {
+				flags := src.next()
+				w := Workload{Name: fmt.Sprintf("w%d", i), Priority: src.upTo(4),
+					RequestBytes:    uint64(src.upTo(4)) * gi / 2,
+					Processes:       int(flags & 1),
+					Protected:       flags&2 != 0,
+					WorkingSetBytes: uint64(src.upTo(256)) * (gi / 128),
+					SwapBytes:       uint64(src.upTo(256)) * (gi / 128)}
+				if flags&4 != 0 {
+					w.LimitBytes = uint64(1+src.upTo(4)) * gi / 2
+				}
+				if flags&8 != 0 {
+					w.Err = "unreadable"
+				}
+				snap.Workloads = append(snap.Workloads, w)
+			}
+
+			before := st.clone()
+			before.lastNote = st.lastNote
+			decisions, next := Decide(snap, cfg, st)
+			checkDecisions(t, snap, cfg, st, decisions, next)
+			if fmt.Sprint(before.Evicting, before.SwapAllowance, len(before.Window)) != fmt.Sprint(st.Evicting, st.SwapAllowance, len(st.Window)) {
+				t.Fatalf("tick %d: Decide changed the state it was given", tick)
+			}
+			st = next
+		}
+	})
+}
+
+func checkDecisions(t *testing.T, snap Snapshot, cfg Config, prev State, decisions []Decision, next State) {
+	t.Helper()
+	byName := map[string]Workload{}
+	for _, w := range snap.Workloads {
+		byName[w.Name] = w
+	}
+	evicted := 0
+	for _, d := range decisions {
+		switch d.Action {
+		case ActionSetSwap:
+			w := byName[d.Workload]
+			if d.SwapBytes > snap.Sample.Scope.SwapBytes {
+				t.Fatalf("allowance %d B above the scope's swap %d B", d.SwapBytes, snap.Sample.Scope.SwapBytes)
+			}
+			if w.Protected && d.SwapBytes != 0 {
+				t.Fatalf("protected %s given %d B of swap", w.Name, d.SwapBytes)
+			}
+		case ActionEvict:
+			evicted++
+			w, ok := byName[d.Workload]
+			switch {
+			case !ok:
+				t.Fatalf("evicted %q, which is not in the snapshot", d.Workload)
+			case w.Protected, w.Err != "", w.Processes == 0:
+				t.Fatalf("evicted an ineligible workload %+v", w)
+			case snap.Sample.ScopeErr != "":
+				t.Fatal("evicted while the scope was unreadable")
+			case d.Signal == "":
+				t.Fatal("eviction without a firing signal")
+			}
+			if _, already := prev.Evicting[w.Name]; already && w.Processes > 0 {
+				t.Fatalf("evicted %s twice", w.Name)
+			}
+			if !prev.LastEviction.IsZero() && snap.Sample.Time.Sub(prev.LastEviction).Seconds() < cfg.CooldownSeconds {
+				t.Fatalf("evicted %.3f s after the last eviction, cooldown %g s", snap.Sample.Time.Sub(prev.LastEviction).Seconds(), cfg.CooldownSeconds)
+			}
+			if len(next.Window) != 0 {
+				t.Fatal("window not restarted after an eviction")
+			}
+		case ActionNone:
+			if d.Reason == "" {
+				t.Fatal("non-action without a reason")
+			}
+		default:
+			t.Fatalf("unknown action %q", d.Action)
+		}
+	}
+	if evicted > 1 {
+		t.Fatalf("%d evictions in one decision; one at a time", evicted)
+	}
+	if evicted == 0 && next.LastEviction != prev.LastEviction {
+		t.Fatal("last eviction time moved without an eviction")
+	}
+}
