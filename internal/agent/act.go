@@ -6,11 +6,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 
 	"github.com/headroom-dev/headroom/internal/cgroup"
@@ -99,25 +100,28 @@ func protectSelf(cfg Config, log *slog.Logger) {
 // disableOwnSwap turns swap off for the agent's own cgroup when it has one
 // of its own (not the root): memory.swap.max=0 on v2, swappiness 0 on v1.
 func disableOwnSwap() error {
-	b, err := os.ReadFile("/proc/self/cgroup")
+	self, err := procfs.Self()
 	if err != nil {
 		return err
 	}
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 || parts[2] == "/" {
+	groups, err := self.Cgroups()
+	if err != nil {
+		return err
+	}
+	for _, g := range groups {
+		if g.Path == "/" {
 			continue
 		}
 		switch {
-		case parts[0] == "0" && parts[1] == "":
+		case g.HierarchyID == 0 && len(g.Controllers) == 0:
 			for _, m := range cgroup.V2Mounts {
-				f := filepath.Join(m, parts[2], "memory.swap.max")
+				f := filepath.Join(m, g.Path, "memory.swap.max")
 				if _, err := os.Stat(f); err == nil {
 					return os.WriteFile(f, []byte("0"), 0o644)
 				}
 			}
-		case strings.Contains(","+parts[1]+",", ",memory,"):
-			return os.WriteFile(filepath.Join(cgroup.V1Mount, parts[2], "memory.swappiness"), []byte("0"), 0o644)
+		case slices.Contains(g.Controllers, "memory"):
+			return os.WriteFile(filepath.Join(cgroup.V1Mount, g.Path, "memory.swappiness"), []byte("0"), 0o644)
 		}
 	}
 	return fmt.Errorf("the agent runs in the root memory cgroup")

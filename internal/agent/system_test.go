@@ -249,3 +249,81 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// TestSystemAgentProtectsItself runs the agent in a memory cgroup of its own
+// and checks what it did to itself: its cgroup does not swap, its memory is
+// locked as it is touched, and its oom_score_adj is the configured one.
+// (Lowering oom_score_adj needs CAP_SYS_RESOURCE, which CI's root lacks, so
+// the test asks for a raise, which any process may do.)
+func TestSystemAgentProtectsItself(t *testing.T) {
+	home := testenv.NewMemoryCgroup(t, 256<<20)
+	if err := home.Write("memory.swappiness", "60"); err != nil {
+		t.Fatal(err)
+	}
+	node := testenv.NewMemoryCgroup(t, 256<<20)
+	scope := strings.TrimPrefix(node.Path, testenv.CgroupV1MemoryRoot)
+	cmd := home.Command(testenv.HeadroomBinary(t), "agent", "--scope", scope, "--workloads-dir", t.TempDir(),
+		"--listen", "", "--oom-score-adj", "321")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Self-protection happens before the "agent started" line.
+	started := make(chan bool, 1)
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		sc := bufio.NewScanner(stderr)
+		ok := false
+		for sc.Scan() {
+			t.Log(sc.Text())
+			if !ok && strings.Contains(sc.Text(), "agent started") {
+				ok = true
+				started <- true
+			}
+		}
+		if !ok {
+			started <- false
+		}
+	}()
+	t.Cleanup(func() { cmd.Process.Kill(); <-readerDone; cmd.Wait() })
+	select {
+	case ok := <-started:
+		if !ok {
+			t.Fatal("the agent exited before it started")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the agent did not start within 10 s")
+	}
+
+	if got, err := home.ReadInt("memory.swappiness"); err != nil || got != 0 {
+		t.Errorf("agent's cgroup memory.swappiness = %d (%v), want 0", got, err)
+	}
+	pid := strconv.Itoa(cmd.Process.Pid)
+	if b, err := os.ReadFile("/proc/" + pid + "/oom_score_adj"); err != nil || strings.TrimSpace(string(b)) != "321" {
+		t.Errorf("agent's oom_score_adj = %q (%v), want 321", b, err)
+	}
+	status, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lockedKiB int64 = -1
+	for _, line := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmLck:" {
+			lockedKiB, _ = strconv.ParseInt(f[1], 10, 64)
+		}
+	}
+	if lockedKiB <= 0 {
+		t.Errorf("agent's VmLck = %d KiB, want its touched memory locked", lockedKiB)
+	}
+	t.Logf("agent self-protection: swappiness 0, oom_score_adj 321, VmLck %d KiB", lockedKiB)
+	cmd.Process.Signal(syscall.SIGTERM)
+	<-readerDone // Wait closes the pipe: read it to the end first
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("agent did not exit cleanly on SIGTERM: %v", err)
+	}
+}
