@@ -141,13 +141,14 @@ func TestScanNoneHoldsWithoutTouching(t *testing.T) {
 
 // The rate cap holds over a short run (the 2% target over 10 s at 1k–1M
 // pages/s is measured by bench/rate-accuracy.sh). A broken limiter runs at
-// millions of pages/s or stalls, far outside this band.
+// millions of pages/s or stalls, far outside this band; the lower bound
+// leaves room for a CPU-starved CI machine (parallel packages, -race).
 func TestRunHoldsRate(t *testing.T) {
 	b := populated(t, 256, Content{Kind: ContentRandom}, 1)
 	p := testParams(b, ScanSeq)
 	p.RatePagesPerSec, p.Duration = 20000, time.Second
 	s := Run(context.Background(), b, p, PopulateStats{}, nil)
-	if ratio := s.PagesPerSec / p.RatePagesPerSec; ratio < 0.95 || ratio > 1.02 {
+	if ratio := s.PagesPerSec / p.RatePagesPerSec; ratio < 0.8 || ratio > 1.02 {
 		t.Fatalf("achieved %.0f pages/s for a %.0f cap (ratio %.3f)", s.PagesPerSec, p.RatePagesPerSec, ratio)
 	}
 }
