@@ -1,6 +1,12 @@
 // Package cgroup reads and controls memory cgroups, v1 (memory + memsw)
 // and v2 (memory.max, memory.swap.max, memory.events, cgroup.kill) behind
 // one interface; every v1/v2 difference lives in this package.
+//
+// It reads the control files itself rather than through
+// containerd/cgroups: the agent samples every workload four times a second
+// and needs three files per workload (usage, swap, inactive file), where a
+// library Stat reads every memory file of the group; and the tests need
+// v1 memsw and v2 swap files handled as one "swap allowance".
 package cgroup
 
 import (
