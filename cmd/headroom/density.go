@@ -131,7 +131,10 @@ func runDensity(cmd *cobra.Command, f *densityFlags) error {
 		return usagef("density needs root: it creates cgroups and swap")
 	}
 	rep := newDensityReporter(cmd.OutOrStdout(), cmd.ErrOrStderr(), f.json)
+	// A second Ctrl-C must not leave a swap file on or cgroups behind.
+	release := holdRestore(cmd.Context())
 	dir, run, err := density.Run(cmd.Context(), p, rep)
+	release()
 	rep.clearStatus()
 	if run != nil {
 		rep.finish(dir, run)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -46,19 +47,14 @@ func main() {
 func run(args []string) int {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
-	signals := make(chan os.Signal, 2)
+	handler := &signalHandler{cancel: cancel, exit: os.Exit, now: time.Now, stderr: os.Stderr}
+	ctx = context.WithValue(ctx, signalHandlerKey{}, handler)
+	signals := make(chan os.Signal, 4)
 	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(signals)
 	go func() {
-		// The first signal ends the run cleanly (summaries are still
-		// printed); a second one exits at once.
-		sig, ok := <-signals
-		if !ok {
-			return
-		}
-		cancel(fmt.Errorf("signal: %v", sig))
-		if _, ok := <-signals; ok {
-			os.Exit(130)
+		for sig := range signals {
+			handler.handle(sig)
 		}
 	}()
 	root := newRootCommand()

@@ -3,13 +3,19 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/headroom-dev/headroom/internal/memload"
+	"github.com/headroom-dev/headroom/internal/results"
 	"github.com/headroom-dev/headroom/internal/testenv"
 )
 
@@ -81,5 +87,58 @@ func TestSystemCalibrate(t *testing.T) {
 	in := strconv.FormatFloat(res.Thresholds["maxAverageSwapInPagesPerSecond"], 'f', -1, 64)
 	if p.code != 0 || !strings.Contains(p.stdout, "maxAverageSwapInPagesPerSecond: "+in) {
 		t.Fatalf("agent does not load the calibrated threshold %s:\n%s%s", in, p.stdout, p.stderr)
+	}
+}
+
+// timeout(1) signals density and then its whole process group (workers
+// included), so density may get SIGTERM twice. It must still tear
+// everything down and keep its results: an earlier version exited at a
+// second signal, once leaving the node cgroup behind and no run.json.
+// (Which repeat exits and which waits is TestSignalHandler's job.)
+func TestSystemDensityGroupSignalRestores(t *testing.T) {
+	testenv.RequireRoot(t)
+	out := t.TempDir()
+	cmd := headroom("density", "--node-memory", "384Mi", "--swap", "512Mi", "--vm-memory", "96Mi", "--memory-size", "64Mi",
+		"--deployments", "1,2", "--workload-runtime", "30s", "--out", out)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	t.Cleanup(func() { syscall.Kill(-pid, syscall.SIGKILL) })
+	sc := bufio.NewScanner(stdout)
+	// The swap file is on and the node cgroup exists once the device is probed.
+	waitForLine(t, sc, "swap device:")
+	// The second delivery comes a little later, as from timeout(1), so
+	// the kernel does not merge it with the first.
+	syscall.Kill(pid, syscall.SIGTERM)
+	time.Sleep(200 * time.Millisecond)
+	syscall.Kill(-pid, syscall.SIGTERM)
+	for sc.Scan() {
+	}
+	err = cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Errorf("interrupted density: %v, want exit status 1; stderr: %s", err, stderr.String())
+	}
+	swaps, _ := os.ReadFile("/proc/swaps")
+	if strings.Contains(string(swaps), "headroom-density") {
+		t.Errorf("swap left on:\n%s", swaps)
+	}
+	node := filepath.Join(testenv.CgroupV1MemoryRoot, "headroom-density-"+strconv.Itoa(pid))
+	if _, err := os.Stat(node); err == nil {
+		t.Errorf("node cgroup %s left behind", node)
+	}
+	run, err := results.ReadRun(out)
+	if err != nil {
+		t.Fatalf("no results kept: %v", err)
+	}
+	if !run.Interrupted || !strings.Contains(run.StopReason, "terminated") {
+		t.Errorf("run.json after SIGTERM: interrupted %v, stop reason %q", run.Interrupted, run.StopReason)
 	}
 }
