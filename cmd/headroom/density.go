@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/headroom-dev/headroom/internal/density"
+	"github.com/headroom-dev/headroom/internal/host"
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/results"
 	"github.com/headroom-dev/headroom/internal/units"
@@ -126,6 +127,15 @@ func runDensity(cmd *cobra.Command, f *densityFlags) error {
 	}
 	if err := p.Validate(); err != nil {
 		return usageError{err}
+	}
+	if mem, err := host.ReadMemory(); err == nil && p.NodeMemoryBytes > mem.TotalBytes {
+		return usagef("--node-memory %s is larger than this machine's RAM (%s); leave it unset to use the whole host",
+			units.FormatBytes(p.NodeMemoryBytes), units.FormatBytes(mem.TotalBytes))
+	}
+	if p.Swap == "file" {
+		if err := density.CheckSwapFileFits(p.SwapFileBytes); err != nil {
+			return usagef("--swap: %v", err)
+		}
 	}
 	if os.Geteuid() != 0 {
 		return usagef("density needs root: it creates cgroups and swap")

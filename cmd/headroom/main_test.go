@@ -92,6 +92,8 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"density", "--swap", "1Gi", "--swap-tier", "zswap:1G"}, "--swap-tier"},
 		{[]string{"density", "--overcommit-percent", "50"}, "--overcommit-percent"},
 		{[]string{"density", "--agent"}, "--node-memory"},
+		{[]string{"density", "--node-memory", "1Pi"}, "larger than this machine's RAM"},
+		{[]string{"density", "--swap", "1Pi"}, "does not fit in /var/tmp"},
 		{[]string{"report"}, "requires at least 1 arg"},
 		{[]string{"report", "/nonexistent-run"}, "read results"},
 		{[]string{"agent", "--window", "0"}, "averageWindowSizeSeconds"},

@@ -84,7 +84,7 @@ func Run(ctx context.Context, p Params, rep Reporter) (dir string, run *results.
 		}
 	}()
 	if p.Swap == "file" {
-		if err := swap.addSwapFile("/var/tmp", p.SwapFileBytes); err != nil {
+		if err := swap.addSwapFile(SwapFileDir, p.SwapFileBytes); err != nil {
 			return h.dir, run, err
 		}
 		rep.Note("swap file %s (%s) enabled", swap.file, units.FormatBytes(p.SwapFileBytes))
