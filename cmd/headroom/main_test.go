@@ -94,6 +94,7 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"density", "--agent"}, "--node-memory"},
 		{[]string{"density", "--node-memory", "1Pi"}, "larger than this machine's RAM"},
 		{[]string{"density", "--swap", "1Pi"}, "does not fit in /var/tmp"},
+		{[]string{"density", "--swap", "1Gi", "--swap-tier", "zram:1Pi"}, "twice this machine's RAM"},
 		{[]string{"report"}, "requires at least 1 arg"},
 		{[]string{"report", "/nonexistent-run"}, "read results"},
 		{[]string{"agent", "--window", "0"}, "averageWindowSizeSeconds"},
