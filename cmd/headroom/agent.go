@@ -108,6 +108,7 @@ func newAgentCommand() *cobra.Command {
 	fl.Float64Var(&cfg.EvictionGraceSeconds, "eviction-grace", cfg.EvictionGraceSeconds, "seconds from SIGTERM to SIGKILL")
 	fl.IntVar(&cfg.OOMScoreAdj, "oom-score-adj", cfg.OOMScoreAdj, "the agent's own oom_score_adj")
 	fl.BoolVar(&cfg.Mlock, "mlock", cfg.Mlock, "lock the agent's memory so it is never swapped")
+	fl.StringSliceVar(&cfg.IgnoreCgroups, "ignore-cgroups", cfg.IgnoreCgroups, "child cgroups of the scope that are not workloads (never evicted, no swap allowance); the agent's own is always ignored")
 	cmd.AddCommand(newCalibrateCommand())
 	return cmd
 }
@@ -127,6 +128,7 @@ func resolveAgentConfig(fl *pflag.FlagSet, f *agentFlags, fromFlags agent.Config
 	// Flags win, but only those given: copy each changed flag's value.
 	set := map[string]func(){
 		"scope":                             func() { cfg.Scope = fromFlags.Scope },
+		"ignore-cgroups":                    func() { cfg.IgnoreCgroups = fromFlags.IgnoreCgroups },
 		"workloads-dir":                     func() { cfg.WorkloadsDir = fromFlags.WorkloadsDir },
 		"listen":                            func() { cfg.Listen = fromFlags.Listen },
 		"interval":                          func() { cfg.IntervalSeconds = fromFlags.IntervalSeconds },

@@ -97,17 +97,20 @@ func protectSelf(cfg Config, log *slog.Logger) {
 	}
 }
 
-// disableOwnSwap turns swap off for the agent's own cgroup when it has one
-// of its own (not the root): memory.swap.max=0 on v2, swappiness 0 on v1.
-func disableOwnSwap() error {
+// ownMemoryCgroups returns the directories of the cgroups the agent runs
+// in that carry the memory controller (v1 memory hierarchy, v2 unified),
+// leaving out the roots.
+func ownMemoryCgroups() ([]cgroup.Version, []string, error) {
 	self, err := procfs.Self()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	groups, err := self.Cgroups()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
+	var versions []cgroup.Version
+	var dirs []string
 	for _, g := range groups {
 		if g.Path == "/" {
 			continue
@@ -115,14 +118,42 @@ func disableOwnSwap() error {
 		switch {
 		case g.HierarchyID == 0 && len(g.Controllers) == 0:
 			for _, m := range cgroup.V2Mounts {
-				f := filepath.Join(m, g.Path, "memory.swap.max")
-				if _, err := os.Stat(f); err == nil {
-					return os.WriteFile(f, []byte("0"), 0o644)
+				if dir := filepath.Join(m, g.Path); isDir(dir) {
+					versions, dirs = append(versions, cgroup.V2), append(dirs, dir)
 				}
 			}
 		case slices.Contains(g.Controllers, "memory"):
-			return os.WriteFile(filepath.Join(cgroup.V1Mount, g.Path, "memory.swappiness"), []byte("0"), 0o644)
+			versions, dirs = append(versions, cgroup.V1), append(dirs, filepath.Join(cgroup.V1Mount, g.Path))
 		}
 	}
+	return versions, dirs, nil
+}
+
+func isDir(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.IsDir()
+}
+
+// disableOwnSwap turns swap off for the agent's own cgroup when it has one
+// of its own (not the root): memory.swap.max=0 on v2, swappiness 0 on v1.
+func disableOwnSwap() error {
+	versions, dirs, err := ownMemoryCgroups()
+	if err != nil {
+		return err
+	}
+	for i, dir := range dirs {
+		if versions[i] == cgroup.V2 {
+			if f := filepath.Join(dir, "memory.swap.max"); fileExists(f) {
+				return os.WriteFile(f, []byte("0"), 0o644)
+			}
+			continue
+		}
+		return os.WriteFile(filepath.Join(dir, "memory.swappiness"), []byte("0"), 0o644)
+	}
 	return fmt.Errorf("the agent runs in the root memory cgroup")
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

@@ -104,7 +104,16 @@ func NewForScope(cfg Config, scope cgroup.Group, log *slog.Logger, decisions io.
 	}
 	a.metrics = newMetrics(a)
 	a.obs = &observer{scope: scope, hostScope: filepath.Clean("/"+cfg.Scope) == "/", workloadsDir: cfg.WorkloadsDir,
-		readErrors: func(src string) { a.metrics.readErrors.WithLabelValues(src).Inc() }}
+		readErrors: func(src string) { a.metrics.readErrors.WithLabelValues(src).Inc() },
+		ignore:     map[string]bool{}}
+	for _, name := range cfg.IgnoreCgroups {
+		a.obs.ignore[name] = true
+	}
+	if _, own, err := ownMemoryCgroups(); err == nil {
+		a.obs.ownDirs = own
+	} else {
+		log.Warn("cannot read the agent's own cgroup; it is not excluded from the workloads", "err", err)
+	}
 	return a, nil
 }
 

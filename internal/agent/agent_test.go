@@ -9,6 +9,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -183,5 +185,27 @@ func TestHTTPEndpoints(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+}
+
+// Host infrastructure (the ignore list) and the cgroup holding the agent
+// are not workloads: never listed, so never ranked or given swap.
+func TestDiscoverSkipsIgnoredAndOwnCgroups(t *testing.T) {
+	scope, root := fixtureScope(t, "inactive_file 0\n")
+	for _, dir := range []string{"node/system.slice", "node/agent-home/inner", "node/agent-homely"} {
+		if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, _, _ := newFixtureAgent(t, scope)
+	a.obs.ownDirs = []string{filepath.Join(root, "node/agent-home/inner")}
+	a.discover()
+	var names []string
+	for name := range a.groups {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	if want := []string{"agent-homely", "vm-a"}; !reflect.DeepEqual(names, want) {
+		t.Fatalf("workloads %v, want %v", names, want)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -41,6 +42,11 @@ type Config struct {
 	OOMScoreAdj int `json:"oomScoreAdj"`
 	// Mlock locks the agent's memory (mlockall) so it is never swapped out.
 	Mlock bool `json:"mlock"`
+	// IgnoreCgroups are child cgroups of the scope that are the host's own
+	// infrastructure, not workloads: never ranked, evicted or given a swap
+	// allowance (their memory still counts in the scope's). The cgroup the
+	// agent runs in is always ignored.
+	IgnoreCgroups []string `json:"ignoreCgroups"`
 	// PSITriggerStallMillis wakes the agent at once when memory "some"
 	// stall exceeds this many ms in a 1 s window (0 disables the trigger).
 	PSITriggerStallMillis int `json:"psiTriggerStallMillis"`
@@ -60,6 +66,9 @@ func DefaultConfig() Config {
 		OOMScoreAdj:           -1000,
 		Mlock:                 true,
 		PSITriggerStallMillis: 150,
+		// systemd's slices: with scope "/" they hold every system service
+		// and login session.
+		IgnoreCgroups: []string{"init.scope", "system.slice", "user.slice"},
 	}
 }
 
@@ -124,6 +133,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("oomScoreAdj must be in [-1000,1000], got %d", c.OOMScoreAdj)
 	case c.PSITriggerStallMillis < 0 || c.PSITriggerStallMillis > 1000:
 		return fmt.Errorf("psiTriggerStallMillis must be in [0,1000], got %d", c.PSITriggerStallMillis)
+	}
+	for _, name := range c.IgnoreCgroups {
+		if name == "" || strings.Contains(name, "/") {
+			return fmt.Errorf("ignoreCgroups: %q is not a child cgroup name", name)
+		}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/headroom-dev/headroom/internal/cgroup"
@@ -16,6 +17,10 @@ type observer struct {
 	hostScope    bool // scope "/": RAM and swap are the host's
 	workloadsDir string
 	readErrors   func(source string) // counts read failures for metrics
+	// ignore names child cgroups that are not workloads; ownDirs are the
+	// agent's own cgroups, whose enclosing child is never a workload.
+	ignore  map[string]bool
+	ownDirs []string
 
 	// A sub-tree scope's limits and the host's RAM and swap change rarely:
 	// they are re-read by refreshLimits (at discovery cadence), not every
@@ -120,13 +125,31 @@ func (o *observer) pressureFile() string {
 	return "/proc/pressure/memory"
 }
 
-// discover lists the scope's child cgroups.
+// discover lists the scope's child cgroups that are workloads: not on the
+// ignore list and not holding the agent itself.
 func (o *observer) discover() ([]cgroup.Group, error) {
 	kids, err := o.scope.Children()
 	if err != nil {
 		o.readErrors("discovery")
 	}
-	return kids, err
+	workloads := kids[:0]
+	for _, g := range kids {
+		if !o.ignore[filepath.Base(g.Path())] && !o.holdsAgent(g.Path()) {
+			workloads = append(workloads, g)
+		}
+	}
+	return workloads, err
+}
+
+// holdsAgent reports whether the cgroup at dir is, or contains, one of the
+// agent's own cgroups.
+func (o *observer) holdsAgent(dir string) bool {
+	for _, own := range o.ownDirs {
+		if own == dir || strings.HasPrefix(own, dir+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // workload reads one child cgroup's stats and metadata; full also re-reads

@@ -251,55 +251,61 @@ func contains(list []string, s string) bool {
 }
 
 // TestSystemAgentProtectsItself runs the agent in a memory cgroup of its own
-// and checks what it did to itself: its cgroup does not swap, its memory is
-// locked as it is touched, and its oom_score_adj is the configured one.
-// (Lowering oom_score_adj needs CAP_SYS_RESOURCE, which CI's root lacks, so
-// the test asks for a raise, which any process may do.)
+// inside the scope it protects and checks what it did to itself: its cgroup
+// is not a workload (no allowance, never a victim) and does not swap, its
+// memory is locked as it is touched, and its oom_score_adj is the
+// configured one. (Lowering oom_score_adj needs CAP_SYS_RESOURCE, which
+// CI's root lacks, so the test asks for a raise, which any process may do.)
 func TestSystemAgentProtectsItself(t *testing.T) {
-	home := testenv.NewMemoryCgroup(t, 256<<20)
+	node := testenv.NewMemoryCgroup(t, 512<<20)
+	home := node.Child(t, "agent-home", 256<<20)
 	if err := home.Write("memory.swappiness", "60"); err != nil {
 		t.Fatal(err)
 	}
-	node := testenv.NewMemoryCgroup(t, 256<<20)
+	node.Child(t, "w1", 128<<20)
+	metaDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(metaDir, "w1.json"), []byte(`{"memoryRequest":"64Mi"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	scope := strings.TrimPrefix(node.Path, testenv.CgroupV1MemoryRoot)
-	cmd := home.Command(testenv.HeadroomBinary(t), "agent", "--scope", scope, "--workloads-dir", t.TempDir(),
+	cmd := home.Command(testenv.HeadroomBinary(t), "agent", "--scope", scope, "--workloads-dir", metaDir,
 		"--listen", "", "--oom-score-adj", "321")
-	stderr, err := cmd.StderrPipe()
+	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
+	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	records := make(chan Record, 64)
+	done := make(chan []Record, 1)
+	go readDecisions(stdout, records, done)
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		for range records {
+		}
+		cmd.Wait()
+	})
 
-	// Self-protection happens before the "agent started" line.
-	started := make(chan bool, 1)
-	readerDone := make(chan struct{})
-	go func() {
-		defer close(readerDone)
-		sc := bufio.NewScanner(stderr)
-		ok := false
-		for sc.Scan() {
-			t.Log(sc.Text())
-			if !ok && strings.Contains(sc.Text(), "agent started") {
-				ok = true
-				started <- true
+	// Allowances are decided at the first discovery, after self-protection.
+	var seen []string
+	for !contains(seen, "w1") {
+		select {
+		case r, ok := <-records:
+			if !ok {
+				t.Fatal("the agent exited before deciding any allowance")
 			}
+			if r.Action == policy.ActionSetSwap {
+				seen = append(seen, r.Workload)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the agent decided no allowance for w1 within 10 s")
 		}
-		if !ok {
-			started <- false
-		}
-	}()
-	t.Cleanup(func() { cmd.Process.Kill(); <-readerDone; cmd.Wait() })
-	select {
-	case ok := <-started:
-		if !ok {
-			t.Fatal("the agent exited before it started")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the agent did not start within 10 s")
 	}
-
+	if contains(seen, "agent-home") {
+		t.Errorf("the agent's own cgroup was treated as a workload (allowances for %v)", seen)
+	}
 	if got, err := home.ReadInt("memory.swappiness"); err != nil || got != 0 {
 		t.Errorf("agent's cgroup memory.swappiness = %d (%v), want 0", got, err)
 	}
@@ -320,9 +326,18 @@ func TestSystemAgentProtectsItself(t *testing.T) {
 	if lockedKiB <= 0 {
 		t.Errorf("agent's VmLck = %d KiB, want its touched memory locked", lockedKiB)
 	}
-	t.Logf("agent self-protection: swappiness 0, oom_score_adj 321, VmLck %d KiB", lockedKiB)
+	t.Logf("agent self-protection: own cgroup ignored, swappiness 0, oom_score_adj 321, VmLck %d KiB", lockedKiB)
 	cmd.Process.Signal(syscall.SIGTERM)
-	<-readerDone // Wait closes the pipe: read it to the end first
+	go func() {
+		for range records {
+		}
+	}()
+	all := <-done // the agent closed its output: it has exited
+	for _, r := range all {
+		if r.Workload == "agent-home" {
+			t.Errorf("decision about the agent's own cgroup: %+v", r)
+		}
+	}
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("agent did not exit cleanly on SIGTERM: %v", err)
 	}
