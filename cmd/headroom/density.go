@@ -12,7 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/headroom-dev/headroom/internal/density"
-	"github.com/headroom-dev/headroom/internal/host"
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/results"
 	"github.com/headroom-dev/headroom/internal/units"
@@ -128,22 +127,8 @@ func runDensity(cmd *cobra.Command, f *densityFlags) error {
 	if err := p.Validate(); err != nil {
 		return usageError{err}
 	}
-	if mem, err := host.ReadMemory(); err == nil {
-		if p.NodeMemoryBytes > mem.TotalBytes {
-			return usagef("--node-memory %s is larger than this machine's RAM (%s); leave it unset to use the whole host",
-				units.FormatBytes(p.NodeMemoryBytes), units.FormatBytes(mem.TotalBytes))
-		}
-		// zram holds its pages compressed in RAM: at the usual 2-3:1 more
-		// than twice RAM cannot be filled, and its page table grows with it.
-		if p.ZramBytes > 2*mem.TotalBytes {
-			return usagef("--swap-tier zram:%s is more than twice this machine's RAM (%s)",
-				units.FormatBytes(p.ZramBytes), units.FormatBytes(mem.TotalBytes))
-		}
-	}
-	if p.Swap == "file" {
-		if err := density.CheckSwapFileFits(p.SwapFileBytes); err != nil {
-			return usagef("--swap: %v", err)
-		}
+	if err := p.CheckMachine(); err != nil {
+		return usageError{err}
 	}
 	if os.Geteuid() != 0 {
 		return usagef("density needs root: it creates cgroups and swap")

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/headroom-dev/headroom/internal/density"
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/results"
 	"github.com/headroom-dev/headroom/internal/testenv"
@@ -126,14 +127,7 @@ func TestSystemDensityGroupSignalRestores(t *testing.T) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
 		t.Errorf("interrupted density: %v, want exit status 1; stderr: %s", err, stderr.String())
 	}
-	swaps, _ := os.ReadFile("/proc/swaps")
-	if strings.Contains(string(swaps), "headroom-density") {
-		t.Errorf("swap left on:\n%s", swaps)
-	}
-	node := filepath.Join(testenv.CgroupV1MemoryRoot, "headroom-density-"+strconv.Itoa(pid))
-	if _, err := os.Stat(node); err == nil {
-		t.Errorf("node cgroup %s left behind", node)
-	}
+	testenv.AssertRestored(t, density.SwapDirPrefix, filepath.Join(testenv.CgroupV1MemoryRoot, density.NodeCgroupName(pid)))
 	run, err := results.ReadRun(out)
 	if err != nil {
 		t.Fatalf("no results kept: %v", err)

@@ -5,13 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"syscall"
 	"time"
 
-	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 
 	"github.com/headroom-dev/headroom/internal/cgroup"
@@ -81,7 +78,7 @@ func empty(g cgroup.Group) bool {
 // protectSelf keeps the agent alive and resident under the pressure it is
 // there to handle: its memory locked, the OOM killer pointed elsewhere, and
 // no swap for its own cgroup. Each step is logged; failures do not stop it.
-func protectSelf(cfg Config, log *slog.Logger) {
+func protectSelf(cfg Config, own []cgroup.Group, log *slog.Logger) {
 	if cfg.Mlock {
 		// MCL_ONFAULT locks pages as they are touched instead of
 		// populating every future mapping (the Go heap reserves large ones).
@@ -92,68 +89,16 @@ func protectSelf(cfg Config, log *slog.Logger) {
 	if err := os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(cfg.OOMScoreAdj)), 0o644); err != nil {
 		log.Warn("cannot set oom_score_adj", "value", cfg.OOMScoreAdj, "err", err)
 	}
-	if err := disableOwnSwap(); err != nil {
+	if err := disableOwnSwap(own); err != nil {
 		log.Info("own cgroup swap not limited", "reason", err)
 	}
 }
 
-// ownMemoryCgroups returns the directories of the cgroups the agent runs
-// in that carry the memory controller (v1 memory hierarchy, v2 unified),
-// leaving out the roots.
-func ownMemoryCgroups() ([]cgroup.Version, []string, error) {
-	self, err := procfs.Self()
-	if err != nil {
-		return nil, nil, err
+// disableOwnSwap turns swap off for the agent's own memory cgroup when it
+// has one of its own (not the root).
+func disableOwnSwap(own []cgroup.Group) error {
+	if len(own) == 0 {
+		return fmt.Errorf("the agent runs in the root memory cgroup")
 	}
-	groups, err := self.Cgroups()
-	if err != nil {
-		return nil, nil, err
-	}
-	var versions []cgroup.Version
-	var dirs []string
-	for _, g := range groups {
-		if g.Path == "/" {
-			continue
-		}
-		switch {
-		case g.HierarchyID == 0 && len(g.Controllers) == 0:
-			for _, m := range cgroup.V2Mounts {
-				if dir := filepath.Join(m, g.Path); isDir(dir) {
-					versions, dirs = append(versions, cgroup.V2), append(dirs, dir)
-				}
-			}
-		case slices.Contains(g.Controllers, "memory"):
-			versions, dirs = append(versions, cgroup.V1), append(dirs, filepath.Join(cgroup.V1Mount, g.Path))
-		}
-	}
-	return versions, dirs, nil
-}
-
-func isDir(path string) bool {
-	st, err := os.Stat(path)
-	return err == nil && st.IsDir()
-}
-
-// disableOwnSwap turns swap off for the agent's own cgroup when it has one
-// of its own (not the root): memory.swap.max=0 on v2, swappiness 0 on v1.
-func disableOwnSwap() error {
-	versions, dirs, err := ownMemoryCgroups()
-	if err != nil {
-		return err
-	}
-	for i, dir := range dirs {
-		if versions[i] == cgroup.V2 {
-			if f := filepath.Join(dir, "memory.swap.max"); fileExists(f) {
-				return os.WriteFile(f, []byte("0"), 0o644)
-			}
-			continue
-		}
-		return os.WriteFile(filepath.Join(dir, "memory.swappiness"), []byte("0"), 0o644)
-	}
-	return fmt.Errorf("the agent runs in the root memory cgroup")
-}
-
-func fileExists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
+	return own[0].DisableSwap()
 }

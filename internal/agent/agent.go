@@ -109,11 +109,11 @@ func NewForScope(cfg Config, scope cgroup.Group, log *slog.Logger, decisions io.
 	for _, name := range cfg.IgnoreCgroups {
 		a.obs.ignore[name] = true
 	}
-	if _, own, err := ownMemoryCgroups(); err == nil {
-		a.obs.ownDirs = own
-	} else {
+	own, err := cgroup.Self()
+	if err != nil {
 		log.Warn("cannot read the agent's own cgroup; it is not excluded from the workloads", "err", err)
 	}
+	a.obs.own = own
 	return a, nil
 }
 
@@ -123,7 +123,7 @@ func (a *Agent) SetEvictor(e Evictor) { a.evictor = e }
 // Run protects the agent, serves HTTP and runs the loop until ctx ends;
 // evictions in progress are then finished (forced) before it returns.
 func (a *Agent) Run(ctx context.Context) error {
-	protectSelf(a.cfg, a.log)
+	protectSelf(a.cfg, a.obs.own, a.log)
 	var srv *http.Server
 	if a.cfg.Listen != "" {
 		ln, err := net.Listen("tcp", a.cfg.Listen)

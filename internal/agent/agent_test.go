@@ -198,7 +198,11 @@ func TestDiscoverSkipsIgnoredAndOwnCgroups(t *testing.T) {
 		}
 	}
 	a, _, _ := newFixtureAgent(t, scope)
-	a.obs.ownDirs = []string{filepath.Join(root, "node/agent-home/inner")}
+	inner, err := cgroup.OpenAt(cgroup.V2, root, "node/agent-home/inner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.obs.own = []cgroup.Group{inner}
 	a.discover()
 	var names []string
 	for name := range a.groups {

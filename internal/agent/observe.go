@@ -3,6 +3,7 @@ package agent
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,10 +18,10 @@ type observer struct {
 	hostScope    bool // scope "/": RAM and swap are the host's
 	workloadsDir string
 	readErrors   func(source string) // counts read failures for metrics
-	// ignore names child cgroups that are not workloads; ownDirs are the
-	// agent's own cgroups, whose enclosing child is never a workload.
-	ignore  map[string]bool
-	ownDirs []string
+	// ignore names child cgroups that are not workloads; own are the
+	// agent's own memory cgroups, whose enclosing child is never a workload.
+	ignore map[string]bool
+	own    []cgroup.Group
 
 	// A sub-tree scope's limits and the host's RAM and swap change rarely:
 	// they are re-read by refreshLimits (at discovery cadence), not every
@@ -132,20 +133,16 @@ func (o *observer) discover() ([]cgroup.Group, error) {
 	if err != nil {
 		o.readErrors("discovery")
 	}
-	workloads := kids[:0]
-	for _, g := range kids {
-		if !o.ignore[filepath.Base(g.Path())] && !o.holdsAgent(g.Path()) {
-			workloads = append(workloads, g)
-		}
-	}
-	return workloads, err
+	return slices.DeleteFunc(kids, func(g cgroup.Group) bool {
+		return o.ignore[filepath.Base(g.Path())] || o.holdsAgent(g.Path())
+	}), err
 }
 
 // holdsAgent reports whether the cgroup at dir is, or contains, one of the
 // agent's own cgroups.
 func (o *observer) holdsAgent(dir string) bool {
-	for _, own := range o.ownDirs {
-		if own == dir || strings.HasPrefix(own, dir+"/") {
+	for _, g := range o.own {
+		if own := g.Path(); own == dir || strings.HasPrefix(own, dir+"/") {
 			return true
 		}
 	}

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/procfs"
+
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/policy"
 	"github.com/headroom-dev/headroom/internal/testenv"
@@ -86,16 +88,7 @@ func runNode(t *testing.T, agentArgs []string, metadata map[string]string) nodeR
 		agentDone = make(chan []Record, 1)
 		go readDecisions(stdout, records, agentDone)
 		// Allowances are applied on discovery, before any workload runs.
-		for seen := 0; seen < len(priorities); {
-			select {
-			case r := <-records:
-				if r.Action == policy.ActionSetSwap {
-					seen++
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("the agent did not apply swap allowances within 10 s")
-			}
-		}
+		awaitAllowances(t, records, "w-low", "w-mid", "w-high")
 		go func() {
 			for range records {
 			}
@@ -151,6 +144,30 @@ func runNode(t *testing.T, agentArgs []string, metadata map[string]string) nodeR
 		}
 	}
 	return run
+}
+
+// awaitAllowances reads decisions until the agent has decided a swap
+// allowance for every one of names, and returns every workload it decided
+// one for.
+func awaitAllowances(t *testing.T, records <-chan Record, names ...string) []string {
+	t.Helper()
+	var seen []string
+	for _, name := range names {
+		for !contains(seen, name) {
+			select {
+			case r, ok := <-records:
+				if !ok {
+					t.Fatal("the agent exited before deciding every swap allowance")
+				}
+				if r.Action == policy.ActionSetSwap {
+					seen = append(seen, r.Workload)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the agent decided no swap allowance for %s within 10 s (decided %v)", name, seen)
+			}
+		}
+	}
+	return seen
 }
 
 func readDecisions(r io.Reader, live chan<- Record, done chan<- []Record) {
@@ -289,20 +306,7 @@ func TestSystemAgentProtectsItself(t *testing.T) {
 	})
 
 	// Allowances are decided at the first discovery, after self-protection.
-	var seen []string
-	for !contains(seen, "w1") {
-		select {
-		case r, ok := <-records:
-			if !ok {
-				t.Fatal("the agent exited before deciding any allowance")
-			}
-			if r.Action == policy.ActionSetSwap {
-				seen = append(seen, r.Workload)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("the agent decided no allowance for w1 within 10 s")
-		}
-	}
+	seen := awaitAllowances(t, records, "w1")
 	if contains(seen, "agent-home") {
 		t.Errorf("the agent's own cgroup was treated as a workload (allowances for %v)", seen)
 	}
@@ -313,16 +317,15 @@ func TestSystemAgentProtectsItself(t *testing.T) {
 	if b, err := os.ReadFile("/proc/" + pid + "/oom_score_adj"); err != nil || strings.TrimSpace(string(b)) != "321" {
 		t.Errorf("agent's oom_score_adj = %q (%v), want 321", b, err)
 	}
-	status, err := os.ReadFile("/proc/" + pid + "/status")
+	proc, err := procfs.NewProc(cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lockedKiB int64 = -1
-	for _, line := range strings.Split(string(status), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmLck:" {
-			lockedKiB, _ = strconv.ParseInt(f[1], 10, 64)
-		}
+	status, err := proc.NewStatus()
+	if err != nil {
+		t.Fatal(err)
 	}
+	lockedKiB := int64(status.VmLck >> 10)
 	if lockedKiB <= 0 {
 		t.Errorf("agent's VmLck = %d KiB, want its touched memory locked", lockedKiB)
 	}

@@ -16,11 +16,14 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 // Unlimited is the value of a limit that is not set.
@@ -68,6 +71,9 @@ type Group interface {
 	// PressureFile is the group's memory.pressure, or "" where the
 	// hierarchy has none (v1: use the system-wide file).
 	PressureFile() string
+	// DisableSwap keeps the group's own memory out of swap (v1:
+	// memory.swappiness 0; v2: memory.swap.max 0).
+	DisableSwap() error
 }
 
 // Version is the cgroup hierarchy version.
@@ -98,6 +104,41 @@ func Open(scope string) (Group, error) {
 		return OpenAt(V1, V1Mount, scope)
 	}
 	return nil, errors.New("no memory cgroup hierarchy found (looked for cgroup2 with the memory controller and a v1 memory mount)")
+}
+
+// Self returns the memory cgroups the calling process is in (from
+// /proc/self/cgroup), leaving out hierarchy roots and hierarchies without
+// the memory controller.
+func Self() ([]Group, error) {
+	self, err := procfs.Self()
+	if err != nil {
+		return nil, err
+	}
+	entries, err := self.Cgroups()
+	if err != nil {
+		return nil, err
+	}
+	var groups []Group
+	for _, e := range entries {
+		if e.Path == "/" {
+			continue
+		}
+		switch {
+		case e.HierarchyID == 0:
+			for _, m := range V2Mounts {
+				if hasMemoryController(m) {
+					if g, err := OpenAt(V2, m, e.Path); err == nil {
+						groups = append(groups, g)
+					}
+				}
+			}
+		case slices.Contains(e.Controllers, "memory"):
+			if g, err := OpenAt(V1, V1Mount, e.Path); err == nil {
+				groups = append(groups, g)
+			}
+		}
+	}
+	return groups, nil
 }
 
 func hasMemoryController(mount string) bool {

@@ -14,6 +14,7 @@ type v1Group struct {
 
 func (g *v1Group) Path() string         { return g.path }
 func (g *v1Group) PressureFile() string { return "" }
+func (g *v1Group) DisableSwap() error   { return writeValue(g.file("memory.swappiness"), 0) }
 func (g *v1Group) file(name string) string {
 	return filepath.Join(g.path, name)
 }

@@ -13,6 +13,7 @@ type v2Group struct {
 
 func (g *v2Group) Path() string         { return g.path }
 func (g *v2Group) PressureFile() string { return g.file("memory.pressure") }
+func (g *v2Group) DisableSwap() error   { return writeValue(g.file("memory.swap.max"), 0) }
 func (g *v2Group) file(name string) string {
 	return filepath.Join(g.path, name)
 }

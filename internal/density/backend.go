@@ -60,6 +60,10 @@ type cgroupBackend struct {
 	executable string
 }
 
+// NodeCgroupName is the node cgroup (a child of the memory hierarchy's
+// root) of the density run in process pid.
+func NodeCgroupName(pid int) string { return fmt.Sprintf("headroom-density-%d", pid) }
+
 // newCgroupBackend creates the node cgroup; with --node-memory its memory
 // limit is the node's RAM and its swap limit the node's swap.
 func newCgroupBackend(p Params, nodeSwapBytes uint64) (*cgroupBackend, error) {
@@ -67,7 +71,7 @@ func newCgroupBackend(p Params, nodeSwapBytes uint64) (*cgroupBackend, error) {
 	if err != nil {
 		return nil, err
 	}
-	g, err := cgroup.Create(root, fmt.Sprintf("headroom-density-%d", os.Getpid()))
+	g, err := cgroup.Create(root, NodeCgroupName(os.Getpid()))
 	if err != nil {
 		return nil, err
 	}

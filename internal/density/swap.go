@@ -9,8 +9,6 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/headroom-dev/headroom/internal/units"
 )
 
 // swapSetup is the swap a run added; undo removes it.
@@ -30,31 +28,12 @@ func runCmd(name string, args ...string) error {
 	return nil
 }
 
-// SwapFileDir is where a run's swap file is created.
-const SwapFileDir = "/var/tmp"
-
-// swapFileMarginBytes is left free beside the swap file (results, the
-// device probe's scratch file, everything else on the file system).
-const swapFileMarginBytes = 256 << 20
-
-// CheckSwapFileFits reports whether a swap file of sizeBytes fits in
-// SwapFileDir's file system, before anything is created.
-func CheckSwapFileFits(sizeBytes uint64) error {
-	var st unix.Statfs_t
-	if err := unix.Statfs(SwapFileDir, &st); err != nil {
-		return fmt.Errorf("check free space for the swap file in %s: %w", SwapFileDir, err)
-	}
-	free := st.Bavail * uint64(st.Bsize)
-	if sizeBytes+swapFileMarginBytes > free {
-		return fmt.Errorf("a %s swap file does not fit in %s (%s free, %s kept free)",
-			units.FormatBytes(sizeBytes), SwapFileDir, units.FormatBytes(free), units.FormatBytes(swapFileMarginBytes))
-	}
-	return nil
-}
+// SwapDirPrefix starts the name of the directory holding a run's swap file.
+const SwapDirPrefix = "headroom-density-swap-"
 
 // addSwapFile creates and enables a swap file of sizeBytes under parent.
 func (s *swapSetup) addSwapFile(parent string, sizeBytes uint64) error {
-	dir, err := os.MkdirTemp(parent, "headroom-density-swap-")
+	dir, err := os.MkdirTemp(parent, SwapDirPrefix)
 	if err != nil {
 		return fmt.Errorf("create swap file: %w", err)
 	}

@@ -44,17 +44,10 @@ func smallNode(t *testing.T) Params {
 		Interval: 500 * time.Millisecond, Out: t.TempDir(), Executable: testenv.HeadroomBinary(t)}
 }
 
-// assertRestored checks that the run left no swap, cgroup or worker behind.
+// assertRestored checks that the run left no swap or node cgroup behind.
 func assertRestored(t *testing.T) {
 	t.Helper()
-	swaps, _ := os.ReadFile("/proc/swaps")
-	if strings.Contains(string(swaps), "headroom-density") {
-		t.Errorf("swap left on:\n%s", swaps)
-	}
-	scope := filepath.Join(testenv.CgroupV1MemoryRoot, "headroom-density-"+strconv.Itoa(os.Getpid()))
-	if _, err := os.Stat(scope); err == nil {
-		t.Errorf("node cgroup %s left behind", scope)
-	}
+	testenv.AssertRestored(t, SwapDirPrefix, filepath.Join(testenv.CgroupV1MemoryRoot, NodeCgroupName(os.Getpid())))
 }
 
 func TestSystemShortRampWithAgent(t *testing.T) {
@@ -102,7 +95,7 @@ func TestSystemWorkerKilledMidStep(t *testing.T) {
 		if killed || ready < workers {
 			return
 		}
-		procs := filepath.Join(testenv.CgroupV1MemoryRoot, "headroom-density-"+strconv.Itoa(os.Getpid()), "w1", "cgroup.procs")
+		procs := filepath.Join(testenv.CgroupV1MemoryRoot, NodeCgroupName(os.Getpid()), "w1", "cgroup.procs")
 		b, _ := os.ReadFile(procs)
 		for _, f := range strings.Fields(string(b)) {
 			pid, _ := strconv.Atoi(f)
@@ -172,7 +165,7 @@ func TestSystemZramTier(t *testing.T) {
 	var zram, file bool
 	for _, d := range run.Machine.SwapDevices {
 		zram = zram || (strings.Contains(d.Path, "zram") && d.Priority == 100)
-		file = file || strings.Contains(d.Path, "headroom-density-swap")
+		file = file || strings.Contains(d.Path, SwapDirPrefix)
 	}
 	if !zram || !file || !strings.Contains(run.Node.SwapTier, "zram") || run.Steps[0].Failed {
 		t.Fatalf("swap devices %+v, node %+v, step %+v", run.Machine.SwapDevices, run.Node, run.Steps[0])

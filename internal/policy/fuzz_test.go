@@ -76,7 +76,6 @@ func FuzzDecide(f *testing.F) {
 			}
 
 			before := st.clone()
-			before.lastNote = st.lastNote
 			decisions, next := Decide(snap, cfg, st)
 			checkDecisions(t, snap, cfg, st, decisions, next)
 			if fmt.Sprint(before.Evicting, before.SwapAllowance, len(before.Window)) != fmt.Sprint(st.Evicting, st.SwapAllowance, len(st.Window)) {

@@ -248,3 +248,18 @@ func (cg *MemoryCgroup) OOMKills() (uint64, error) {
 	}
 	return total, nil
 }
+
+// AssertRestored fails the test if a swap area whose path contains
+// swapPathPart is still on, or a cgroup directory in cgroupDirs is left.
+func AssertRestored(t testing.TB, swapPathPart string, cgroupDirs ...string) {
+	t.Helper()
+	swaps, _ := os.ReadFile("/proc/swaps")
+	if strings.Contains(string(swaps), swapPathPart) {
+		t.Errorf("swap left on:\n%s", swaps)
+	}
+	for _, dir := range cgroupDirs {
+		if _, err := os.Stat(dir); err == nil {
+			t.Errorf("cgroup %s left behind", dir)
+		}
+	}
+}
