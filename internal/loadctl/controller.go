@@ -22,8 +22,10 @@ type Result struct {
 	// ReadyAt is when the worker reported ready (populated).
 	ReadyAt time.Time `json:"ready_at"`
 	// StartedAt is when the worker says it began its measured phase.
-	StartedAt time.Time        `json:"started_at"`
-	Summary   *memload.Summary `json:"summary,omitempty"`
+	StartedAt time.Time `json:"started_at"`
+	// Clock is the worker's clock offset from the controller's.
+	Clock   *ClockSync       `json:"clock,omitempty"`
+	Summary *memload.Summary `json:"summary,omitempty"`
 	// Err is set when the worker failed: it reported an error, or its
 	// connection closed before it sent a summary.
 	Err string `json:"error,omitempty"`
@@ -109,6 +111,11 @@ func (c *Controller) serve(conn net.Conn) {
 			conn.Close()
 			return
 		}
+		if m.Type == TypeClock {
+			// Answered here, at once: the reply's delay is the error.
+			w.send(Message{Type: TypeClock, AtUnixNano: time.Now().UnixNano()})
+			continue
+		}
 		if !c.forward(event{w: w, msg: m}) {
 			return
 		}
@@ -167,6 +174,7 @@ func (c *Controller) handle(ev event) (*workerConn, error) {
 		c.mu.Unlock()
 		w.result.ReadyAt = time.Now()
 		w.result.Populate = m.Populate
+		w.result.Clock = m.Clock
 	case TypeStarted:
 		w.result.StartedAt = unixNano(m.StartedUnixNano)
 	case TypeSummary:
@@ -245,11 +253,21 @@ func (c *Controller) broadcast(m Message) {
 	}
 	c.mu.Unlock()
 	for _, w := range ws {
-		w.writeMu.Lock()
-		w.conn.SetWriteDeadline(time.Now().Add(time.Second))
-		w.conn.Write(b) // a dead worker shows up as a lost connection
-		w.writeMu.Unlock()
+		w.write(b) // a dead worker shows up as a lost connection
 	}
+}
+
+func (w *workerConn) send(m Message) {
+	if b, err := encodeMessage(m); err == nil {
+		w.write(b)
+	}
+}
+
+func (w *workerConn) write(b []byte) {
+	w.writeMu.Lock()
+	defer w.writeMu.Unlock()
+	w.conn.SetWriteDeadline(time.Now().Add(time.Second))
+	w.conn.Write(b)
 }
 
 // CollectOptions tune Collect.

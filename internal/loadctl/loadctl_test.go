@@ -98,6 +98,59 @@ func TestProtocolReadyStartRecordsSummary(t *testing.T) {
 	}
 }
 
+// A worker whose clock is off (a guest set from its RTC) still starts at the
+// controller's instant and reports its times on the controller's clock.
+func TestWorkerWithSkewedClock(t *testing.T) {
+	c := listen(t)
+	const skew = 3 * time.Second
+	s, err := dialClock(context.Background(), c.Addr(), "ahead", func() time.Time { return time.Now().Add(skew) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sync := s.Clock()
+	if off := time.Duration(sync.OffsetNanos); (off+skew).Abs() > time.Duration(sync.RTTNanos) || sync.RTTNanos <= 0 {
+		t.Fatalf("offset %v (rtt %v), want -%v", off, time.Duration(sync.RTTNanos), skew)
+	}
+	errs := make(chan error, 1)
+	go func() {
+		if err := s.Ready(memload.PopulateStats{}); err != nil {
+			errs <- err
+			return
+		}
+		began, err := s.AwaitStart(context.Background())
+		if err == nil {
+			err = s.Started(began)
+		}
+		if err == nil {
+			err = s.Record(memload.Record{Type: TypeInterval, Time: began.Add(time.Second)})
+		}
+		if err == nil {
+			err = s.Summary(memload.Summary{Type: TypeSummary, StartUnixNano: began.UnixNano(), StopReason: memload.StopDuration})
+		}
+		errs <- err
+	}()
+	if err := c.AwaitReady(ctxTimeout(t), 1); err != nil {
+		t.Fatal(err)
+	}
+	at := c.Start(50 * time.Millisecond)
+	var record memload.Record
+	results := c.Collect(ctxTimeout(t), CollectOptions{StopGrace: time.Second, OnRecord: func(r memload.Record) { record = r }})
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	r := results[0]
+	if r.Clock == nil || r.Clock.OffsetNanos != sync.OffsetNanos {
+		t.Errorf("controller's view of the clock: %+v", r.Clock)
+	}
+	if d := r.StartedAt.Sub(at); d < 0 || d > 500*time.Millisecond {
+		t.Errorf("worker began %v after the start instant (controller clock), want within 0..500ms", d)
+	}
+	if d := record.Time.Sub(r.StartedAt); d < 900*time.Millisecond || d > 1100*time.Millisecond {
+		t.Errorf("record at %v after the start, want 1s on the controller's clock", d)
+	}
+}
+
 func TestWorkerDyingMidRunIsReportedFailed(t *testing.T) {
 	c := listen(t)
 	good, bad := dial(t, c, "good"), dial(t, c, "bad")
@@ -233,6 +286,7 @@ func TestParseAddr(t *testing.T) {
 		{"udp:1.2.3.4:5", "", "", false},
 		{"/run/x.sock", "", "", false},
 		{"unix:", "", "", false},
+		{"serial:/dev/virtio-ports/org.headroom.controller", "serial", "/dev/virtio-ports/org.headroom.controller", true},
 	}
 	for _, tt := range tests {
 		n, a, err := ParseAddr(tt.in)
@@ -248,6 +302,8 @@ func FuzzDecodeMessage(f *testing.F) {
 		`{"type":"interval","pages":3,"pages_per_sec":2.5}`,
 		`{"type":"summary","pages":1,"params":{"scan":"seq"}}`,
 		`{"type":"start","at_unix_nano":123}`,
+		`{"type":"clock","at_unix_nano":9}`,
+		`{"type":"ready","clock":{"offset_nanos":-3,"rtt_nanos":40}}`,
 		`{"type":"nope"}`, `{`, `[]`, `{"type":7}`,
 	} {
 		f.Add([]byte(s))

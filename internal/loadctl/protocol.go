@@ -4,10 +4,18 @@
 // interval records and send a summary. The density harness and
 // `headroom load --workers` are its users.
 //
-// The protocol is JSON lines over one stream connection per worker:
+// The protocol is JSON lines over one stream connection per worker (a
+// unix or tcp socket, or a serial line such as a VM's virtio-serial port):
 //
-//	worker → controller: hello, ready, started, interval, summary, error
-//	controller → worker: start, stop
+//	worker → controller: hello, clock, ready, started, interval, summary, error
+//	controller → worker: clock, start, stop
+//
+// Workers need not share the controller's clock (a guest's clock is set
+// from its RTC, to the second): after hello a worker sends a few clock
+// requests, which the controller answers at once with its time, and takes
+// the offset from the exchange with the shortest round trip. From then on
+// the worker speaks controller time: it waits for the start instant and
+// reports its start and its records in it.
 //
 // A worker that loses its controller stops its run; a worker whose
 // connection closes before its summary is reported as failed.
@@ -25,7 +33,8 @@ import (
 )
 
 // ProtocolVersion is sent in hello; a controller refuses other versions.
-const ProtocolVersion = 1
+// Version 2 added clock synchronisation.
+const ProtocolVersion = 2
 
 // Message types.
 const (
@@ -37,6 +46,7 @@ const (
 	TypeSummary  = "summary"
 	TypeError    = "error"
 	TypeStop     = "stop"
+	TypeClock    = "clock"
 )
 
 // Message is every protocol message. Interval and summary messages are the
@@ -50,9 +60,11 @@ type Message struct {
 	Populate        *memload.PopulateStats `json:"populate,omitempty"`
 	AtUnixNano      int64                  `json:"at_unix_nano,omitempty"`
 	StartedUnixNano int64                  `json:"started_unix_nano,omitempty"`
-	Error           string                 `json:"error,omitempty"`
-	Record          *memload.Record        `json:"-"`
-	Summary         *memload.Summary       `json:"-"`
+	// Clock is the worker's clock against the controller's, sent with ready.
+	Clock   *ClockSync       `json:"clock,omitempty"`
+	Error   string           `json:"error,omitempty"`
+	Record  *memload.Record  `json:"-"`
+	Summary *memload.Summary `json:"-"`
 }
 
 // maxLineBytes bounds one protocol line; a summary is about 1 KiB.
@@ -75,7 +87,7 @@ func DecodeMessage(line []byte) (Message, error) {
 		if err := json.Unmarshal(line, m.Summary); err != nil {
 			return Message{}, fmt.Errorf("decode summary: %w", err)
 		}
-	case TypeHello, TypeReady, TypeStart, TypeStarted, TypeError, TypeStop:
+	case TypeHello, TypeReady, TypeStart, TypeStarted, TypeError, TypeStop, TypeClock:
 	default:
 		return Message{}, fmt.Errorf("decode message: unknown type %q", m.Type)
 	}
@@ -98,17 +110,27 @@ func encodeMessage(m Message) ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
-// AddrForm describes the accepted --controller syntax, for error messages.
-const AddrForm = "unix:/path/to/socket or tcp:host:port"
+// ClockSync is how a worker's clock relates to its controller's.
+type ClockSync struct {
+	// OffsetNanos is controller time minus worker time.
+	OffsetNanos int64 `json:"offset_nanos"`
+	// RTTNanos is the round trip of the exchange the offset came from; the
+	// offset is exact to within half of it.
+	RTTNanos int64 `json:"rtt_nanos"`
+}
 
-// ParseAddr splits "unix:/path" or "tcp:host:port" into a network and address.
+// AddrForm describes the accepted --controller syntax, for error messages.
+const AddrForm = "unix:/path/to/socket, tcp:host:port or serial:/dev/path (a serial line such as /dev/virtio-ports/NAME)"
+
+// ParseAddr splits "unix:/path", "tcp:host:port" or "serial:/dev/path"
+// into a network and address.
 func ParseAddr(s string) (network, address string, err error) {
 	network, address, ok := strings.Cut(s, ":")
 	if !ok || address == "" {
 		return "", "", fmt.Errorf("invalid controller address %q", s)
 	}
 	switch network {
-	case "unix":
+	case "unix", "serial":
 		return network, address, nil
 	case "tcp":
 		if _, _, err := net.SplitHostPort(address); err != nil {
@@ -116,7 +138,7 @@ func ParseAddr(s string) (network, address string, err error) {
 		}
 		return network, address, nil
 	}
-	return "", "", fmt.Errorf("invalid controller address %q: network must be unix or tcp", s)
+	return "", "", fmt.Errorf("invalid controller address %q: network must be unix, tcp or serial", s)
 }
 
 // ErrControllerLost is the cause a worker's run is canceled with when the
