@@ -72,6 +72,9 @@ type Agent struct {
 	prevSample    time.Time
 	evictions     sync.WaitGroup
 
+	outcomesMu sync.Mutex // guards outcomes, filled by eviction goroutines
+	outcomes   []policy.EvictionOutcome
+
 	mu     sync.Mutex // guards view and recent for HTTP readers
 	view   View
 	recent []Record
@@ -97,7 +100,7 @@ func NewForScope(cfg Config, scope cgroup.Group, log *slog.Logger, decisions io.
 	}
 	a := &Agent{
 		cfg: cfg, log: log, decisions: decisions,
-		evictor:   SignalEvictor{Grace: seconds(cfg.EvictionGraceSeconds), Poll: 50 * time.Millisecond},
+		evictor:   DefaultEvictor{Grace: seconds(cfg.EvictionGraceSeconds), Poll: 50 * time.Millisecond},
 		groups:    map[string]cgroup.Group{},
 		workloads: map[string]policy.Workload{},
 		meta:      map[string]Metadata{},
@@ -105,7 +108,7 @@ func NewForScope(cfg Config, scope cgroup.Group, log *slog.Logger, decisions io.
 	a.metrics = newMetrics(a)
 	a.obs = &observer{scope: scope, hostScope: filepath.Clean("/"+cfg.Scope) == "/", workloadsDir: cfg.WorkloadsDir,
 		readErrors: func(src string) { a.metrics.readErrors.WithLabelValues(src).Inc() },
-		ignore:     map[string]bool{}}
+		ignore:     map[string]bool{}, vms: map[string]*vmConn{}}
 	for _, name := range cfg.IgnoreCgroups {
 		a.obs.ignore[name] = true
 	}
@@ -160,6 +163,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				srv.Close()
 			}
 			a.evictions.Wait()
+			a.obs.closeVMs()
 			return nil
 		case now := <-ticker.C:
 			a.Tick(ctx, now)
@@ -182,7 +186,7 @@ func (a *Agent) Tick(ctx context.Context, now time.Time) {
 	if now.Sub(a.statsAt) >= seconds(a.cfg.WorkloadStatsSeconds) {
 		a.refreshWorkloads(now, false)
 	}
-	snap := policy.Snapshot{Sample: sample, Workloads: a.workloadList()}
+	snap := policy.Snapshot{Sample: sample, Workloads: a.workloadList(), Outcomes: a.takeOutcomes()}
 	decisions, next := policy.Decide(snap, a.cfg.Config, a.state)
 	if a.statsAt.Before(now) && next.Firing() {
 		// A signal fired: rank on fresh numbers (cached stats may predate
@@ -201,6 +205,15 @@ func (a *Agent) Tick(ctx context.Context, now time.Time) {
 	}
 	a.prevSample = now
 	a.publish(snap)
+}
+
+// takeOutcomes returns the evictions that ended since the last round.
+func (a *Agent) takeOutcomes() []policy.EvictionOutcome {
+	a.outcomesMu.Lock()
+	defer a.outcomesMu.Unlock()
+	out := a.outcomes
+	a.outcomes = nil
+	return out
 }
 
 // discover updates the set of child cgroups; new ones are read at once.
@@ -258,7 +271,13 @@ func (a *Agent) act(ctx context.Context, d policy.Decision) {
 			r.Error = err.Error()
 		}
 	case d.Action == policy.ActionEvict:
-		if err := a.evictor.Begin(g); err != nil {
+		t := Target{Name: d.Workload, Group: g}
+		if vm := a.obs.vms[d.Workload]; vm != nil {
+			t.VM = vm
+		}
+		w := a.workloads[d.Workload]
+		held := w.WorkingSetBytes + w.SwapBytes
+		if err := a.evictor.Begin(t); err != nil {
 			r.Error = err.Error()
 			break
 		}
@@ -269,16 +288,21 @@ func (a *Agent) act(ctx context.Context, d policy.Decision) {
 			a.metrics.evictionLatency.Observe(r.LatencyBoundSeconds)
 		}
 		a.evictions.Add(1)
-		go func() {
-			defer a.evictions.Done()
-			if err := a.evictor.Finish(ctx, g); err != nil {
-				a.log.Warn("eviction did not finish cleanly", "workload", d.Workload, "err", err)
-			}
-		}()
+		go a.finishEviction(ctx, t, held)
 	}
 	a.metrics.decisions.WithLabelValues(d.Action).Inc()
-	if d.Action == policy.ActionEvict {
+	switch d.Action {
+	case policy.ActionEvict:
 		a.metrics.evictions.WithLabelValues(d.Signal).Inc()
+	case policy.ActionEvicted:
+		o := d.Outcome
+		a.metrics.evictionResults.WithLabelValues(o.Result).Inc()
+		if o.Result != policy.EvictionFailed {
+			a.metrics.evictionSeconds.Observe(o.Seconds)
+			a.metrics.evictedBytes.Add(float64(o.FreedBytes))
+		}
+	case policy.ActionAbandon:
+		a.metrics.evictionResults.WithLabelValues("abandoned").Inc()
 	}
 	if b, err := json.Marshal(r); err == nil {
 		a.decisions.Write(append(b, '\n'))
@@ -289,6 +313,27 @@ func (a *Agent) act(ctx context.Context, d policy.Decision) {
 		a.recent = a.recent[len(a.recent)-recentDecisions:]
 	}
 	a.mu.Unlock()
+}
+
+// finishEviction waits for a victim to leave, within the eviction
+// deadline, and queues the outcome for the next round's decision. heldBytes
+// is what the victim used when it was chosen.
+func (a *Agent) finishEviction(ctx context.Context, t Target, heldBytes uint64) {
+	defer a.evictions.Done()
+	deadline, cancel := context.WithTimeout(ctx, seconds(a.cfg.EvictionDeadlineSeconds))
+	defer cancel()
+	o := a.evictor.Finish(deadline, t)
+	o.Workload = t.Name
+	if o.Result != policy.EvictionFailed {
+		left := uint64(0)
+		if u, err := t.Group.Usage(); err == nil {
+			left = u.WorkingSetBytes + u.SwapBytes
+		}
+		o.FreedBytes = heldBytes - min(left, heldBytes)
+	}
+	a.outcomesMu.Lock()
+	a.outcomes = append(a.outcomes, o)
+	a.outcomesMu.Unlock()
 }
 
 // publish stores the view served over HTTP.

@@ -15,7 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+
 	"github.com/headroom-dev/headroom/internal/cgroup"
+	"github.com/headroom-dev/headroom/internal/policy"
 )
 
 func TestParseMetadata(t *testing.T) {
@@ -32,6 +35,8 @@ func TestParseMetadata(t *testing.T) {
 		{`{"memoryRequest":-1}`, Metadata{}, true},
 		{`{"priority":"high"}`, Metadata{}, true},
 		{`not json`, Metadata{}, true},
+		{`{"name":"vm1","qmp":"/run/vm1/qmp.sock"}`, Metadata{Name: "vm1", QMPSocket: "/run/vm1/qmp.sock"}, false},
+		{`{"qmp":"relative.sock"}`, Metadata{}, true},
 	}
 	for _, tt := range tests {
 		got, err := ParseMetadata([]byte(tt.in))
@@ -109,11 +114,13 @@ func fixtureScope(t *testing.T, scopeStat string) (cgroup.Group, string) {
 
 type recordingEvictor struct{ begun []string }
 
-func (e *recordingEvictor) Begin(g cgroup.Group) error {
-	e.begun = append(e.begun, filepath.Base(g.Path()))
+func (e *recordingEvictor) Begin(t Target) error {
+	e.begun = append(e.begun, filepath.Base(t.Group.Path()))
 	return nil
 }
-func (e *recordingEvictor) Finish(context.Context, cgroup.Group) error { return nil }
+func (e *recordingEvictor) Finish(_ context.Context, t Target) policy.EvictionOutcome {
+	return policy.EvictionOutcome{Workload: t.Name, Result: policy.EvictedGracefully}
+}
 
 func newFixtureAgent(t *testing.T, scope cgroup.Group) (*Agent, *recordingEvictor, *bytes.Buffer) {
 	t.Helper()
@@ -180,6 +187,10 @@ func TestHTTPEndpoints(t *testing.T) {
 		t.Fatalf("/v1/snapshot %d %s", code, body)
 	}
 	_, body = get("/metrics")
+	problems, err := promlint.New(strings.NewReader(body)).Lint()
+	if err != nil || len(problems) > 0 {
+		t.Errorf("promlint: %v %+v", err, problems)
+	}
 	for _, want := range []string{"headroom_scope_ram_bytes 2.147483648e+09", `headroom_workload_working_set_bytes{workload="vm-a"} 1e+09`,
 		`headroom_signal_firing{signal="swap_utilization"} 1`, `headroom_agent_decisions_total{action="evict"} 1`} {
 		if !strings.Contains(body, want) {

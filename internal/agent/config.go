@@ -34,7 +34,8 @@ type Config struct {
 	// WorkloadStatsSeconds is how often every workload's stats are re-read;
 	// they are also re-read whenever an eviction is about to be decided.
 	WorkloadStatsSeconds float64 `json:"workloadStatsSeconds"`
-	// EvictionGraceSeconds is the time between SIGTERM and SIGKILL.
+	// EvictionGraceSeconds is the time between the graceful request
+	// (SIGTERM, a VM's power-down) and the forced one (QMP quit, SIGKILL).
 	EvictionGraceSeconds float64 `json:"evictionGraceSeconds"`
 	// DryRun logs decisions without acting.
 	DryRun bool `json:"dryRun"`
@@ -129,6 +130,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("workloadStatsSeconds must be in [intervalSeconds,300], got %g", c.WorkloadStatsSeconds)
 	case !(c.EvictionGraceSeconds >= 0 && c.EvictionGraceSeconds <= 3600):
 		return fmt.Errorf("evictionGraceSeconds must be in [0,3600], got %g", c.EvictionGraceSeconds)
+	case c.EvictionDeadlineSeconds < c.EvictionGraceSeconds+5:
+		return fmt.Errorf("evictionDeadlineSeconds (%g) must leave at least 5 s after evictionGraceSeconds (%g) to force a victim out",
+			c.EvictionDeadlineSeconds, c.EvictionGraceSeconds)
 	case c.OOMScoreAdj < -1000 || c.OOMScoreAdj > 1000:
 		return fmt.Errorf("oomScoreAdj must be in [-1000,1000], got %d", c.OOMScoreAdj)
 	case c.PSITriggerStallMillis < 0 || c.PSITriggerStallMillis > 1000:

@@ -22,6 +22,9 @@ type Metadata struct {
 	MemoryRequestBytes uint64 `json:"-"`
 	// Protected workloads are never evicted and get no swap.
 	Protected bool `json:"protected"`
+	// QMPSocket names a VM's QMP socket: the agent reads the guest's
+	// memory statistics through it and evicts the VM with a power-down.
+	QMPSocket string `json:"qmp"`
 }
 
 // ParseMetadata parses one metadata file.
@@ -31,11 +34,15 @@ func ParseMetadata(b []byte) (Metadata, error) {
 		Priority      int             `json:"priority"`
 		MemoryRequest json.RawMessage `json:"memoryRequest"`
 		Protected     bool            `json:"protected"`
+		QMP           string          `json:"qmp"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return Metadata{}, fmt.Errorf("parse workload metadata: %w", err)
 	}
-	m := Metadata{Name: raw.Name, Priority: raw.Priority, Protected: raw.Protected}
+	if raw.QMP != "" && !filepath.IsAbs(raw.QMP) {
+		return Metadata{}, fmt.Errorf("parse workload metadata: qmp must be an absolute socket path, got %q", raw.QMP)
+	}
+	m := Metadata{Name: raw.Name, Priority: raw.Priority, Protected: raw.Protected, QMPSocket: raw.QMP}
 	if len(raw.MemoryRequest) > 0 && string(raw.MemoryRequest) != "null" {
 		var s string
 		if err := json.Unmarshal(raw.MemoryRequest, &s); err == nil {

@@ -17,6 +17,9 @@ type metrics struct {
 	evictions       *prometheus.CounterVec
 	readErrors      *prometheus.CounterVec
 	evictionLatency prometheus.Histogram
+	evictionResults *prometheus.CounterVec
+	evictionSeconds prometheus.Histogram
+	evictedBytes    prometheus.Counter
 }
 
 func newMetrics(a *Agent) *metrics {
@@ -35,9 +38,17 @@ func newMetrics(a *Agent) *metrics {
 		evictionLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "headroom_agent_eviction_latency_seconds",
 			Help:    "Upper bound of the time from a threshold crossing to the eviction signal.",
 			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 5}}),
+		evictionResults: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "headroom_agent_eviction_results_total",
+			Help: "Evictions ended, by result: graceful (left after SIGTERM or power-down), forced (killed), failed (could not be removed), abandoned (past the eviction deadline)."},
+			[]string{"result"}),
+		evictionSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "headroom_agent_eviction_duration_seconds",
+			Help:    "Time from the eviction signal until the victim was gone.",
+			Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60}}),
+		evictedBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "headroom_agent_evicted_bytes_total",
+			Help: "Memory (working set and swap) freed by evictions."}),
 	}
 	m.registry.MustRegister(m.ticks, m.psiWakeups, m.decisions, m.evictions, m.readErrors, m.evictionLatency,
-		viewCollector{a})
+		m.evictionResults, m.evictionSeconds, m.evictedBytes, viewCollector{a})
 	return m
 }
 
@@ -61,6 +72,11 @@ var (
 	descWorkloadSwap = prometheus.NewDesc("headroom_workload_swap_bytes", "Swap used by a workload.", []string{"workload"}, nil)
 	descAllowance    = prometheus.NewDesc("headroom_workload_swap_allowance_bytes", "Swap allowance applied to a workload.", []string{"workload"}, nil)
 	descPriority     = prometheus.NewDesc("headroom_workload_priority", "Priority of a workload (higher is more important).", []string{"workload"}, nil)
+	descGuestMemory  = prometheus.NewDesc("headroom_workload_guest_memory_bytes", "A VM's memory as its guest has it: its RAM minus the balloon.", []string{"workload"}, nil)
+	descGuestAvail   = prometheus.NewDesc("headroom_workload_guest_available_bytes", "Memory available inside a VM's guest (its MemAvailable).", []string{"workload"}, nil)
+	descGuestMajflt  = prometheus.NewDesc("headroom_workload_guest_major_faults_total", "Major page faults inside a VM's guest.", []string{"workload"}, nil)
+	descGuestSwapIn  = prometheus.NewDesc("headroom_workload_guest_swap_in_bytes_total", "Bytes a VM's guest swapped in from its own swap.", []string{"workload"}, nil)
+	descGuestSwapOut = prometheus.NewDesc("headroom_workload_guest_swap_out_bytes_total", "Bytes a VM's guest swapped out to its own swap.", []string{"workload"}, nil)
 )
 
 // viewCollector exports the agent's latest view.
@@ -68,7 +84,8 @@ type viewCollector struct{ a *Agent }
 
 func (c viewCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descScopeRAM, descScopeSwap, descScopeWS, descScopeSwapUse, descSwapIn, descSwapOut,
-		descPSI, descSignal, descThreshold, descFiring, descWorkloads, descWorkloadWS, descWorkloadSwap, descAllowance, descPriority} {
+		descPSI, descSignal, descThreshold, descFiring, descWorkloads, descWorkloadWS, descWorkloadSwap, descAllowance, descPriority,
+		descGuestMemory, descGuestAvail, descGuestMajflt, descGuestSwapIn, descGuestSwapOut} {
 		ch <- d
 	}
 }
@@ -116,5 +133,20 @@ func (c viewCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(descAllowance, float64(w.SwapAllowanceBytes), w.Name)
 		gauge(descPriority, float64(w.Priority), w.Name)
+		if g := w.Guest; g != nil {
+			gauge(descGuestMemory, float64(g.MemoryBytes), w.Name)
+			if g.AvailableBytes >= 0 {
+				gauge(descGuestAvail, float64(g.AvailableBytes), w.Name)
+			}
+			if g.MajorFaults >= 0 {
+				counter(descGuestMajflt, float64(g.MajorFaults), w.Name)
+			}
+			if g.SwapInBytes >= 0 {
+				counter(descGuestSwapIn, float64(g.SwapInBytes), w.Name)
+			}
+			if g.SwapOutBytes >= 0 {
+				counter(descGuestSwapOut, float64(g.SwapOutBytes), w.Name)
+			}
+		}
 	}
 }

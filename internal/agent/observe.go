@@ -33,6 +33,8 @@ type observer struct {
 	// workloadLimits caches each workload's memory limit (0: none), read
 	// in full when it is discovered and before every ranking.
 	workloadLimits map[string]uint64
+	// vms follows the workloads whose metadata names a QMP socket.
+	vms map[string]*vmConn
 }
 
 type cachedMetadata struct {
@@ -160,7 +162,10 @@ func (o *observer) workload(g cgroup.Group, full bool) (policy.Workload, Metadat
 		o.readErrors("metadata")
 	}
 	w.Priority, w.RequestBytes, w.Protected = md.Priority, md.MemoryRequestBytes, md.Protected
-	procs, perr := g.Procs()
+	if vm := o.followVM(name, md.QMPSocket); vm != nil {
+		w.Guest = vm.Guest(time.Now())
+	}
+	procs, perr := cgroup.CountProcesses(g)
 	var u cgroup.Usage
 	var merr error
 	if full {
@@ -186,7 +191,7 @@ func (o *observer) workload(g cgroup.Group, full bool) (policy.Workload, Metadat
 		w.Err = perr.Error()
 		o.readErrors("workload")
 	}
-	w.Processes = len(procs)
+	w.Processes = procs
 	w.LimitBytes = o.workloadLimits[name]
 	w.WorkingSetBytes, w.SwapBytes = u.WorkingSetBytes, u.SwapBytes
 	return w, md
@@ -196,6 +201,30 @@ func (o *observer) workload(g cgroup.Group, full bool) (policy.Workload, Metadat
 func (o *observer) forget(name string) {
 	delete(o.workloadLimits, name)
 	delete(o.metadata, name)
+	o.followVM(name, "")
+}
+
+// followVM keeps a QMP connection to a workload's VM while its metadata
+// names one (socket ""), replacing it when the socket changes.
+func (o *observer) followVM(name, socket string) *vmConn {
+	vm := o.vms[name]
+	if vm != nil && vm.socket != socket {
+		vm.Close()
+		delete(o.vms, name)
+		vm = nil
+	}
+	if vm == nil && socket != "" {
+		vm = newVMConn(socket)
+		o.vms[name] = vm
+	}
+	return vm
+}
+
+// closeVMs ends every VM connection.
+func (o *observer) closeVMs() {
+	for name := range o.vms {
+		o.followVM(name, "")
+	}
 }
 
 // readMetadata returns a workload's metadata, re-reading the file only when

@@ -38,6 +38,7 @@ func FuzzDecide(f *testing.F) {
 			AverageWindowSizeSeconds:       float64(1 + src.upTo(30)),
 			ExhaustionHorizonSeconds:       float64(src.upTo(3) * 30),
 			CooldownSeconds:                float64(src.upTo(10)),
+			EvictionDeadlineSeconds:        float64(1 + src.upTo(20)),
 		}
 		if err := cfg.Validate(); err != nil {
 			t.Fatalf("decoded config invalid: %v", err)
@@ -74,11 +75,20 @@ func FuzzDecide(f *testing.F) {
 				}
 				snap.Workloads = append(snap.Workloads, w)
 			}
+			// Evictions in progress end (or fail) at random.
+			for name := range st.Evicting {
+				switch src.upTo(4) {
+				case 0:
+					snap.Outcomes = append(snap.Outcomes, EvictionOutcome{Workload: name, Result: EvictedGracefully})
+				case 1:
+					snap.Outcomes = append(snap.Outcomes, EvictionOutcome{Workload: name, Result: EvictionFailed, Err: "D state"})
+				}
+			}
 
 			before := st.clone()
 			decisions, next := Decide(snap, cfg, st)
 			checkDecisions(t, snap, cfg, st, decisions, next)
-			if fmt.Sprint(before.Evicting, before.SwapAllowance, len(before.Window)) != fmt.Sprint(st.Evicting, st.SwapAllowance, len(st.Window)) {
+			if fmt.Sprint(before.Evicting, before.Abandoned, before.SwapAllowance, len(before.Window)) != fmt.Sprint(st.Evicting, st.Abandoned, st.SwapAllowance, len(st.Window)) {
 				t.Fatalf("tick %d: Decide changed the state it was given", tick)
 			}
 			st = next
@@ -119,6 +129,12 @@ func checkDecisions(t *testing.T, snap Snapshot, cfg Config, prev State, decisio
 			if _, already := prev.Evicting[w.Name]; already && w.Processes > 0 {
 				t.Fatalf("evicted %s twice", w.Name)
 			}
+			if _, abandoned := next.Abandoned[w.Name]; abandoned {
+				t.Fatalf("evicted %s, which was given up on", w.Name)
+			}
+			if len(next.Evicting) != 1 {
+				t.Fatalf("evicting %v after choosing %s; one at a time", next.Evicting, w.Name)
+			}
 			if !prev.LastEviction.IsZero() && snap.Sample.Time.Sub(prev.LastEviction).Seconds() < cfg.CooldownSeconds {
 				t.Fatalf("evicted %.3f s after the last eviction, cooldown %g s", snap.Sample.Time.Sub(prev.LastEviction).Seconds(), cfg.CooldownSeconds)
 			}
@@ -129,6 +145,18 @@ func checkDecisions(t *testing.T, snap Snapshot, cfg Config, prev State, decisio
 			if d.Reason == "" {
 				t.Fatal("non-action without a reason")
 			}
+		case ActionEvicted:
+			found := false
+			for _, o := range snap.Outcomes {
+				found = found || o.Workload == d.Workload
+			}
+			if !found || d.Outcome == nil {
+				t.Fatalf("outcome decision for %s, which reported no outcome", d.Workload)
+			}
+		case ActionAbandon:
+			if _, ok := prev.Evicting[d.Workload]; !ok {
+				t.Fatalf("gave up on %s, which was not being evicted", d.Workload)
+			}
 		default:
 			t.Fatalf("unknown action %q", d.Action)
 		}
@@ -138,5 +166,10 @@ func checkDecisions(t *testing.T, snap Snapshot, cfg Config, prev State, decisio
 	}
 	if evicted == 0 && next.LastEviction != prev.LastEviction {
 		t.Fatal("last eviction time moved without an eviction")
+	}
+	for name, since := range next.Evicting {
+		if snap.Sample.Time.Sub(since).Seconds() >= cfg.EvictionDeadlineSeconds {
+			t.Fatalf("%s still evicting %.1f s after it was chosen, past the %g s deadline", name, snap.Sample.Time.Sub(since).Seconds(), cfg.EvictionDeadlineSeconds)
+		}
 	}
 }

@@ -6,6 +6,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -35,6 +36,11 @@ type Config struct {
 	// CooldownSeconds is the wait after an eviction before another; the
 	// window restarts at each eviction so the re-check sees fresh data.
 	CooldownSeconds float64 `json:"cooldownSeconds"`
+	// EvictionDeadlineSeconds bounds an eviction: a victim still present
+	// this long after it was chosen (processes that survive the kill, a VM
+	// that answers nothing) is given up on, never chosen again while it
+	// exists, and the next-ranked workload may be evicted.
+	EvictionDeadlineSeconds float64 `json:"evictionDeadlineSeconds"`
 }
 
 // DefaultConfig is what the agent runs without configuration. Rate and PSI
@@ -49,6 +55,7 @@ func DefaultConfig() Config {
 		SwapUtilizationThresholdFactor: 0.8,
 		AverageWindowSizeSeconds:       10,
 		CooldownSeconds:                5,
+		EvictionDeadlineSeconds:        30,
 	}
 }
 
@@ -71,6 +78,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("exhaustionHorizonSeconds must be >= 0, got %g", c.ExhaustionHorizonSeconds)
 	case !(c.CooldownSeconds >= 0):
 		return fmt.Errorf("cooldownSeconds must be >= 0, got %g", c.CooldownSeconds)
+	case !(c.EvictionDeadlineSeconds >= 1 && c.EvictionDeadlineSeconds <= 3600):
+		return fmt.Errorf("evictionDeadlineSeconds must be in [1,3600], got %g", c.EvictionDeadlineSeconds)
 	}
 	return nil
 }
@@ -111,12 +120,55 @@ type Workload struct {
 	SwapBytes       uint64 `json:"swap_bytes"`
 	// Err says the workload's stats could not be read: it is never ranked.
 	Err string `json:"error,omitempty"`
+	// Guest is a VM's own view of its memory (nil for other workloads).
+	Guest *GuestMemory `json:"guest,omitempty"`
+}
+
+// GuestMemory is a VM guest's view of its memory, from its balloon
+// driver's statistics; -1 where the guest does not report a value.
+type GuestMemory struct {
+	// MemoryBytes is the guest's RAM minus the balloon.
+	MemoryBytes    uint64 `json:"memory_bytes"`
+	TotalBytes     int64  `json:"total_bytes"`
+	AvailableBytes int64  `json:"available_bytes"`
+	MajorFaults    int64  `json:"major_faults"`
+	SwapInBytes    int64  `json:"swap_in_bytes"`
+	SwapOutBytes   int64  `json:"swap_out_bytes"`
+	// AgeSeconds is how old the statistics are.
+	AgeSeconds float64 `json:"age_seconds"`
+}
+
+// Eviction results reported in an EvictionOutcome.
+const (
+	// EvictedGracefully: the workload left after the graceful request
+	// (SIGTERM, or a VM's power-down).
+	EvictedGracefully = "graceful"
+	// EvictedForcibly: it had to be killed (SIGKILL, cgroup.kill, QMP quit).
+	EvictedForcibly = "forced"
+	// EvictionFailed: it could not be removed (processes survive the kill).
+	EvictionFailed = "failed"
+)
+
+// EvictionOutcome is how an eviction ended, reported by the agent's actor
+// into the next snapshot.
+type EvictionOutcome struct {
+	Workload string `json:"workload"`
+	Result   string `json:"result"`
+	// Seconds from the eviction signal to the workload leaving (or to the
+	// actor giving up).
+	Seconds float64 `json:"seconds"`
+	// FreedBytes is the workload's memory (working set and swap) that left
+	// with it.
+	FreedBytes uint64 `json:"freed_bytes"`
+	Err        string `json:"error,omitempty"`
 }
 
 // Snapshot is the input of Decide.
 type Snapshot struct {
 	Sample    Sample     `json:"sample"`
 	Workloads []Workload `json:"workloads"`
+	// Outcomes are evictions that ended since the last snapshot.
+	Outcomes []EvictionOutcome `json:"outcomes,omitempty"`
 }
 
 // State is what Decide carries between calls.
@@ -125,8 +177,12 @@ type State struct {
 	Window []Sample `json:"-"`
 	// LastEviction is when the last eviction was decided.
 	LastEviction time.Time `json:"last_eviction"`
-	// Evicting lists victims not yet gone (still have processes).
+	// Evicting lists victims not yet gone (still have processes), with
+	// when each was chosen.
 	Evicting map[string]time.Time `json:"evicting"`
+	// Abandoned lists victims given up on (past the eviction deadline, or
+	// their eviction failed): never chosen again while they exist.
+	Abandoned map[string]time.Time `json:"abandoned"`
 	// SwapAllowance is the allowance last decided per workload.
 	SwapAllowance map[string]uint64 `json:"swap_allowance"`
 	// Signals are the signals evaluated by the last Decide.
@@ -139,6 +195,11 @@ type State struct {
 const (
 	ActionSetSwap = "set_swap"
 	ActionEvict   = "evict"
+	// ActionEvicted records how an eviction ended (its outcome).
+	ActionEvicted = "evicted"
+	// ActionAbandon gives up on an eviction that did not finish in time
+	// or failed; the next-ranked workload may then be evicted.
+	ActionAbandon = "abandon_eviction"
 	// ActionNone records why a firing signal led to no eviction.
 	ActionNone = "none"
 )
@@ -156,6 +217,8 @@ type Decision struct {
 	Reason    string    `json:"reason"`
 	// Signals are all evaluated signals at the time of an eviction.
 	Signals []Signal `json:"signals,omitempty"`
+	// Outcome is set on ActionEvicted.
+	Outcome *EvictionOutcome `json:"outcome,omitempty"`
 }
 
 // Firing reports whether any signal of the last Decide was past its threshold.
@@ -173,9 +236,31 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 	for _, w := range snap.Workloads {
 		present[w.Name] = w
 	}
-	for name := range st.Evicting {
-		if w, ok := present[name]; !ok || w.Processes == 0 {
+	for _, o := range snap.Outcomes {
+		out = append(out, outcomeDecision(now, o))
+		delete(st.Evicting, o.Workload)
+		if o.Result == EvictionFailed {
+			if _, ok := present[o.Workload]; ok {
+				st.Abandoned[o.Workload] = now
+			}
+		}
+	}
+	for name, since := range st.Evicting {
+		w, ok := present[name]
+		switch {
+		case !ok || w.Processes == 0:
 			delete(st.Evicting, name)
+		case now.Sub(since).Seconds() >= cfg.EvictionDeadlineSeconds:
+			delete(st.Evicting, name)
+			st.Abandoned[name] = now
+			out = append(out, Decision{Time: now, Action: ActionAbandon, Workload: name,
+				Reason: fmt.Sprintf("still present %.1f s after it was chosen (%d processes), past the %g s eviction deadline; it is not chosen again and the next candidate may be evicted",
+					now.Sub(since).Seconds(), w.Processes, cfg.EvictionDeadlineSeconds)})
+		}
+	}
+	for name := range st.Abandoned {
+		if _, ok := present[name]; !ok {
+			delete(st.Abandoned, name)
 		}
 	}
 	for name := range st.SwapAllowance {
@@ -209,10 +294,13 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 		return out, st
 	}
 
-	ranked := Rank(snap.Workloads, st.SwapAllowance)
+	ranked := Rank(slices.DeleteFunc(slices.Clone(snap.Workloads), func(w Workload) bool {
+		_, abandoned := st.Abandoned[w.Name]
+		return abandoned
+	}), st.SwapAllowance)
 	if len(ranked) == 0 {
 		out = st.note(out, Decision{Time: now, Action: ActionNone, Signal: firing.Name, Value: firing.Value, Threshold: firing.Threshold, Unit: firing.Unit,
-			Reason: "no evictable workload (all protected, empty, unreadable or already evicting)"})
+			Reason: "no evictable workload (all protected, empty, unreadable, or given up on)"})
 		return out, st
 	}
 	victim := ranked[0]
@@ -227,6 +315,24 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 		Signals: signals,
 	})
 	return out, st
+}
+
+// outcomeDecision logs how an eviction ended.
+func outcomeDecision(now time.Time, o EvictionOutcome) Decision {
+	var reason string
+	switch o.Result {
+	case EvictedGracefully:
+		reason = fmt.Sprintf("left gracefully %.1f s after the eviction signal, freeing %d B", o.Seconds, o.FreedBytes)
+	case EvictedForcibly:
+		reason = fmt.Sprintf("killed after the grace period; gone %.1f s after the eviction signal, freeing %d B", o.Seconds, o.FreedBytes)
+	default:
+		reason = fmt.Sprintf("could not be removed in %.1f s: %s; it is not chosen again", o.Seconds, o.Err)
+	}
+	if o.Err != "" && o.Result != EvictionFailed {
+		reason += " (" + o.Err + ")"
+	}
+	oc := o
+	return Decision{Time: now, Action: ActionEvicted, Workload: o.Workload, Reason: reason, Outcome: &oc}
 }
 
 // note appends d unless the same note was the last one made.
@@ -246,6 +352,10 @@ func (st State) clone() State {
 	c.Evicting = make(map[string]time.Time, len(st.Evicting))
 	for k, v := range st.Evicting {
 		c.Evicting[k] = v
+	}
+	c.Abandoned = make(map[string]time.Time, len(st.Abandoned))
+	for k, v := range st.Abandoned {
+		c.Abandoned[k] = v
 	}
 	c.SwapAllowance = make(map[string]uint64, len(st.SwapAllowance))
 	for k, v := range st.SwapAllowance {

@@ -212,6 +212,64 @@ func TestDecideEvictsLowestPriorityThenCoolsDown(t *testing.T) {
 	}
 }
 
+// An eviction that does not finish by its deadline is given up on and the
+// next candidate is chosen; the stuck workload is never chosen again.
+func TestDecideGivesUpOnStuckEvictionAtDeadline(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.EvictionDeadlineSeconds = 10
+	wls := []Workload{wl("gold", 10, 2, 2, 1), wl("stuck", 1, 2, 2, 1.5), wl("silver", 5, 2, 2, 0.5)}
+	ds, st := Decide(Snapshot{Sample: sample(0, 4, 3.5), Workloads: wls}, cfg, State{})
+	if ev := evictions(ds); len(ev) != 1 || ev[0].Workload != "stuck" {
+		t.Fatalf("first eviction %+v", ds)
+	}
+	// Before the deadline: still waiting.
+	ds, st = Decide(Snapshot{Sample: sample(9.9, 4, 3.5), Workloads: wls}, cfg, st)
+	if len(evictions(ds)) != 0 {
+		t.Fatalf("evicted another before the deadline: %+v", ds)
+	}
+	// At the deadline the agent gives up on it and evicts the next one.
+	ds, st = Decide(Snapshot{Sample: sample(10, 4, 3.5), Workloads: wls}, cfg, st)
+	if len(ds) != 2 || ds[0].Action != ActionAbandon || ds[0].Workload != "stuck" || !strings.Contains(ds[0].Reason, "deadline") {
+		t.Fatalf("at the deadline: %+v", ds)
+	}
+	if ds[1].Action != ActionEvict || ds[1].Workload != "silver" {
+		t.Fatalf("next candidate not chosen: %+v", ds[1])
+	}
+	// Silver leaves gracefully; stuck is never chosen again, gold is.
+	wls[2].Processes = 0
+	ds, st = Decide(Snapshot{Sample: sample(11, 4, 3.5), Workloads: wls,
+		Outcomes: []EvictionOutcome{{Workload: "silver", Result: EvictedGracefully, Seconds: 1, FreedBytes: 5 * gi / 2}}}, cfg, st)
+	if len(ds) == 0 || ds[0].Action != ActionEvicted || ds[0].Outcome == nil || !strings.Contains(ds[0].Reason, "gracefully") {
+		t.Fatalf("outcome not logged: %+v", ds)
+	}
+	ds, st = Decide(Snapshot{Sample: sample(20, 4, 3.5), Workloads: wls}, cfg, st)
+	if ev := evictions(ds); len(ev) != 1 || ev[0].Workload != "gold" {
+		t.Fatalf("third eviction %+v", ds)
+	}
+	// Once stuck is gone, it is forgotten.
+	wls = wls[:1]
+	_, st = Decide(Snapshot{Sample: sample(21, 1, 0), Workloads: wls}, cfg, st)
+	if len(st.Abandoned) != 0 {
+		t.Fatalf("abandoned %v after the workload left", st.Abandoned)
+	}
+}
+
+// A failed eviction (processes survived the kill) is given up on at once.
+func TestDecideGivesUpOnFailedEviction(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.CooldownSeconds = 0
+	wls := []Workload{wl("a", 1, 2, 2, 1.5), wl("b", 5, 2, 2, 1.5)}
+	_, st := Decide(Snapshot{Sample: sample(0, 4, 3.5), Workloads: wls}, cfg, State{})
+	ds, _ := Decide(Snapshot{Sample: sample(1, 4, 3.5), Workloads: wls,
+		Outcomes: []EvictionOutcome{{Workload: "a", Result: EvictionFailed, Seconds: 1, Err: "1 process left after SIGKILL"}}}, cfg, st)
+	if len(ds) != 2 || ds[0].Action != ActionEvicted || !strings.Contains(ds[0].Reason, "could not be removed") {
+		t.Fatalf("failed outcome: %+v", ds)
+	}
+	if ds[1].Action != ActionEvict || ds[1].Workload != "b" {
+		t.Fatalf("next candidate: %+v", ds[1])
+	}
+}
+
 func TestDecideNeverEvictsProtectedOrUnreadable(t *testing.T) {
 	cfg := DefaultConfig()
 	prot := wl("prot", 0, 0, 6, 3)

@@ -1,0 +1,179 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/headroom-dev/headroom/internal/policy"
+	"github.com/headroom-dev/headroom/internal/qmp"
+)
+
+// balloonPath is the QOM path of a headroom micro-VM's balloon (and of any
+// VM whose balloon has id balloon0, as libvirt names it).
+const balloonPath = "/machine/peripheral/balloon0"
+
+// qmpTimeout bounds every QMP command the agent sends.
+const qmpTimeout = time.Second
+
+// vmConn follows one VM through its QMP socket, in its own goroutine so a
+// VM that stops answering never delays the agent's loop: it reads the
+// guest's balloon statistics once a second (asking QEMU to poll them if
+// nobody has) and carries power-down and quit requests. It reconnects
+// after errors, at most once per second.
+type vmConn struct {
+	socket string
+	stop   chan struct{}
+
+	mu      sync.Mutex
+	client  *qmp.Client
+	guest   *policy.GuestMemory
+	guestAt time.Time
+	err     error
+}
+
+func newVMConn(socket string) *vmConn {
+	v := &vmConn{socket: socket, stop: make(chan struct{})}
+	go v.run()
+	return v
+}
+
+func (v *vmConn) run() {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		v.poll()
+		select {
+		case <-v.stop:
+			v.mu.Lock()
+			if v.client != nil {
+				v.client.Close()
+			}
+			v.mu.Unlock()
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// poll connects if needed and reads the guest statistics.
+func (v *vmConn) poll() {
+	ctx, cancel := context.WithTimeout(context.Background(), qmpTimeout)
+	defer cancel()
+	c, err := v.connection(ctx)
+	if err == nil {
+		var g policy.GuestMemory
+		if g, err = readGuest(ctx, c); err == nil {
+			v.mu.Lock()
+			v.guest, v.guestAt, v.err = &g, time.Now(), nil
+			v.mu.Unlock()
+			return
+		}
+		if errors.Is(err, errNoStatsYet) {
+			return
+		}
+		c.Close()
+	}
+	v.mu.Lock()
+	v.client, v.err = nil, err
+	v.mu.Unlock()
+}
+
+// connection returns the open QMP client, dialling if there is none.
+func (v *vmConn) connection(ctx context.Context) (*qmp.Client, error) {
+	v.mu.Lock()
+	c := v.client
+	v.mu.Unlock()
+	if c != nil {
+		select {
+		case <-c.Done():
+		default:
+			return c, nil
+		}
+	}
+	c, err := qmp.Dial(ctx, v.socket)
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		for range c.Events() { // nobody needs them; keep the buffer drained
+		}
+	}()
+	var interval int
+	if err := c.QOMGet(ctx, balloonPath, "guest-stats-polling-interval", &interval); err == nil && interval == 0 {
+		c.SetGuestStatsPollingInterval(ctx, balloonPath, 1)
+	}
+	v.mu.Lock()
+	v.client = c
+	v.mu.Unlock()
+	return c, nil
+}
+
+var errNoStatsYet = errors.New("the guest has not reported statistics yet")
+
+func readGuest(ctx context.Context, c *qmp.Client) (policy.GuestMemory, error) {
+	s, err := c.GuestStats(ctx, balloonPath)
+	if err != nil {
+		return policy.GuestMemory{}, err
+	}
+	if s.LastUpdate.IsZero() {
+		return policy.GuestMemory{}, errNoStatsYet
+	}
+	actual, err := c.QueryBalloon(ctx)
+	if err != nil {
+		return policy.GuestMemory{}, err
+	}
+	return policy.GuestMemory{MemoryBytes: actual, TotalBytes: s.TotalBytes, AvailableBytes: s.AvailableBytes,
+		MajorFaults: s.MajorFaults, SwapInBytes: s.SwapInBytes, SwapOutBytes: s.SwapOutBytes,
+		AgeSeconds: time.Since(s.LastUpdate).Seconds()}, nil
+}
+
+// Guest returns the latest guest statistics (nil if none), aged to now.
+func (v *vmConn) Guest(now time.Time) *policy.GuestMemory {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.guest == nil {
+		return nil
+	}
+	g := *v.guest
+	g.AgeSeconds += now.Sub(v.guestAt).Seconds()
+	return &g
+}
+
+// Err is the last connection or read error (nil when the VM answers).
+func (v *vmConn) Err() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.err
+}
+
+// command runs one QMP request on the open connection, or fails at once
+// if there is none.
+func (v *vmConn) command(f func(ctx context.Context, c *qmp.Client) error) error {
+	v.mu.Lock()
+	c := v.client
+	v.mu.Unlock()
+	if c == nil {
+		if err := v.Err(); err != nil {
+			return err
+		}
+		return errors.New("no QMP connection")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), qmpTimeout)
+	defer cancel()
+	return f(ctx, c)
+}
+
+// Powerdown presses the guest's power button.
+func (v *vmConn) Powerdown() error {
+	return v.command(func(ctx context.Context, c *qmp.Client) error { return c.SystemPowerdown(ctx) })
+}
+
+// Quit ends QEMU without asking the guest.
+func (v *vmConn) Quit() error {
+	return v.command(func(ctx context.Context, c *qmp.Client) error { return c.Quit(ctx) })
+}
+
+// Close stops following the VM; its goroutine ends within a QMP timeout.
+func (v *vmConn) Close() { close(v.stop) }
