@@ -13,14 +13,23 @@ import (
 
 	"github.com/headroom-dev/headroom/internal/density"
 	"github.com/headroom-dev/headroom/internal/memload"
+	"github.com/headroom-dev/headroom/internal/microvm"
 	"github.com/headroom-dev/headroom/internal/results"
 	"github.com/headroom-dev/headroom/internal/units"
 )
 
-const densityLong = `The density benchmark: start 1, 2, 3 ... workers (each a VM-sized memory
-cgroup running headroom load), all released together, until the run fails;
-per step, record every worker's pages/s, creation-to-ready latency and start
-offset, and the node's swap-in/out, major faults and memory pressure.
+const densityLong = `The density benchmark: start 1, 2, 3 ... workers, all released together,
+until the run fails; per step, record every worker's pages/s, creation-to-
+ready latency and start offset, and the node's swap-in/out, major faults and
+memory pressure.
+
+Backends: cgroup (default) makes each worker a VM-sized memory cgroup
+running headroom load; qemu makes each worker a micro-VM (see headroom vm)
+whose QEMU runs in its own memory cgroup under the node, with headroom load
+inside the guest. With qemu, each step also records every VM's start-up
+phases (QEMU started, QMP ready, guest booted, command started, ready),
+QEMU's CPU time to boot, its memory beyond the guest RAM (the host
+overhead), and once a second the guest's own view of its memory.
 
 A step fails when a worker fails to start, is OOM-killed, is evicted or goes
 silent; with --stop-on-failure (default) the ramp stops there. A step whose
@@ -59,6 +68,8 @@ type densityFlags struct {
 	label       string
 	seed        uint64
 	json        bool
+	image       imageFlags
+	accel       string
 }
 
 func newDensityCommand() *cobra.Command {
@@ -75,7 +86,7 @@ func newDensityCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error { return runDensity(cmd, f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.backend, "backend", f.backend, "worker backend: cgroup (qemu and kubevirt come later)")
+	fl.StringVar(&f.backend, "backend", f.backend, "worker backend: cgroup (a memory cgroup per worker) or qemu (a micro-VM per worker)")
 	fl.StringVar(&f.deployments, "deployments", f.deployments, "worker counts: start:end:step or a list such as 1,2,4,8")
 	fl.Var(&f.vmMemory, "vm-memory", "declared memory of each worker (its cgroup memory limit)")
 	fl.Var(&f.memorySize, "memory-size", "each workload's block (at most --vm-memory)")
@@ -85,7 +96,7 @@ func newDensityCommand() *cobra.Command {
 	fl.Var(&f.content, "content", "page content: random, zero, dup=F, compress=R")
 	fl.DurationVar(&f.runtime, "workload-runtime", f.runtime, "measured phase of each step")
 	fl.Float64Var(&f.overcommit, "overcommit-percent", f.overcommit, "memory overcommit: request = vm-memory × 100 / percent (+ overhead)")
-	fl.Var(&f.overhead, "overhead", "per-worker request overhead beyond its memory")
+	fl.Var(&f.overhead, "overhead", "per-worker request overhead beyond its memory (default: 16Mi for cgroup, the measured 48Mi for qemu)")
 	fl.IntVar(&f.repeat, "repeat", f.repeat, "runs of each step")
 	fl.BoolVar(&f.stopOnFail, "stop-on-failure", f.stopOnFail, "stop the ramp at the first failed step")
 	fl.Var(&f.nodeMemory, "node-memory", "put the workers in one node cgroup with this memory limit (default: the whole host)")
@@ -96,6 +107,8 @@ func newDensityCommand() *cobra.Command {
 	fl.StringVar(&f.label, "label", "", "name of this run in reports (default: scan and size)")
 	fl.Uint64Var(&f.seed, "seed", f.seed, "base seed of the workers' random scans and contents")
 	fl.BoolVar(&f.json, "json", false, "print run.json's content at the end instead of a table")
+	fl.StringVar(&f.accel, "accel", string(microvm.AccelAuto), "qemu backend: accelerator auto (KVM where it works, else TCG), kvm or tcg")
+	f.image.register(cmd)
 	return cmd
 }
 
@@ -116,13 +129,20 @@ func runDensity(cmd *cobra.Command, f *densityFlags) error {
 	if err != nil {
 		return fmt.Errorf("find own executable: %w", err)
 	}
+	accel, err := microvm.ParseAccel(f.accel)
+	if err != nil {
+		return usagef("--accel: %v", err)
+	}
+	if f.backend == "qemu" && !cmd.Flags().Changed("overhead") {
+		f.overhead = density.DefaultVMOverheadBytes
+	}
 	p := density.Params{
 		Backend: f.backend, Deployments: deployments, VMMemoryBytes: uint64(f.vmMemory), MemorySizeBytes: uint64(f.memorySize),
 		Scan: memload.Scan(f.scan), WriteFraction: float64(f.writes), RatePagesPerSec: float64(f.rate),
 		Content: memload.Content(f.content), WorkloadRuntime: f.runtime, OvercommitPercent: f.overcommit,
 		OverheadBytes: uint64(f.overhead), Repeat: f.repeat, StopOnFailure: f.stopOnFail,
 		NodeMemoryBytes: uint64(f.nodeMemory), Swap: swapMode, SwapFileBytes: swapBytes, ZramBytes: zram,
-		Agent: f.agent, Out: f.out, Label: f.label, Seed: f.seed, Interval: time.Second, Executable: exe,
+		Agent: f.agent, Out: f.out, Label: f.label, Seed: f.seed, Interval: time.Second, Executable: exe, Accel: accel,
 	}
 	if err := p.Validate(); err != nil {
 		return usageError{err}
@@ -132,6 +152,13 @@ func runDensity(cmd *cobra.Command, f *densityFlags) error {
 	}
 	if os.Geteuid() != 0 {
 		return usagef("density needs root: it creates cgroups and swap")
+	}
+	if p.Backend == "qemu" {
+		img, err := buildImage(cmd, &f.image)
+		if err != nil {
+			return err
+		}
+		p.Image = &img
 	}
 	rep := newDensityReporter(cmd.OutOrStdout(), cmd.ErrOrStderr(), f.json)
 	// A second Ctrl-C must not leave a swap file on or cgroups behind.

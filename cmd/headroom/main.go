@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/headroom-dev/headroom/internal/microvm/guest"
 )
 
 // usageError is bad input: printed as one line, exit status 2.
@@ -34,11 +36,14 @@ holds, safely, and measure exactly what that costs.`,
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newLoadCommand(), newAgentCommand(), newDensityCommand(), newReportCommand())
+	root.AddCommand(newLoadCommand(), newAgentCommand(), newDensityCommand(), newReportCommand(), newVMCommand())
 	return root
 }
 
 func main() {
+	if guest.IsInit() {
+		guest.Main() // headroom is a micro-VM guest's /init
+	}
 	os.Exit(run(os.Args[1:]))
 }
 
@@ -62,6 +67,10 @@ func run(args []string) int {
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return 0
+	}
+	var status exitStatus
+	if errors.As(err, &status) {
+		return int(status) // the guest command printed its own error
 	}
 	fmt.Fprintf(os.Stderr, "headroom: %v\n", err)
 	var ue usageError

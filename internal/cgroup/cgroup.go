@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -390,4 +391,41 @@ func Remove(g Group, timeout time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// Command returns a command that joins the cgroup directory dir (v1 or v2)
+// before it execs name, so the program's first page is already charged to
+// the group: v1 cannot lower a limit below what a group already holds, so
+// a process moved in later would escape it. Inherited descriptors
+// (ExtraFiles) pass through.
+func Command(dir, name string, args ...string) *exec.Cmd {
+	script := `echo $$ > "$0/cgroup.procs" && exec "$@"`
+	return exec.Command("/bin/sh", append([]string{"-c", script, dir, name}, args...)...)
+}
+
+// CountProcesses counts the processes in g and all its descendant groups:
+// libvirt on cgroup v2 keeps QEMU in machine-qemu-N.scope/libvirt/emulator
+// and vcpuN, KubeVirt pods in container scopes, so a workload's own
+// cgroup.procs is often empty.
+func CountProcesses(g Group) (int, error) {
+	n := 0
+	var firstErr error
+	filepath.WalkDir(g.Path(), func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			return nil
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		pids, err := readProcs(p)
+		if err != nil && !errors.Is(err, os.ErrNotExist) && firstErr == nil {
+			firstErr = err
+		}
+		n += len(pids)
+		return nil
+	})
+	return n, firstErr
 }

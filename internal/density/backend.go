@@ -4,24 +4,30 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/headroom-dev/headroom/internal/cgroup"
+	"github.com/headroom-dev/headroom/internal/results"
 )
 
 // Backend is where a run's workers live: the node and how a worker is
-// started on it. The cgroup backend is the first; the qemu micro-VM and
-// kubevirt backends implement the same interface.
+// started on it: a memory cgroup per worker (cgroup) or a micro-VM per
+// worker (qemu); kubevirt implements the same interface.
 type Backend interface {
 	// Scope is the node's memory cgroup: the agent's scope, and where the
 	// node's usage, swap and pressure are read.
 	Scope() cgroup.Group
 	// StartWorker starts a worker with memoryBytes of declared memory
-	// running `headroom load` with loadArgs (which join the controller).
-	StartWorker(name string, memoryBytes uint64, loadArgs []string) (Worker, error)
+	// running `headroom load` with loadArgs, joined as name to the
+	// controller at controllerAddr ("unix:/path").
+	StartWorker(name string, memoryBytes uint64, loadArgs []string, controllerAddr string) (Worker, error)
+	// StartLead is how far ahead of now n workers are told to begin: long
+	// enough for the start message to reach every one of them.
+	StartLead(n int) time.Duration
+	// Metadata is what the backend adds to a worker's agent metadata
+	// (a VM's QMP socket); nil if nothing.
+	Metadata(name string) map[string]any
 	// Close removes the node and anything left on it.
 	Close() error
 }
@@ -31,8 +37,9 @@ type Worker interface {
 	Name() string
 	// Exited is closed when the worker has ended.
 	Exited() <-chan struct{}
-	// Stderr is the start of the worker's error output (failure reasons).
-	Stderr() string
+	// Failure explains an ended worker: the start of its error output, or
+	// why a VM stopped, with the tail of its console.
+	Failure() string
 	// OOMKilled reports whether the kernel OOM-killed the worker.
 	OOMKilled() bool
 	// Stop asks the worker to end (SIGTERM; for a VM, a power-down).
@@ -41,6 +48,11 @@ type Worker interface {
 	Kill()
 	// Remove releases what the worker held, after it has exited.
 	Remove() error
+	// Sample reads the worker's state from the host (for a VM, with the
+	// guest's own view); ok is false once it cannot be read.
+	Sample() (s results.WorkerSample, ok bool)
+	// VM describes a VM worker's start-up (nil for other workers).
+	VM() *results.VMResult
 }
 
 // newBackend creates the run's node, with nodeSwapBytes of swap.
@@ -48,25 +60,15 @@ func newBackend(p Params, nodeSwapBytes uint64) (Backend, error) {
 	switch p.Backend {
 	case "cgroup":
 		return newCgroupBackend(p, nodeSwapBytes)
+	case "qemu":
+		return newQEMUBackend(p, nodeSwapBytes)
 	}
 	return nil, fmt.Errorf("--backend %q is not available", p.Backend)
 }
 
-// cgroupBackend: the node is a memory cgroup (limited to --node-memory)
-// and a worker is a child cgroup (limited to --vm-memory) holding one
-// `headroom load` process.
-type cgroupBackend struct {
-	scope      cgroup.Group
-	executable string
-}
-
-// NodeCgroupName is the node cgroup (a child of the memory hierarchy's
-// root) of the density run in process pid.
-func NodeCgroupName(pid int) string { return fmt.Sprintf("headroom-density-%d", pid) }
-
-// newCgroupBackend creates the node cgroup; with --node-memory its memory
+// newNodeCgroup creates the node cgroup; with --node-memory its memory
 // limit is the node's RAM and its swap limit the node's swap.
-func newCgroupBackend(p Params, nodeSwapBytes uint64) (*cgroupBackend, error) {
+func newNodeCgroup(p Params, nodeSwapBytes uint64) (cgroup.Group, error) {
 	root, err := cgroup.Open("/")
 	if err != nil {
 		return nil, err
@@ -85,61 +87,38 @@ func newCgroupBackend(p Params, nodeSwapBytes uint64) (*cgroupBackend, error) {
 			return nil, err
 		}
 	}
-	return &cgroupBackend{scope: g, executable: p.Executable}, nil
+	return g, nil
 }
 
-func (b *cgroupBackend) Scope() cgroup.Group { return b.scope }
+// NodeCgroupName is the node cgroup (a child of the memory hierarchy's
+// root) of the density run in process pid.
+func NodeCgroupName(pid int) string { return fmt.Sprintf("headroom-density-%d", pid) }
 
-func (b *cgroupBackend) Close() error { return cgroup.Remove(b.scope, 30*time.Second) }
-
-func (b *cgroupBackend) StartWorker(name string, memoryBytes uint64, loadArgs []string) (Worker, error) {
-	g, err := cgroup.Create(b.scope, name)
+// workerCgroup creates a worker's cgroup under the node, limited to limitBytes.
+func workerCgroup(scope cgroup.Group, name string, limitBytes uint64) (cgroup.Group, error) {
+	g, err := cgroup.Create(scope, name)
 	if err != nil {
 		return nil, err
 	}
-	if err := g.SetMemoryLimit(memoryBytes); err != nil {
+	if err := g.SetMemoryLimit(limitBytes); err != nil {
 		cgroup.Remove(g, time.Second)
 		return nil, fmt.Errorf("worker %s: %w", name, err)
 	}
-	w := &cgroupWorker{name: name, group: g, exited: make(chan struct{}), stderr: limitedWriter{max: 4096}}
-	// Join the cgroup before exec, so the workload's first page is charged to it.
-	script := `echo $$ > "$0/cgroup.procs" && exec "$@"`
-	args := append([]string{"-c", script, g.Path(), b.executable, "load"}, loadArgs...)
-	w.cmd = exec.Command("/bin/sh", args...)
-	w.cmd.Stderr = &w.stderr
-	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := w.cmd.Start(); err != nil {
-		cgroup.Remove(g, time.Second)
-		return nil, fmt.Errorf("start worker %s: %w", name, err)
+	return g, nil
+}
+
+// sampleCgroup reads a worker cgroup's usage and swap.
+func sampleCgroup(name string, g cgroup.Group) (results.WorkerSample, bool) {
+	u, err := g.Usage()
+	if err != nil {
+		return results.WorkerSample{Name: name}, false
 	}
-	go func() {
-		w.cmd.Wait()
-		close(w.exited)
-	}()
-	return w, nil
+	return results.WorkerSample{Name: name, CgroupUsageBytes: u.UsageBytes, CgroupSwapBytes: u.SwapBytes}, true
 }
 
-type cgroupWorker struct {
-	name   string
-	group  cgroup.Group
-	cmd    *exec.Cmd
-	stderr limitedWriter
-	exited chan struct{}
-}
-
-func (w *cgroupWorker) Name() string            { return w.name }
-func (w *cgroupWorker) Exited() <-chan struct{} { return w.exited }
-func (w *cgroupWorker) Stop()                   { w.cmd.Process.Signal(syscall.SIGTERM) }
-func (w *cgroupWorker) Kill()                   { w.cmd.Process.Kill() }
-func (w *cgroupWorker) Remove() error           { return cgroup.Remove(w.group, 10*time.Second) }
-
-func (w *cgroupWorker) Stderr() string { return w.stderr.String() }
-
-// OOMKilled reads the kernel's count of OOM kills in the worker's own
-// cgroup, so a worker killed by anything else is not mistaken for one.
-func (w *cgroupWorker) OOMKilled() bool {
-	m, err := w.group.Memory()
-	return err == nil && m.OOMKills > 0
+// joinArgs adds the controller flags to a worker's load arguments.
+func joinArgs(loadArgs []string, name, controller string) []string {
+	return append(append([]string(nil), loadArgs...), "--controller", controller, "--worker-id", name)
 }
 
 // limitedWriter keeps the first max bytes written; safe to read while

@@ -2,6 +2,7 @@ package density
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -45,6 +46,13 @@ type Harness struct {
 	step     atomic.Int64 // current step index, for the node timeline
 	workers  *results.JSONLines
 	timeline *results.JSONLines
+
+	// The step's workers as the sampler sees them, and each one's last
+	// sample taken during the measured phase.
+	mu         sync.Mutex
+	current    []*worker
+	measuring  bool
+	lastSample map[string]results.WorkerSample
 }
 
 // Run executes the ramp and returns the results directory. Partial results
@@ -315,6 +323,7 @@ func (h *Harness) sampleNode(ctx context.Context) (stop func()) {
 				if u, err := h.backend.Scope().Usage(); err == nil {
 					s.ScopeUsageBytes, s.ScopeSwapBytes = u.UsageBytes, u.SwapBytes
 				}
+				s.Workers = h.sampleWorkers()
 				h.timeline.Write(s)
 			case <-done:
 				return
@@ -324,6 +333,39 @@ func (h *Harness) sampleNode(ctx context.Context) (stop func()) {
 		}
 	}()
 	return func() { close(done); wg.Wait() }
+}
+
+// sampleWorkers reads every current worker; during the measured phase the
+// samples are kept for the step's results.
+func (h *Harness) sampleWorkers() []results.WorkerSample {
+	h.mu.Lock()
+	ws := append([]*worker(nil), h.current...)
+	h.mu.Unlock()
+	var out []results.WorkerSample
+	for _, w := range ws {
+		if s, ok := w.Sample(); ok {
+			out = append(out, s)
+		}
+	}
+	h.mu.Lock()
+	if h.measuring {
+		for _, s := range out {
+			h.lastSample[s.Name] = s
+		}
+	}
+	h.mu.Unlock()
+	return out
+}
+
+// setWorkers tells the sampler which workers exist and whether the
+// measured phase runs.
+func (h *Harness) setWorkers(ws []*worker, measuring bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.current, h.measuring = ws, measuring
+	if measuring {
+		h.lastSample = map[string]results.WorkerSample{}
+	}
 }
 
 // worker is one started worker of a step, with when it was created.
@@ -347,7 +389,10 @@ func (h *Harness) runStep(ctx context.Context, index, n, repeat int) results.Ste
 	readyCtx, cancelReady := context.WithCancelCause(ctx)
 	defer cancelReady(nil)
 	workers := make([]*worker, 0, n)
-	defer func() { h.teardown(workers) }()
+	defer func() {
+		h.setWorkers(nil, false)
+		h.teardown(workers)
+	}()
 	params := h.loadParams()
 	for i := 1; i <= n; i++ {
 		w, err := h.startWorker(fmt.Sprintf("w%d", i), params, uint64(index*100000+i), ctl.Addr())
@@ -356,9 +401,10 @@ func (h *Harness) runStep(ctx context.Context, index, n, repeat int) results.Ste
 			return step
 		}
 		workers = append(workers, w)
+		h.setWorkers(workers, false)
 		go func() {
 			<-w.Exited()
-			cancelReady(fmt.Errorf("worker %s exited before it was ready: %s", w.Name(), lastLine(w.Stderr())))
+			cancelReady(fmt.Errorf("worker %s exited before it was ready: %s", w.Name(), w.Failure()))
 		}()
 	}
 	readyTimeout := 60*time.Second + time.Duration(n)*time.Duration(h.p.MemorySizeBytes/(20<<20))*time.Second
@@ -372,7 +418,8 @@ func (h *Harness) runStep(ctx context.Context, index, n, repeat int) results.Ste
 	}
 
 	before := h.readCounters()
-	ctl.Start(10*time.Millisecond + time.Duration(n)*200*time.Microsecond)
+	h.setWorkers(workers, true)
+	ctl.Start(h.backend.StartLead(n))
 	collectCtx, cancelCollect := context.WithTimeout(ctx, h.p.WorkloadRuntime+30*time.Second)
 	defer cancelCollect()
 	silence := max(15*time.Second, 10*h.p.Interval)
@@ -386,7 +433,11 @@ func (h *Harness) runStep(ctx context.Context, index, n, repeat int) results.Ste
 		}{index, repeat, r})
 	}})
 	after := h.readCounters()
-	h.summarize(&step, res, workers, before, after)
+	h.mu.Lock()
+	h.measuring = false
+	last := h.lastSample
+	h.mu.Unlock()
+	h.summarize(&step, res, workers, last, before, after)
 	if ctx.Err() != nil {
 		step.Failed, step.FailReason = true, "interrupted: "+context.Cause(ctx).Error()
 	}
@@ -411,14 +462,17 @@ func (h *Harness) loadParams() memload.Params {
 // startWorker writes the worker's metadata for the agent and starts it
 // through the backend.
 func (h *Harness) startWorker(name string, params memload.Params, seed uint64, controller string) (*worker, error) {
-	md := fmt.Sprintf(`{"name":%q,"priority":0,"memoryRequest":%d}`, name, h.p.RequestBytes())
-	if err := os.WriteFile(filepath.Join(h.metaDir, name+".json"), []byte(md), 0o644); err != nil {
+	md := map[string]any{"name": name, "priority": 0, "memoryRequest": h.p.RequestBytes()}
+	for k, v := range h.backend.Metadata(name) {
+		md[k] = v
+	}
+	b, _ := json.Marshal(md)
+	if err := os.WriteFile(filepath.Join(h.metaDir, name+".json"), b, 0o644); err != nil {
 		return nil, err
 	}
 	params.Seed += seed
-	args := append(loadrun.Args(params), "--controller", controller, "--worker-id", name)
 	created := time.Now()
-	w, err := h.backend.StartWorker(name, h.p.VMMemoryBytes, args)
+	w, err := h.backend.StartWorker(name, h.p.VMMemoryBytes, loadrun.Args(params), controller)
 	if err != nil {
 		return nil, err
 	}
@@ -456,7 +510,7 @@ func (h *Harness) teardown(workers []*worker) {
 
 // summarize fills a step from the controller's results, the workers' exits
 // and cgroups, and the node counters around the measured phase.
-func (h *Harness) summarize(step *results.Step, res []loadctl.Result, workers []*worker, before, after nodeCounters) {
+func (h *Harness) summarize(step *results.Step, res []loadctl.Result, workers []*worker, last map[string]results.WorkerSample, before, after nodeCounters) {
 	byName := map[string]loadctl.Result{}
 	for _, r := range res {
 		byName[r.Worker] = r
@@ -493,9 +547,17 @@ func (h *Harness) summarize(step *results.Step, res []loadctl.Result, workers []
 			wr.StartOffsetSeconds = r.StartedAt.Sub(first).Seconds()
 		}
 		wr.OOMKilled = w.OOMKilled()
+		if r.Clock != nil {
+			wr.ClockOffsetSeconds = -float64(r.Clock.OffsetNanos) / 1e9
+		}
+		if wr.VM = w.VM(); wr.VM != nil {
+			if s, ok := last[w.Name()]; ok {
+				wr.VM.Host = &s
+			}
+		}
 		switch {
 		case !ok:
-			wr.Error = "never connected to the controller: " + lastLine(w.Stderr())
+			wr.Error = "never connected to the controller: " + w.Failure()
 		case r.Summary != nil:
 			wr.PagesPerSec, wr.MajorFaultsPerSec = r.Summary.PagesPerSec, r.Summary.MajorFaultsPerSec
 			if reason := r.Summary.StopReason; reason != memload.StopDuration {
@@ -528,6 +590,8 @@ func (h *Harness) summarize(step *results.Step, res []loadctl.Result, workers []
 	step.CreateP50Seconds = results.Quantile(create, 0.50)
 	step.CreateP95Seconds = results.Quantile(create, 0.95)
 	step.CreateP99Seconds = results.Quantile(create, 0.99)
+	step.CreatePhases = phaseQuantiles(step.PerWorker)
+	step.CreationRatePerMinute = creationRate(workers, byName)
 	secs := after.at.Sub(before.at).Seconds()
 	if secs > 0 {
 		step.SwapInPagesPerSec = float64(after.pswpin-before.pswpin) / secs
@@ -536,6 +600,54 @@ func (h *Harness) summarize(step *results.Step, res []loadctl.Result, workers []
 		step.PSISomePercent = float64(after.psi.SomeMicros-before.psi.SomeMicros) / 1e4 / secs
 		step.PSIFullPercent = float64(after.psi.FullMicros-before.psi.FullMicros) / 1e4 / secs
 	}
+}
+
+// phaseQuantiles summarises the VMs' start-up phases; ready (the
+// workload populated) comes last.
+func phaseQuantiles(ws []results.WorkerResult) []results.PhaseQuantiles {
+	var out []results.PhaseQuantiles
+	for _, phase := range []string{results.PhaseQEMUStarted, results.PhaseQMPReady, results.PhaseBooted, results.PhaseCommandStarted, results.PhaseReady} {
+		var xs []float64
+		for _, w := range ws {
+			if phase == results.PhaseReady {
+				if w.VM != nil && w.CreateToReadySeconds > 0 {
+					xs = append(xs, w.CreateToReadySeconds)
+				}
+			} else if w.VM != nil {
+				if v, ok := w.VM.Phases[phase]; ok {
+					xs = append(xs, v)
+				}
+			}
+		}
+		if len(xs) == 0 {
+			continue
+		}
+		out = append(out, results.PhaseQuantiles{Phase: phase, P50Seconds: results.Quantile(xs, 0.5), P95Seconds: results.Quantile(xs, 0.95),
+			P99Seconds: results.Quantile(xs, 0.99), MaxSeconds: results.Quantile(xs, 1)})
+	}
+	return out
+}
+
+// creationRate is workers ready per minute, from the first creation to
+// the last ready.
+func creationRate(workers []*worker, byName map[string]loadctl.Result) float64 {
+	var first, last time.Time
+	ready := 0
+	for _, w := range workers {
+		if first.IsZero() || w.created.Before(first) {
+			first = w.created
+		}
+		if r := byName[w.Name()]; !r.ReadyAt.IsZero() {
+			ready++
+			if r.ReadyAt.After(last) {
+				last = r.ReadyAt
+			}
+		}
+	}
+	if ready == 0 || !last.After(first) {
+		return 0
+	}
+	return float64(ready) / last.Sub(first).Minutes()
 }
 
 // progress reports the step's state to the reporter every 500 ms.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/headroom-dev/headroom/internal/memload"
+	"github.com/headroom-dev/headroom/internal/microvm"
 	"github.com/headroom-dev/headroom/internal/units"
 )
 
@@ -45,6 +46,9 @@ type Params struct {
 	Interval      time.Duration
 	// Executable is the headroom binary that runs the workers and agent.
 	Executable string
+	// Image is the guest image (qemu backend) and Accel its accelerator.
+	Image *microvm.Image
+	Accel microvm.Accel
 }
 
 // DefaultOverheadBytes is the default per-worker request overhead: the
@@ -129,8 +133,13 @@ func (p Params) RequestBytes() uint64 {
 // Validate checks the parameters against each other, naming the flag.
 func (p Params) Validate() error {
 	switch {
-	case p.Backend != "cgroup":
-		return fmt.Errorf("--backend %q is not available yet: only cgroup (qemu and kubevirt backends come later)", p.Backend)
+	case p.Backend != "cgroup" && p.Backend != "qemu":
+		return fmt.Errorf("--backend %q is not available: want cgroup or qemu (kubevirt comes later)", p.Backend)
+	case p.Backend == "qemu" && p.VMMemoryBytes < microvm.MinMemoryBytes:
+		return fmt.Errorf("--vm-memory %s is too small to boot a guest: the minimum is %s", units.FormatBytes(p.VMMemoryBytes), units.FormatBytes(microvm.MinMemoryBytes))
+	case p.Backend == "qemu" && p.MemorySizeBytes+GuestFootprintBytes > p.VMMemoryBytes:
+		return fmt.Errorf("--memory-size %s leaves the guest too little of --vm-memory %s: keep %s for its kernel and initramfs",
+			units.FormatBytes(p.MemorySizeBytes), units.FormatBytes(p.VMMemoryBytes), units.FormatBytes(GuestFootprintBytes))
 	case len(p.Deployments) == 0:
 		return fmt.Errorf("--deployments is empty")
 	case p.MemorySizeBytes == 0 || p.MemorySizeBytes > p.VMMemoryBytes:
@@ -151,7 +160,7 @@ func (p Params) Validate() error {
 
 // AsMap renders the parameters for run.json.
 func (p Params) AsMap() map[string]any {
-	return map[string]any{
+	m := map[string]any{
 		"backend": p.Backend, "deployments": p.Deployments, "vm_memory_bytes": p.VMMemoryBytes,
 		"memory_size_bytes": p.MemorySizeBytes, "memory_scan": string(p.Scan), "writes": p.WriteFraction,
 		"rate_pages_per_sec": p.RatePagesPerSec, "content": p.Content.String(),
@@ -160,4 +169,9 @@ func (p Params) AsMap() map[string]any {
 		"stop_on_failure": p.StopOnFailure, "node_memory_bytes": p.NodeMemoryBytes, "swap": p.Swap,
 		"swap_file_bytes": p.SwapFileBytes, "zram_bytes": p.ZramBytes, "agent": p.Agent, "seed": p.Seed,
 	}
+	if p.Image != nil {
+		m["guest_image"] = map[string]any{"kernel_package": p.Image.KernelPackage, "kernel_version": p.Image.KernelVersion,
+			"initramfs_sha256": p.Image.InitramfsSHA256}
+	}
+	return m
 }

@@ -98,12 +98,36 @@ type Step struct {
 	PSISomePercent     float64 `json:"psi_some_percent"`
 	PSIFullPercent     float64 `json:"psi_full_percent"`
 	// Creation-to-ready latency quantiles over this step's workers (exact).
-	CreateP50Seconds float64        `json:"create_p50_seconds"`
-	CreateP95Seconds float64        `json:"create_p95_seconds"`
-	CreateP99Seconds float64        `json:"create_p99_seconds"`
-	Evictions        int            `json:"evictions"`
-	OOMKills         int            `json:"oom_kills"`
-	PerWorker        []WorkerResult `json:"per_worker"`
+	CreateP50Seconds float64 `json:"create_p50_seconds"`
+	CreateP95Seconds float64 `json:"create_p95_seconds"`
+	CreateP99Seconds float64 `json:"create_p99_seconds"`
+	// CreatePhases are exact quantiles of each start-up phase of a VM
+	// (qemu backend), in seconds after its creation.
+	CreatePhases []PhaseQuantiles `json:"create_phases,omitempty"`
+	// CreationRatePerMinute is how many workers became ready per minute,
+	// from the first creation to the last ready.
+	CreationRatePerMinute float64        `json:"creation_rate_per_minute,omitempty"`
+	Evictions             int            `json:"evictions"`
+	OOMKills              int            `json:"oom_kills"`
+	PerWorker             []WorkerResult `json:"per_worker"`
+}
+
+// Start-up phases of a VM, in order.
+const (
+	PhaseQEMUStarted    = "qemu_started"
+	PhaseQMPReady       = "qmp_ready"
+	PhaseBooted         = "booted"
+	PhaseCommandStarted = "command_started"
+	PhaseReady          = "ready"
+)
+
+// PhaseQuantiles summarises one start-up phase over a step's workers.
+type PhaseQuantiles struct {
+	Phase      string  `json:"phase"`
+	P50Seconds float64 `json:"p50_seconds"`
+	P95Seconds float64 `json:"p95_seconds"`
+	P99Seconds float64 `json:"p99_seconds"`
+	MaxSeconds float64 `json:"max_seconds"`
 }
 
 // WorkerResult is one worker's outcome in a step.
@@ -117,6 +141,55 @@ type WorkerResult struct {
 	OOMKilled            bool    `json:"oom_killed,omitempty"`
 	Evicted              bool    `json:"evicted,omitempty"`
 	Error                string  `json:"error,omitempty"`
+	// ClockOffsetSeconds is the worker's clock minus the controller's (a
+	// guest's clock is set from its RTC).
+	ClockOffsetSeconds float64 `json:"clock_offset_seconds,omitempty"`
+	// VM is set for VM workers (qemu backend).
+	VM *VMResult `json:"vm,omitempty"`
+}
+
+// VMResult is what a step learned about one VM: its start-up and what it
+// cost the host.
+type VMResult struct {
+	// Phases: seconds from creation to each start-up phase.
+	Phases map[string]float64 `json:"phases_seconds"`
+	// BootCPUSeconds is QEMU's CPU time from its start to the guest
+	// command running.
+	BootCPUSeconds float64 `json:"boot_cpu_seconds"`
+	// Accelerator is kvm or tcg.
+	Accelerator string `json:"accelerator"`
+	// Host is the last host-side sample of the measured phase.
+	Host *WorkerSample `json:"host,omitempty"`
+	// ConsoleTail is the end of the guest console of a VM that failed.
+	ConsoleTail string `json:"console_tail,omitempty"`
+}
+
+// WorkerSample is one worker seen from the host once a second: its
+// cgroup and, for a VM, QEMU's memory and the guest's own view.
+type WorkerSample struct {
+	Name             string `json:"name"`
+	CgroupUsageBytes uint64 `json:"cgroup_usage_bytes"`
+	CgroupSwapBytes  uint64 `json:"cgroup_swap_bytes"`
+	// QEMURSSBytes is QEMU's resident memory; GuestRAMBytes the resident
+	// part of the guest RAM it backs; OverheadBytes its anonymous memory
+	// beyond that (heap, translation cache, device buffers).
+	QEMURSSBytes  uint64     `json:"qemu_rss_bytes,omitempty"`
+	GuestRAMBytes uint64     `json:"guest_ram_bytes,omitempty"`
+	OverheadBytes uint64     `json:"overhead_bytes,omitempty"`
+	Guest         *GuestView `json:"guest,omitempty"`
+}
+
+// GuestView is a guest's own view of its memory, from its balloon driver;
+// -1 where the guest does not report a value.
+type GuestView struct {
+	TotalBytes     int64 `json:"total_bytes"`
+	AvailableBytes int64 `json:"available_bytes"`
+	FreeBytes      int64 `json:"free_bytes"`
+	MajorFaults    int64 `json:"major_faults"`
+	SwapInBytes    int64 `json:"swap_in_bytes"`
+	SwapOutBytes   int64 `json:"swap_out_bytes"`
+	// BalloonActualBytes is the guest's memory minus the balloon.
+	BalloonActualBytes uint64 `json:"balloon_actual_bytes"`
 }
 
 // Sample is one line of timeline.jsonl: the node once a second.
@@ -131,6 +204,8 @@ type Sample struct {
 	MemAvailableBytes uint64    `json:"mem_available_bytes"`
 	ScopeUsageBytes   uint64    `json:"scope_usage_bytes"`
 	ScopeSwapBytes    uint64    `json:"scope_swap_bytes"`
+	// Workers are the step's workers at this moment.
+	Workers []WorkerSample `json:"workers,omitempty"`
 }
 
 // WriteRun writes run.json and steps.csv into dir (atomically, so an

@@ -153,10 +153,7 @@ func (cg *MemoryCgroup) Command(name string, args ...string) *exec.Cmd {
 
 // CommandIn returns a command that joins the cgroup directory dir (v1 or
 // v2) before it execs name.
-func CommandIn(dir, name string, args ...string) *exec.Cmd {
-	script := `echo $$ > "$0/cgroup.procs" && exec "$@"`
-	return exec.Command("/bin/sh", append([]string{"-c", script, dir, name}, args...)...)
-}
+func CommandIn(dir, name string, args ...string) *exec.Cmd { return cgroup.Command(dir, name, args...) }
 
 var (
 	buildOnce sync.Once

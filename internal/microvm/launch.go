@@ -1,0 +1,677 @@
+package microvm
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/procfs"
+	"golang.org/x/sys/unix"
+
+	"github.com/headroom-dev/headroom/internal/cgroup"
+	"github.com/headroom-dev/headroom/internal/microvm/guest"
+	"github.com/headroom-dev/headroom/internal/qmp"
+	"github.com/headroom-dev/headroom/internal/units"
+)
+
+// MinMemoryBytes is the least guest memory the image boots in: the kernel
+// and the unpacked initramfs (headroom itself is most of it) need about
+// 100 MiB before the guest command allocates anything.
+const MinMemoryBytes = 160 << 20
+
+// BalloonPath is the balloon device's QOM path (for qom-get guest-stats).
+const BalloonPath = "/machine/peripheral/balloon0"
+
+// Config describes one VM.
+type Config struct {
+	Image Image
+	// Name labels the VM in QEMU (-name) and in errors.
+	Name        string
+	MemoryBytes uint64
+	CPUs        int
+	// Args is the guest command: a headroom subcommand with its flags
+	// ("load", "--size", "256Mi") or an absolute path in the guest.
+	Args []string
+	// Dir holds the VM's sockets and console log; it is created if
+	// missing and removed by Close. Default: a new directory in /tmp.
+	Dir string
+	// Console is where the guest's serial console goes (default
+	// Dir/console.log, removed with Dir).
+	Console string
+	// QMPSocket is a QMP socket for others (an agent, a user); default
+	// Dir/qmp.sock. The VM keeps its own QMP connection besides.
+	QMPSocket string
+	// Cgroup is the memory cgroup directory QEMU runs in from its first
+	// instruction ("" leaves it in the caller's).
+	Cgroup string
+	// Controller is a loadctl controller's unix socket: the guest gets the
+	// controller port connected to it.
+	Controller string
+	// GuestSwap gives the guest a swap disk.
+	GuestSwap *SwapDisk
+	// ExtraFiles are added to the initramfs (guest path → host path).
+	ExtraFiles map[string]string
+	// KernelArgs are appended to the kernel command line.
+	KernelArgs []string
+	// Accel is the accelerator; AccelAuto detects it.
+	Accel Accel
+	// Stdout and Stderr receive the guest command's output (nil: the
+	// console log).
+	Stdout, Stderr io.Writer
+	// GraceSeconds is how long the guest command gets between SIGTERM
+	// (on power-down) and SIGKILL inside the guest.
+	GraceSeconds int
+}
+
+// SwapDisk is a guest swap disk backed by a host file.
+type SwapDisk struct {
+	SizeBytes uint64
+	// Tmpfs backs it with a file in /dev/shm (host memory) instead of
+	// /var/tmp (the disk).
+	Tmpfs bool
+}
+
+// Phases are the moments of a VM's start, on the host clock.
+type Phases struct {
+	Created time.Time `json:"created"`
+	// QEMUStarted: the QEMU process exists.
+	QEMUStarted time.Time `json:"qemu_started"`
+	// QMPReady: QEMU answered the QMP handshake.
+	QMPReady time.Time `json:"qmp_ready"`
+	// Booted: the guest's /init reported it is up (modules, ports, swap).
+	Booted time.Time `json:"booted"`
+	// CommandStarted: /init started the guest command.
+	CommandStarted time.Time `json:"command_started"`
+	// BootCPUSeconds is QEMU's CPU time from its start until the guest
+	// command started.
+	BootCPUSeconds float64 `json:"boot_cpu_seconds"`
+	// GuestUptimeSeconds is the guest's uptime when the command started.
+	GuestUptimeSeconds float64 `json:"guest_uptime_seconds"`
+}
+
+// Exit is how a VM ended.
+type Exit struct {
+	// Status is the guest command's exit status; -1 if it did not report one.
+	Status int
+	// Reason explains a VM that ended without its command's status: a
+	// guest kernel panic, QEMU killed, /init failing.
+	Reason string
+	// QEMUErr is QEMU's own exit error, if any.
+	QEMUErr error
+}
+
+// VM is a running micro-VM.
+type VM struct {
+	cfg    Config
+	cmd    *exec.Cmd
+	accel  Accel
+	qmp    *qmp.Client
+	events chan qmp.Event
+
+	mu        sync.Mutex
+	phases    Phases
+	exit      Exit
+	gotStatus bool
+	booted    chan struct{}
+	started   chan struct{}
+	exited    chan struct{}
+	copies    sync.WaitGroup
+	ownDir    bool
+	swapFile  string
+	closeOnce sync.Once
+}
+
+// Start boots a VM and returns once QEMU answers QMP; the guest boots on.
+// ctx bounds only the start; the VM lives until it exits or Close.
+func Start(ctx context.Context, cfg Config) (*VM, error) {
+	vm := &VM{cfg: cfg, booted: make(chan struct{}), started: make(chan struct{}), exited: make(chan struct{}),
+		events: make(chan qmp.Event, 64)}
+	vm.phases.Created = time.Now()
+	if err := vm.prepare(); err != nil {
+		vm.cleanup()
+		return nil, err
+	}
+	if err := vm.start(ctx); err != nil {
+		vm.Close()
+		return nil, err
+	}
+	return vm, nil
+}
+
+func (vm *VM) prepare() error {
+	c := &vm.cfg
+	switch {
+	case c.MemoryBytes < MinMemoryBytes:
+		return fmt.Errorf("guest memory %s is below the minimum of %s", units.FormatBytes(c.MemoryBytes), units.FormatBytes(MinMemoryBytes))
+	case len(c.Args) == 0:
+		return errors.New("no guest command")
+	}
+	if c.CPUs < 1 {
+		c.CPUs = 1
+	}
+	if c.Name == "" {
+		c.Name = "headroom-vm"
+	}
+	if c.Accel == "" || c.Accel == AccelAuto {
+		c.Accel, _ = DetectAccel()
+	}
+	vm.accel = c.Accel
+	if c.Dir == "" {
+		dir, err := os.MkdirTemp("", "headroom-vm-")
+		if err != nil {
+			return err
+		}
+		c.Dir, vm.ownDir = dir, true
+	} else if err := os.MkdirAll(c.Dir, 0o755); err != nil {
+		return err
+	} else {
+		vm.ownDir = true // the VM's own directory: removed by Close
+	}
+	if c.Console == "" {
+		c.Console = filepath.Join(c.Dir, "console.log")
+	}
+	if c.QMPSocket == "" {
+		c.QMPSocket = filepath.Join(c.Dir, "qmp.sock")
+	}
+	if c.GuestSwap != nil {
+		f, err := createSwapFile(c.GuestSwap, c.Name)
+		if err != nil {
+			return err
+		}
+		vm.swapFile = f
+	}
+	return nil
+}
+
+// socketPair returns a connected pair: one end for QEMU, one for us.
+func socketPair() (qemuEnd *os.File, ours net.Conn, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("socketpair: %w", err)
+	}
+	qemuEnd = os.NewFile(uintptr(fds[0]), "qemu")
+	f := os.NewFile(uintptr(fds[1]), "ours")
+	ours, err = net.FileConn(f)
+	f.Close()
+	if err != nil {
+		qemuEnd.Close()
+		return nil, nil, err
+	}
+	return qemuEnd, ours, nil
+}
+
+// start runs QEMU with the VM's devices and connects to it.
+func (vm *VM) start(ctx context.Context) error {
+	c := vm.cfg
+	initrd := c.Image.Initramfs
+	if len(c.ExtraFiles) > 0 {
+		var err error
+		if initrd, err = c.Image.WithFiles(c.Dir, c.ExtraFiles); err != nil {
+			return fmt.Errorf("add files to the initramfs: %w", err)
+		}
+	}
+	// Socket pairs: QEMU's ends are inherited as fds 3.. in this order.
+	names := []string{"qmp", guest.PortControl, guest.PortStdout, guest.PortStderr}
+	qemuEnds := make([]*os.File, len(names))
+	ours := make([]net.Conn, len(names))
+	for i := range names {
+		var err error
+		if qemuEnds[i], ours[i], err = socketPair(); err != nil {
+			return err
+		}
+		defer qemuEnds[i].Close()
+	}
+	args := vm.qemuArgs(initrd)
+	qemu, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		return &SetupError{Problem: "qemu-system-x86_64 not found", Fix: "apt-get install --no-install-recommends qemu-system-x86"}
+	}
+	if c.Cgroup != "" {
+		vm.cmd = cgroup.Command(c.Cgroup, qemu, args...)
+	} else {
+		vm.cmd = exec.Command(qemu, args...)
+	}
+	vm.cmd.ExtraFiles = qemuEnds
+	qemuLog := &tailBuffer{max: 4096}
+	vm.cmd.Stderr = qemuLog
+	vm.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	vm.copies.Add(3)
+	if err := vm.cmd.Start(); err != nil {
+		vm.copies.Add(-3)
+		for _, c := range ours {
+			c.Close()
+		}
+		return fmt.Errorf("start qemu: %w", err)
+	}
+	vm.setPhase(func(p *Phases) { p.QEMUStarted = time.Now() })
+	go vm.wait(qemuLog)
+	go vm.readControl(ours[1])
+	go vm.copyOutput(ours[2], c.Stdout)
+	go vm.copyOutput(ours[3], c.Stderr)
+
+	client, err := qmp.NewClient(ctx, ours[0])
+	if err != nil {
+		ours[0].Close()
+		select {
+		case <-vm.exited:
+			return fmt.Errorf("qemu exited at start: %s", vm.Exit().Reason)
+		default:
+		}
+		return fmt.Errorf("qemu did not answer QMP: %w", err)
+	}
+	vm.qmp = client
+	vm.setPhase(func(p *Phases) { p.QMPReady = time.Now() })
+	go vm.forwardEvents()
+	// Guest statistics once a second: the guest's own view of its memory.
+	if err := client.SetGuestStatsPollingInterval(ctx, BalloonPath, 1); err != nil {
+		return fmt.Errorf("enable guest statistics: %w", err)
+	}
+	return nil
+}
+
+// qemuArgs is the QEMU command line. The machine is `pc` booted by qboot
+// (QEMU's minimal firmware) straight into the PVH entry of the
+// uncompressed kernel: see README "Micro-VMs" for the measurements behind
+// each choice.
+func (vm *VM) qemuArgs(initrd string) []string {
+	c := vm.cfg
+	nports := 3
+	append_ := []string{"console=ttyS0", "no_timer_check", "panic=-1", "quiet", guest.ArgsKey + "=" + guest.EncodeArgs(c.Args)}
+	if vm.accel == AccelTCG {
+		append_ = append(append_, tcgBootArgs(c.CPUs)...)
+	}
+	if c.GraceSeconds > 0 {
+		append_ = append(append_, guest.GraceKey+"="+strconv.Itoa(c.GraceSeconds))
+	}
+	if vm.swapFile != "" {
+		append_ = append(append_, guest.SwapKey+"=vda")
+	}
+	accel := string(vm.accel)
+	if vm.accel == AccelTCG {
+		// A smaller translation cache than the default saves host memory
+		// per VM at no measurable cost for the workload's small loop.
+		accel += ",tb-size=32"
+	}
+	args := []string{
+		"-name", c.Name,
+		"-machine", "q35",
+		"-accel", accel,
+		"-cpu", cpuModel(vm.accel),
+		"-smp", strconv.Itoa(c.CPUs),
+		"-m", strconv.FormatUint(c.MemoryBytes>>20, 10) + "M",
+		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+		"-kernel", c.Image.Kernel, "-initrd", initrd,
+		"-chardev", "file,id=console,path=" + c.Console, "-serial", "chardev:console",
+		"-chardev", "socket,id=qmp0,fd=3", "-mon", "chardev=qmp0,mode=control",
+		"-qmp", "unix:" + c.QMPSocket + ",server=on,wait=off",
+		"-device", "virtio-balloon-pci,id=balloon0,free-page-reporting=on",
+		"-device", "virtio-serial-pci,id=vs0",
+		"-chardev", "socket,id=control,fd=4", "-device", "virtserialport,bus=vs0.0,chardev=control,name=" + guest.PortControl,
+		"-chardev", "socket,id=stdout,fd=5", "-device", "virtserialport,bus=vs0.0,chardev=stdout,name=" + guest.PortStdout,
+		"-chardev", "socket,id=stderr,fd=6", "-device", "virtserialport,bus=vs0.0,chardev=stderr,name=" + guest.PortStderr,
+	}
+	if fw := "/usr/share/qemu/qboot.rom"; fileExists(fw) {
+		args = append(args, "-bios", fw)
+	}
+	if c.Controller != "" {
+		nports++
+		args = append(args, "-chardev", "socket,id=controller,path="+c.Controller,
+			"-device", "virtserialport,bus=vs0.0,chardev=controller,name="+guest.PortController)
+	}
+	if vm.swapFile != "" {
+		cacheMode := "none" // direct I/O: guest swap really reaches the disk
+		if c.GuestSwap.Tmpfs {
+			cacheMode = "writeback" // tmpfs has no direct I/O
+		}
+		args = append(args, "-drive", "file="+vm.swapFile+",if=none,id=swap0,format=raw,cache="+cacheMode,
+			"-device", "virtio-blk-pci,drive=swap0")
+	}
+	append_ = append(append_, guest.PortsKey+"="+strconv.Itoa(nports))
+	append_ = append(append_, c.KernelArgs...)
+	return append(args, "-append", strings.Join(append_, " "))
+}
+
+// tcgBootArgs skip the slowest parts of a kernel boot under TCG, measured
+// with initcall_debug (CPU-seconds of a 1.6 s boot): the crypto self-tests
+// (0.16 s, and 0.2 s for the KDF's own test) and boot-time kprobe set-up
+// (0.06 s). A one-vCPU guest also skips the local APIC timer and its
+// calibration (0.11 s: 100 ms of waiting for jiffies); the HPET serves as
+// its clock event device, the TSC stays its clock.
+func tcgBootArgs(cpus int) []string {
+	args := []string{"cryptomgr.notests", "initcall_blacklist=crypto_kdf108_init,init_kprobe_trace"}
+	if cpus == 1 {
+		args = append(args, "noapictimer")
+	}
+	return args
+}
+
+func cpuModel(a Accel) string {
+	if a == AccelKVM {
+		return "host"
+	}
+	return "max"
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// createSwapFile makes and formats a guest swap disk's backing file.
+func createSwapFile(d *SwapDisk, name string) (string, error) {
+	dir := "/var/tmp"
+	if d.Tmpfs {
+		dir = "/dev/shm"
+	}
+	f, err := os.CreateTemp(dir, "headroom-guest-swap-")
+	if err != nil {
+		return "", fmt.Errorf("guest swap disk: %w", err)
+	}
+	path := f.Name()
+	if d.Tmpfs {
+		err = f.Truncate(int64(d.SizeBytes)) // tmpfs pages are allocated as the guest writes
+	} else {
+		err = unix.Fallocate(int(f.Fd()), 0, 0, int64(d.SizeBytes))
+	}
+	f.Close()
+	if err == nil {
+		var out []byte
+		if out, err = exec.Command("mkswap", "-q", path).CombinedOutput(); err != nil {
+			err = fmt.Errorf("mkswap: %v: %s", err, strings.TrimSpace(string(out)))
+		}
+	}
+	if err != nil {
+		os.Remove(path)
+		return "", fmt.Errorf("guest swap disk %s for %s: %w", path, name, err)
+	}
+	return path, nil
+}
+
+func (vm *VM) setPhase(f func(*Phases)) {
+	vm.mu.Lock()
+	f(&vm.phases)
+	vm.mu.Unlock()
+}
+
+// wait records QEMU's exit.
+func (vm *VM) wait(qemuLog *tailBuffer) {
+	err := vm.cmd.Wait()
+	vm.copies.Wait() // every byte of output and every control event is in
+	vm.mu.Lock()
+	vm.exit.QEMUErr = err
+	if !vm.gotStatus {
+		vm.exit.Status = -1
+		if vm.exit.Reason == "" {
+			vm.exit.Reason = vm.explainExit(err, qemuLog.String())
+		}
+	}
+	vm.mu.Unlock()
+	close(vm.exited)
+}
+
+// explainExit says why a VM ended without its command's exit status.
+func (vm *VM) explainExit(err error, qemuLog string) string {
+	tail := vm.ConsoleTail(20)
+	for _, line := range strings.Split(tail, "\n") {
+		if i := strings.Index(line, "Kernel panic"); i >= 0 {
+			return "guest kernel panic: " + strings.TrimSpace(line[i:])
+		}
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return fmt.Sprintf("qemu killed by %v", ws.Signal())
+		}
+	}
+	if l := lastNonEmptyLine(qemuLog); l != "" {
+		return "qemu: " + l
+	}
+	if err != nil {
+		return "qemu: " + err.Error()
+	}
+	return "the guest powered off without reporting its command's exit status"
+}
+
+// readControl follows /init's events.
+func (vm *VM) readControl(conn net.Conn) {
+	defer vm.copies.Done()
+	defer conn.Close()
+	sc := bufio.NewScanner(conn)
+	for sc.Scan() {
+		ev, err := guest.ParseEvent(sc.Bytes())
+		if err != nil {
+			continue
+		}
+		now := time.Now()
+		switch ev.Event {
+		case guest.EventBooted:
+			vm.setPhase(func(p *Phases) { p.Booted = now })
+			close(vm.booted)
+		case guest.EventStarted:
+			cpu := vm.cpuSeconds()
+			vm.setPhase(func(p *Phases) {
+				p.CommandStarted, p.BootCPUSeconds, p.GuestUptimeSeconds = now, cpu, ev.UptimeSeconds
+			})
+			close(vm.started)
+		case guest.EventExited:
+			vm.mu.Lock()
+			vm.exit.Status, vm.gotStatus = *ev.ExitStatus, true
+			vm.mu.Unlock()
+		case guest.EventFailed:
+			vm.mu.Lock()
+			vm.exit.Reason = "guest /init: " + ev.Error
+			vm.mu.Unlock()
+		}
+	}
+}
+
+// copyOutput copies a guest output port to w (the console log if nil).
+func (vm *VM) copyOutput(conn net.Conn, w io.Writer) {
+	defer vm.copies.Done()
+	defer conn.Close()
+	if w == nil {
+		f, err := os.OpenFile(vm.cfg.Console, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			io.Copy(io.Discard, conn)
+			return
+		}
+		defer f.Close()
+		w = f
+	}
+	io.Copy(w, conn)
+}
+
+func (vm *VM) forwardEvents() {
+	for ev := range vm.qmp.Events() {
+		select {
+		case vm.events <- ev:
+		default: // nobody reads them
+		}
+	}
+	close(vm.events)
+}
+
+// cpuSeconds is QEMU's CPU time so far.
+func (vm *VM) cpuSeconds() float64 {
+	p, err := procfs.NewProc(vm.cmd.Process.Pid)
+	if err != nil {
+		return 0
+	}
+	st, err := p.Stat()
+	if err != nil {
+		return 0
+	}
+	return st.CPUTime()
+}
+
+// PID is QEMU's process id.
+func (vm *VM) PID() int { return vm.cmd.Process.Pid }
+
+// Accel is the accelerator the VM runs on.
+func (vm *VM) Accel() Accel { return vm.accel }
+
+// QMP is the VM's own QMP connection.
+func (vm *VM) QMP() *qmp.Client { return vm.qmp }
+
+// QMPSocket is the QMP socket others may connect to.
+func (vm *VM) QMPSocket() string { return vm.cfg.QMPSocket }
+
+// Events delivers QMP events (SHUTDOWN, BALLOON_CHANGE, ...).
+func (vm *VM) Events() <-chan qmp.Event { return vm.events }
+
+// Booted is closed when the guest's /init is up.
+func (vm *VM) Booted() <-chan struct{} { return vm.booted }
+
+// CommandStarted is closed when the guest command has started.
+func (vm *VM) CommandStarted() <-chan struct{} { return vm.started }
+
+// Exited is closed when QEMU has exited and all guest output is copied.
+func (vm *VM) Exited() <-chan struct{} { return vm.exited }
+
+// Phases returns the start-up timestamps recorded so far.
+func (vm *VM) Phases() Phases {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	return vm.phases
+}
+
+// Exit is how the VM ended (valid once Exited is closed).
+func (vm *VM) Exit() Exit {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	return vm.exit
+}
+
+// Wait blocks until the VM has exited or ctx ends.
+func (vm *VM) Wait(ctx context.Context) (Exit, error) {
+	select {
+	case <-vm.exited:
+		return vm.Exit(), nil
+	case <-ctx.Done():
+		return Exit{}, context.Cause(ctx)
+	}
+}
+
+// Powerdown presses the guest's power button: /init stops the command
+// (SIGTERM), which reports and exits, and the guest powers off.
+func (vm *VM) Powerdown(ctx context.Context) error { return vm.qmp.SystemPowerdown(ctx) }
+
+// Stop ends the VM gracefully: a power-down, then QMP quit after grace,
+// then SIGKILL. It returns once QEMU has exited.
+func (vm *VM) Stop(grace time.Duration) {
+	select {
+	case <-vm.exited:
+		return
+	default:
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := vm.Powerdown(ctx); err == nil {
+		select {
+		case <-vm.exited:
+			return
+		case <-ctx.Done():
+		}
+	}
+	quit, cancelQuit := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancelQuit()
+	if vm.qmp.Quit(quit) == nil {
+		select {
+		case <-vm.exited:
+			return
+		case <-quit.Done():
+		}
+	}
+	vm.Kill()
+	<-vm.exited
+}
+
+// Kill ends QEMU at once.
+func (vm *VM) Kill() {
+	if vm.cmd != nil && vm.cmd.Process != nil {
+		vm.cmd.Process.Kill()
+	}
+}
+
+// Close kills QEMU if it still runs and removes what the VM created
+// (its directory, sockets, console log unless given, swap file).
+func (vm *VM) Close() error {
+	vm.closeOnce.Do(func() {
+		if vm.cmd != nil && vm.cmd.Process != nil {
+			vm.Kill()
+			<-vm.exited
+		}
+		if vm.qmp != nil {
+			vm.qmp.Close()
+		}
+		vm.cleanup()
+	})
+	return nil
+}
+
+func (vm *VM) cleanup() {
+	if vm.swapFile != "" {
+		os.Remove(vm.swapFile)
+	}
+	if vm.ownDir && vm.cfg.Dir != "" {
+		os.RemoveAll(vm.cfg.Dir)
+	}
+}
+
+// ConsoleTail returns the last n lines of the guest's console.
+func (vm *VM) ConsoleTail(n int) string {
+	f, err := os.Open(vm.cfg.Console)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	const window = 16 << 10
+	if fi, err := f.Stat(); err == nil && fi.Size() > window {
+		f.Seek(fi.Size()-window, io.SeekStart)
+	}
+	b, _ := io.ReadAll(f)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func lastNonEmptyLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// tailBuffer keeps the last max bytes written.
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+	max int
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > t.max {
+		t.buf = t.buf[len(t.buf)-t.max:]
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}
