@@ -29,8 +29,10 @@ request (request / scope RAM × scope swap; none for protected workloads);
 and when a signal crosses its threshold, evicts the workload ranked first
 (over its swap allowance, over its request, lowest priority, most memory
 above request counting swap): SIGTERM to its processes, SIGKILL after the
-grace period. Protected workloads are never evicted; nothing is done on data
-that could not be read.
+grace period; a VM (metadata "qmp") is powered down through QMP, then quit,
+then killed. A victim still present after the eviction deadline is given
+up on and the next candidate may be evicted. Protected workloads are never
+evicted; nothing is done on data that could not be read.
 
 Signals, over a sliding window from raw counter differences:
   swap_utilization   working set + swap used > RAM + factor × swap
@@ -41,8 +43,11 @@ Signals, over a sliding window from raw counter differences:
   swap_exhaustion    seconds until the trend reaches RAM + swap (0: off)
 
 Workload metadata: <workloads-dir>/<child-cgroup-name>.json, e.g.
-  {"name": "vm-db", "priority": 100, "memoryRequest": "4Gi", "protected": false}
+  {"name": "vm-db", "priority": 100, "memoryRequest": "4Gi", "protected": false,
+   "qmp": "/run/vms/db/qmp.sock"}
 A workload without a file has priority 0, request 0 (no swap), unprotected.
+With "qmp", the agent reads the guest's memory statistics through the VM's
+balloon (into /v1/snapshot and /metrics) and evicts it with a power-down.
 
 Configuration, each overriding the one before: defaults, --config YAML (keys
 as in the JSON names of --print-config), wasp-agent's environment variables
@@ -105,7 +110,8 @@ func newAgentCommand() *cobra.Command {
 	fl.Float64Var(&cfg.PSISomePercent, "psi-some-percent", cfg.PSISomePercent, "memory some-stall share of the window that triggers eviction (0: off)")
 	fl.Float64Var(&cfg.ExhaustionHorizonSeconds, "exhaustion-horizon", cfg.ExhaustionHorizonSeconds, "evict when RAM + swap would be exhausted within this many seconds (0: off)")
 	fl.Float64Var(&cfg.CooldownSeconds, "cooldown", cfg.CooldownSeconds, "seconds between evictions")
-	fl.Float64Var(&cfg.EvictionGraceSeconds, "eviction-grace", cfg.EvictionGraceSeconds, "seconds from SIGTERM to SIGKILL")
+	fl.Float64Var(&cfg.EvictionGraceSeconds, "eviction-grace", cfg.EvictionGraceSeconds, "seconds from the graceful request (SIGTERM, a VM's power-down) to the forced one (QMP quit, SIGKILL)")
+	fl.Float64Var(&cfg.EvictionDeadlineSeconds, "eviction-deadline", cfg.EvictionDeadlineSeconds, "seconds after which a victim still present is given up on and the next candidate may be evicted")
 	fl.IntVar(&cfg.OOMScoreAdj, "oom-score-adj", cfg.OOMScoreAdj, "the agent's own oom_score_adj")
 	fl.BoolVar(&cfg.Mlock, "mlock", cfg.Mlock, "lock the agent's memory so it is never swapped")
 	fl.StringSliceVar(&cfg.IgnoreCgroups, "ignore-cgroups", cfg.IgnoreCgroups, "child cgroups of the scope that are not workloads (never evicted, no swap allowance); the agent's own is always ignored")
@@ -142,6 +148,7 @@ func resolveAgentConfig(fl *pflag.FlagSet, f *agentFlags, fromFlags agent.Config
 		"exhaustion-horizon":                func() { cfg.ExhaustionHorizonSeconds = fromFlags.ExhaustionHorizonSeconds },
 		"cooldown":                          func() { cfg.CooldownSeconds = fromFlags.CooldownSeconds },
 		"eviction-grace":                    func() { cfg.EvictionGraceSeconds = fromFlags.EvictionGraceSeconds },
+		"eviction-deadline":                 func() { cfg.EvictionDeadlineSeconds = fromFlags.EvictionDeadlineSeconds },
 		"oom-score-adj":                     func() { cfg.OOMScoreAdj = fromFlags.OOMScoreAdj },
 		"mlock":                             func() { cfg.Mlock = fromFlags.Mlock },
 	}

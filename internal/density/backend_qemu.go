@@ -21,9 +21,17 @@ import (
 const DefaultVMOverheadBytes = 64 << 20
 
 // GuestFootprintBytes is guest memory that is not the workload's: the
-// kernel's reservations and the unpacked initramfs (a 384 MiB guest shows
-// 294 MiB available before its command starts).
-const GuestFootprintBytes = 96 << 20
+// kernel's reservations, the unpacked initramfs, headroom's own runtime and
+// the kernel's free-memory reserve (a 384 MiB guest shows 294 MiB
+// available before its command starts; a 512 MiB workload in a 640 MiB
+// guest is OOM-killed there).
+const GuestFootprintBytes = 128 << 20
+
+// vmFileSlackBytes is added to a VM cgroup's limit for the file pages its
+// QEMU maps (its binary and libraries, the kernel and initramfs images:
+// about 90 MiB), charged to the VM that first touched them: the limit must
+// never be what constrains a guest, the node's is.
+const vmFileSlackBytes = 128 << 20
 
 // vmStopTimeout bounds a power-down request.
 const vmStopTimeout = 2 * time.Second
@@ -93,7 +101,7 @@ func (b *qemuBackend) StartWorker(name string, memoryBytes uint64, loadArgs []st
 	if !ok {
 		return nil, fmt.Errorf("the qemu backend needs a unix controller socket, got %s", controller)
 	}
-	g, err := workerCgroup(b.scope, name, memoryBytes+b.overheadBytes)
+	g, err := workerCgroup(b.scope, name, memoryBytes+b.overheadBytes+vmFileSlackBytes)
 	if err != nil {
 		return nil, err
 	}

@@ -225,12 +225,19 @@ func (vm *VM) start(ctx context.Context) error {
 	names := []string{"qmp", guest.PortControl, guest.PortStdout, guest.PortStderr}
 	qemuEnds := make([]*os.File, len(names))
 	ours := make([]net.Conn, len(names))
+	closeQEMUEnds := func() {
+		for _, f := range qemuEnds {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}
+	defer closeQEMUEnds()
 	for i := range names {
 		var err error
 		if qemuEnds[i], ours[i], err = socketPair(); err != nil {
 			return err
 		}
-		defer qemuEnds[i].Close()
 	}
 	args := vm.qemuArgs(initrd)
 	qemu, err := exec.LookPath("qemu-system-x86_64")
@@ -255,6 +262,9 @@ func (vm *VM) start(ctx context.Context) error {
 		return fmt.Errorf("start qemu: %w", err)
 	}
 	vm.setPhase(func(p *Phases) { p.QEMUStarted = time.Now() })
+	// Only QEMU holds its ends now: when it exits, ours see end-of-file.
+	closeQEMUEnds()
+	qemuEnds = nil
 	go vm.wait(qemuLog)
 	go vm.readControl(ours[1])
 	go vm.copyOutput(ours[2], c.Stdout)

@@ -1,6 +1,6 @@
 //go:build system
 
-package qmp
+package qmp_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/headroom-dev/headroom/internal/qmp"
 	"github.com/headroom-dev/headroom/internal/testenv"
 )
 
@@ -35,10 +36,10 @@ func TestSystemQMPAgainstQEMU(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var c *Client
+	var c *qmp.Client
 	for c == nil {
 		// QEMU creates the socket during start-up: retry until it answers.
-		c, err = Dial(ctx, sock)
+		c, err = qmp.Dial(ctx, sock)
 		if err != nil {
 			select {
 			case <-ctx.Done():
@@ -75,7 +76,7 @@ func TestSystemQMPAgainstQEMU(t *testing.T) {
 	if err != nil || !stats.LastUpdate.IsZero() {
 		t.Errorf("guest stats before any guest: %+v, %v", stats, err)
 	}
-	var qe *Error
+	var qe *qmp.Error
 	if err := c.Execute(ctx, "no-such-command", nil, nil); !errors.As(err, &qe) || qe.Class != "CommandNotFound" {
 		t.Errorf("unknown command: %v", err)
 	}
@@ -87,7 +88,7 @@ func TestSystemQMPAgainstQEMU(t *testing.T) {
 	}
 	var sawShutdown bool
 	for ev := range c.Events() {
-		if ev.Name == EventShutdown {
+		if ev.Name == qmp.EventShutdown {
 			sawShutdown = true
 		}
 	}

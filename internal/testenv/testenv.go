@@ -4,6 +4,7 @@
 package testenv
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/headroom-dev/headroom/internal/cgroup"
+	"github.com/headroom-dev/headroom/internal/microvm"
 )
 
 // InCI reports whether the tests run under CI (CI=true), where a missing
@@ -162,7 +164,9 @@ var (
 )
 
 // HeadroomBinary builds cmd/headroom once per test process and returns
-// its path, for system tests that run real workloads.
+// its path, for system tests that run real workloads. It is built as
+// `make build` builds it: static (it is also a micro-VM's /init) and
+// stripped.
 func HeadroomBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -177,8 +181,9 @@ func HeadroomBinary(t testing.TB) string {
 			return
 		}
 		buildPath = filepath.Join(dir, "headroom")
-		cmd := exec.Command("go", "build", "-o", buildPath, "./cmd/headroom")
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", buildPath, "./cmd/headroom")
 		cmd.Dir = filepath.Dir(strings.TrimSpace(string(modRoot)))
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v: %s", err, out)
 		}
@@ -259,4 +264,29 @@ func AssertRestored(t testing.TB, swapPathPart string, cgroupDirs ...string) {
 			t.Errorf("cgroup %s left behind", dir)
 		}
 	}
+}
+
+var (
+	imageOnce sync.Once
+	image     microvm.Image
+	imageErr  error
+)
+
+// GuestImage returns the micro-VM guest image, built once per test process
+// (from the shared cache) around HeadroomBinary; it requires QEMU.
+func GuestImage(t testing.TB) microvm.Image {
+	t.Helper()
+	RequireRoot(t)
+	_, err := exec.LookPath("qemu-system-x86_64")
+	Require(t, err == nil, "qemu-system-x86_64 (apt-get install --no-install-recommends qemu-system-x86)")
+	_, err = exec.LookPath("busybox")
+	Require(t, err == nil, "busybox (apt-get install busybox-static)")
+	bin := HeadroomBinary(t)
+	imageOnce.Do(func() {
+		image, imageErr = microvm.BuildImage(context.Background(), microvm.ImageOptions{Headroom: bin})
+	})
+	if imageErr != nil {
+		t.Fatalf("guest image: %v", imageErr)
+	}
+	return image
 }

@@ -1,0 +1,311 @@
+//go:build system
+
+package microvm_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/headroom-dev/headroom/internal/microvm"
+	"github.com/headroom-dev/headroom/internal/qmp"
+	"github.com/headroom-dev/headroom/internal/testenv"
+)
+
+// startVM boots a VM and closes it (leaving nothing) when the test ends.
+func startVM(t *testing.T, cfg microvm.Config) *microvm.VM {
+	t.Helper()
+	if cfg.Image.Kernel == "" {
+		cfg.Image = testenv.GuestImage(t)
+	}
+	if cfg.MemoryBytes == 0 {
+		cfg.MemoryBytes = 256 << 20
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	vm, err := microvm.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		vm.Close()
+		if _, err := os.Stat(filepath.Dir(vm.QMPSocket())); err == nil {
+			t.Errorf("VM directory %s left behind", filepath.Dir(vm.QMPSocket()))
+		}
+	})
+	return vm
+}
+
+func wait(t *testing.T, vm *microvm.VM, d time.Duration) microvm.Exit {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	e, err := vm.Wait(ctx)
+	if err != nil {
+		t.Fatalf("VM still running after %s; console:\n%s", d, vm.ConsoleTail(20))
+	}
+	return e
+}
+
+// syncBuffer is a bytes.Buffer safe for a VM's output goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// An image built from an empty cache boots; the second build comes from
+// the cache, and another empty cache gives the same bytes.
+func TestSystemImageFromEmptyCacheIsReproducible(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := testenv.HeadroomBinary(t)
+	build := func(cache string) microvm.Image {
+		img, err := microvm.BuildImage(context.Background(), microvm.ImageOptions{CacheDir: cache, Headroom: bin, Logf: t.Logf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return img
+	}
+	first := build(t.TempDir())
+	if first.KernelCached || first.InitramfsCached || len(first.Modules) == 0 || first.BusyboxVersion == "" {
+		t.Fatalf("first build: %+v", first)
+	}
+	again := build(filepath.Dir(filepath.Dir(filepath.Dir(first.Initramfs))))
+	if !again.KernelCached || !again.InitramfsCached || again.Initramfs != first.Initramfs {
+		t.Fatalf("second build did not come from the cache: %+v", again)
+	}
+	other := build(t.TempDir())
+	a, _ := os.ReadFile(first.Initramfs)
+	b, _ := os.ReadFile(other.Initramfs)
+	if other.InitramfsSHA256 != first.InitramfsSHA256 || !bytes.Equal(a, b) {
+		t.Fatal("two builds from the same inputs differ")
+	}
+	var out syncBuffer
+	vm := startVM(t, microvm.Config{Image: other, Args: []string{"/bin/cat", "/etc/headroom-image.json"}, Stdout: &out})
+	if e := wait(t, vm, 60*time.Second); e.Status != 0 || !strings.Contains(out.String(), first.HeadroomSHA256) {
+		t.Fatalf("exit %+v, output %q", e, out.String())
+	}
+}
+
+// The guest command's stdout, stderr and exit status reach the host
+// unchanged; the start-up phases are recorded in order.
+func TestSystemVMRunsCommand(t *testing.T) {
+	var stdout, stderr syncBuffer
+	vm := startVM(t, microvm.Config{Args: []string{"/bin/sh", "-c", "echo to-stdout; echo to-stderr >&2; exit 3"},
+		Stdout: &stdout, Stderr: &stderr})
+	e := wait(t, vm, 60*time.Second)
+	if e.Status != 3 || stdout.String() != "to-stdout\n" || stderr.String() != "to-stderr\n" {
+		t.Fatalf("exit %+v, stdout %q, stderr %q", e, stdout.String(), stderr.String())
+	}
+	p := vm.Phases()
+	order := []time.Time{p.Created, p.QEMUStarted, p.QMPReady, p.Booted, p.CommandStarted}
+	for i := 1; i < len(order); i++ {
+		if order[i].IsZero() || order[i].Before(order[i-1]) {
+			t.Fatalf("phases out of order: %+v", p)
+		}
+	}
+	if p.BootCPUSeconds <= 0 || p.GuestUptimeSeconds <= 0 {
+		t.Fatalf("boot CPU %.2f s, guest uptime %.2f s", p.BootCPUSeconds, p.GuestUptimeSeconds)
+	}
+	t.Logf("%s: command started %.2f s after creation, QEMU %.2f CPU-s", vm.Accel(), p.CommandStarted.Sub(p.Created).Seconds(), p.BootCPUSeconds)
+}
+
+// A power-down stops the guest command with SIGTERM: headroom load prints
+// its summary and exits 0, and the guest powers off.
+func TestSystemPowerdownIsGraceful(t *testing.T) {
+	var out syncBuffer
+	vm := startVM(t, microvm.Config{Args: []string{"load", "--size", "32Mi", "--duration", "120s", "--json"}, Stdout: &out})
+	waitFor(t, 60*time.Second, func() bool { return strings.Contains(out.String(), `"type":"interval"`) })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := vm.Powerdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e := wait(t, vm, 30*time.Second)
+	if e.Status != 0 || !strings.Contains(out.String(), `"stop_reason":"signal: terminated"`) {
+		t.Fatalf("exit %+v; output:\n%s", e, out.String())
+	}
+}
+
+// waitFor polls cond (guest output or host state has no event to wait on)
+// until it holds or d passes.
+func waitFor(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %s", d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A guest kernel that panics (here: no init on its command line) ends the
+// VM with the panic as the reason and the console to show it.
+func TestSystemGuestPanicIsReported(t *testing.T) {
+	vm := startVM(t, microvm.Config{Args: []string{"/bin/true"}, KernelArgs: []string{"rdinit=/no/such/init"}})
+	e := wait(t, vm, 60*time.Second)
+	if e.Status != -1 || !strings.Contains(e.Reason, "Kernel panic") || !strings.Contains(vm.ConsoleTail(20), "Kernel panic") {
+		t.Fatalf("exit %+v; console:\n%s", e, vm.ConsoleTail(20))
+	}
+}
+
+// QEMU runs in the VM's memory cgroup from its first instruction: the
+// cgroup is charged for the guest's memory.
+func TestSystemVMInItsCgroup(t *testing.T) {
+	cg := testenv.NewMemoryCgroup(t, 1<<30)
+	var out syncBuffer
+	vm := startVM(t, microvm.Config{Cgroup: cg.Path, Stdout: &out,
+		Args: []string{"load", "--size", "96Mi", "--scan", "none", "--duration", "60s", "--json"}})
+	waitFor(t, 60*time.Second, func() bool { return strings.Contains(out.String(), `"type":"interval"`) })
+	procs, _ := os.ReadFile(filepath.Join(cg.Path, "cgroup.procs"))
+	if !strings.Contains(" "+strings.Join(strings.Fields(string(procs)), " ")+" ", " "+strconv.Itoa(vm.PID())+" ") {
+		t.Fatalf("QEMU %d not in %s (%q)", vm.PID(), cg.Path, procs)
+	}
+	usage, err := cg.ReadInt("memory.usage_in_bytes")
+	if err != nil || usage < 96<<20 {
+		t.Fatalf("cgroup charged %d B for a guest holding 96 MiB: %v", usage, err)
+	}
+	h, err := microvm.ReadHostMemory(vm.PID(), 256<<20)
+	if err != nil || h.GuestRAMBytes < 96<<20 || h.OverheadBytes == 0 {
+		t.Fatalf("host memory %+v, %v", h, err)
+	}
+	t.Logf("QEMU RSS %d MiB: guest RAM %d MiB, overhead %d MiB, file pages %d MiB",
+		h.RSSBytes>>20, h.GuestRAMBytes>>20, h.OverheadBytes>>20, h.FileBytes>>20)
+}
+
+// memTotalWatcher runs a guest loop printing MemTotal (kB) every 50 ms and
+// returns a function giving the latest value.
+func memTotalWatcher(t *testing.T, cfg microvm.Config) (*microvm.VM, func() int64) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	cfg.Stdout = pw
+	cfg.Args = []string{"/bin/sh", "-c", "while :; do grep MemTotal /proc/meminfo; usleep 50000; done"}
+	vm := startVM(t, cfg)
+	var mu sync.Mutex
+	var latest int64
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			if f := strings.Fields(sc.Text()); len(f) == 3 {
+				if n, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+					mu.Lock()
+					latest = n << 10
+					mu.Unlock()
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() { pw.Close() })
+	return vm, func() int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return latest
+	}
+}
+
+// A balloon target shows inside the guest (its MemTotal drops) and QEMU
+// reports the balloon's progress; deflating gives the memory back.
+func TestSystemBalloonSeenInsideGuest(t *testing.T) {
+	vm, memTotal := memTotalWatcher(t, microvm.Config{MemoryBytes: 512 << 20})
+	waitFor(t, 60*time.Second, func() bool { return memTotal() > 0 })
+	before := memTotal()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := vm.QMP().Balloon(ctx, 256<<20); err != nil {
+		t.Fatal(err)
+	}
+	asked := time.Now()
+	waitFor(t, 10*time.Second, func() bool { return memTotal() <= before-200<<20 })
+	t.Logf("MemTotal %d → %d MiB, seen in the guest %.2f s after the balloon command", before>>20, memTotal()>>20, time.Since(asked).Seconds())
+	// QEMU reports the balloon's progress until it reaches the target.
+	for reached := false; !reached; {
+		select {
+		case ev := <-vm.Events():
+			if ev.Name == qmp.EventBalloonChange {
+				actual, err := qmp.BalloonActualBytes(ev)
+				reached = err == nil && actual <= 256<<20
+			}
+		case <-ctx.Done():
+			t.Fatal("no BALLOON_CHANGE event reaching the target")
+		}
+	}
+	if actual, err := vm.QMP().QueryBalloon(ctx); err != nil || actual > 256<<20 {
+		t.Fatalf("query-balloon %d, %v", actual, err)
+	}
+	if err := vm.QMP().Balloon(ctx, 512<<20); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool { return memTotal() >= before })
+}
+
+// Memory the guest frees goes back to the host (free page reporting):
+// QEMU's resident guest RAM falls after the workload exits.
+func TestSystemFreedGuestMemoryReturnsToHost(t *testing.T) {
+	var out syncBuffer
+	vm := startVM(t, microvm.Config{MemoryBytes: 512 << 20, Stdout: &out,
+		Args: []string{"/bin/sh", "-c", "/init load --size 256Mi --scan none --duration 1s --json; echo freed; sleep 120"}})
+	waitFor(t, 60*time.Second, func() bool { return strings.Contains(out.String(), `"type":"summary"`) })
+	held, err := microvm.ReadHostMemory(vm.PID(), 512<<20)
+	if err != nil || held.GuestRAMBytes < 256<<20 {
+		t.Fatalf("while the guest held 256 MiB: %+v, %v", held, err)
+	}
+	waitFor(t, 60*time.Second, func() bool { return strings.Contains(out.String(), "freed") })
+	freedAt := time.Now()
+	waitFor(t, 20*time.Second, func() bool {
+		h, err := microvm.ReadHostMemory(vm.PID(), 512<<20)
+		return err == nil && h.GuestRAMBytes+200<<20 < held.GuestRAMBytes
+	})
+	h, _ := microvm.ReadHostMemory(vm.PID(), 512<<20)
+	t.Logf("guest RAM resident on the host: %d MiB → %d MiB, %.2f s after the guest freed it",
+		held.GuestRAMBytes>>20, h.GuestRAMBytes>>20, time.Since(freedAt).Seconds())
+}
+
+// A guest swap disk (backed by tmpfs here) is the guest's own swap.
+func TestSystemGuestSwapDisk(t *testing.T) {
+	var out syncBuffer
+	vm := startVM(t, microvm.Config{MemoryBytes: 256 << 20, GuestSwap: &microvm.SwapDisk{SizeBytes: 256 << 20, Tmpfs: true}, Stdout: &out,
+		Args: []string{"/bin/sh", "-c", "cat /proc/swaps; /init load --size 200Mi --scan seq --iterations 2 --json | grep summary"}})
+	e := wait(t, vm, 120*time.Second)
+	if e.Status != 0 || !strings.Contains(out.String(), "/dev/vda") {
+		t.Fatalf("exit %+v; output:\n%s", e, out.String())
+	}
+	vm.Close()
+	if files, _ := filepath.Glob("/dev/shm/headroom-guest-swap-*"); len(files) != 0 {
+		t.Errorf("swap backing files left: %v", files)
+	}
+}
+
+// The launcher leaves nothing behind when QEMU cannot start at all.
+func TestSystemStartFailureLeavesNothing(t *testing.T) {
+	img := testenv.GuestImage(t)
+	img.Kernel = "/no/such/vmlinux"
+	dir := filepath.Join(t.TempDir(), "vm")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := microvm.Start(ctx, microvm.Config{Image: img, MemoryBytes: 256 << 20, Args: []string{"/bin/true"}, Dir: dir}); err == nil {
+		t.Fatal("started without a kernel")
+	}
+	if _, err := os.Stat(dir); err == nil {
+		t.Errorf("%s left behind", dir)
+	}
+}
