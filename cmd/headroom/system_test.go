@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -127,7 +126,11 @@ func TestSystemDensityGroupSignalRestores(t *testing.T) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
 		t.Errorf("interrupted density: %v, want exit status 1; stderr: %s", err, stderr.String())
 	}
-	testenv.AssertRestored(t, density.SwapDirPrefix, filepath.Join(testenv.CgroupV1MemoryRoot, density.NodeCgroupName(pid)))
+	node, err := density.NodeCgroupPath(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.AssertRestored(t, density.SwapDirPrefix, node)
 	run, err := results.ReadRun(out)
 	if err != nil {
 		t.Fatalf("no results kept: %v", err)

@@ -368,3 +368,34 @@ func TestSystemVMConnReadsGuestAndPowersDown(t *testing.T) {
 		t.Fatalf("exit %+v; output %s", e, out.String())
 	}
 }
+
+// The agent's cgroup v2 paths, for real: this package's guest tests
+// (guest_test.go) run inside a micro-VM, whose kernel mounts cgroup2 with
+// the memory controller, with a swap disk of its own.
+func TestSystemCgroupV2InGuest(t *testing.T) {
+	img := testenv.GuestImage(t)
+	bin := testenv.TestBinary(t, "./internal/agent", "guest")
+	out := &lockedBuffer{}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	vm, err := microvm.Start(ctx, microvm.Config{Image: img, Name: "cgroup-v2", MemoryBytes: 1 << 30,
+		GuestSwap: &microvm.SwapDisk{SizeBytes: 768 << 20, Tmpfs: true}, ExtraFiles: map[string]string{"/agent.test": bin},
+		Args: []string{"/agent.test", "-test.run", "^TestGuest", "-test.v", "-test.count", "1"}, Stdout: out, Stderr: out})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vm.Close()
+	e := wait(t, vm, 10*time.Minute)
+	t.Logf("guest test output:\n%s", out.String())
+	if e.Status != 0 {
+		t.Fatalf("guest tests failed: %+v; console:\n%s", e, vm.ConsoleTail(20))
+	}
+	for _, name := range []string{"TestGuestV2OOMKillCounted", "TestGuestV2KillTree", "TestGuestV2AgentAllowancesPressureAndEviction"} {
+		if !strings.Contains(out.String(), "--- PASS: "+name) {
+			t.Errorf("%s did not pass in the guest", name)
+		}
+	}
+	if strings.Contains(out.String(), "--- SKIP") {
+		t.Error("guest tests skipped")
+	}
+}

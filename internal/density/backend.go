@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -93,6 +94,16 @@ func newNodeCgroup(p Params, nodeSwapBytes uint64) (cgroup.Group, error) {
 // NodeCgroupName is the node cgroup (a child of the memory hierarchy's
 // root) of the density run in process pid.
 func NodeCgroupName(pid int) string { return fmt.Sprintf("headroom-density-%d", pid) }
+
+// NodeCgroupPath is where the density run in process pid creates its node
+// cgroup: in the memory hierarchy this machine uses (v2 or v1).
+func NodeCgroupPath(pid int) (string, error) {
+	root, err := cgroup.Open("/")
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root.Path(), NodeCgroupName(pid)), nil
+}
 
 // workerCgroup creates a worker's cgroup under the node, limited to limitBytes.
 func workerCgroup(scope cgroup.Group, name string, limitBytes uint64) (cgroup.Group, error) {

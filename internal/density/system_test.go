@@ -47,7 +47,11 @@ func smallNode(t *testing.T) Params {
 // assertRestored checks that the run left no swap or node cgroup behind.
 func assertRestored(t *testing.T) {
 	t.Helper()
-	testenv.AssertRestored(t, SwapDirPrefix, filepath.Join(testenv.CgroupV1MemoryRoot, NodeCgroupName(os.Getpid())))
+	node, err := NodeCgroupPath(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.AssertRestored(t, SwapDirPrefix, node)
 }
 
 func TestSystemShortRampWithAgent(t *testing.T) {
@@ -95,7 +99,8 @@ func TestSystemWorkerKilledMidStep(t *testing.T) {
 		if killed || ready < workers {
 			return
 		}
-		procs := filepath.Join(testenv.CgroupV1MemoryRoot, NodeCgroupName(os.Getpid()), "w1", "cgroup.procs")
+		node, _ := NodeCgroupPath(os.Getpid())
+		procs := filepath.Join(node, "w1", "cgroup.procs")
 		b, _ := os.ReadFile(procs)
 		for _, f := range strings.Fields(string(b)) {
 			pid, _ := strconv.Atoi(f)

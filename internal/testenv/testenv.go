@@ -170,8 +170,8 @@ var (
 func HeadroomBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		var modRoot []byte
-		modRoot, buildErr = exec.Command("go", "env", "GOMOD").Output()
+		var root string
+		root, buildErr = moduleRoot()
 		if buildErr != nil {
 			return
 		}
@@ -182,7 +182,7 @@ func HeadroomBinary(t testing.TB) string {
 		}
 		buildPath = filepath.Join(dir, "headroom")
 		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", buildPath, "./cmd/headroom")
-		cmd.Dir = filepath.Dir(strings.TrimSpace(string(modRoot)))
+		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v: %s", err, out)
@@ -264,6 +264,33 @@ func AssertRestored(t testing.TB, swapPathPart string, cgroupDirs ...string) {
 			t.Errorf("cgroup %s left behind", dir)
 		}
 	}
+}
+
+// moduleRoot is the directory of this module's go.mod.
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Dir(strings.TrimSpace(string(out))), nil
+}
+
+// TestBinary compiles a package's tests (go test -c) with the given build
+// tags into a static binary, for running inside a micro-VM guest.
+func TestBinary(t testing.TB, pkg, tags string) string {
+	t.Helper()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), filepath.Base(pkg)+".test")
+	cmd := exec.Command("go", "test", "-c", "-tags", tags, "-o", out, pkg)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go test -c %s: %v: %s", pkg, err, b)
+	}
+	return out
 }
 
 var (
