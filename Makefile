@@ -81,6 +81,9 @@ bench: build
 	bench/swap-bound.sh
 	bench/agent-overhead.sh
 	bench/density-skew.sh
+	bench/vm-boot.sh
+	bench/vm-touch-rate.sh
+	bench/vm-balloon.sh
 
 clean:
 	rm -rf bin

@@ -9,7 +9,7 @@ bench_cleanup() {
   rm -rf "$BENCH_TMP"
 }
 trap bench_cleanup EXIT
-go build -o "$BENCH_TMP/headroom" ./cmd/headroom
+CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$BENCH_TMP/headroom" ./cmd/headroom
 HEADROOM="$BENCH_TMP/headroom"
 
 # json_field LINE NAME: the first numeric value of "NAME" in a JSON line.

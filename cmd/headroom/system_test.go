@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -138,4 +139,55 @@ func TestSystemDensityGroupSignalRestores(t *testing.T) {
 	if !run.Interrupted || !strings.Contains(run.StopReason, "terminated") {
 		t.Errorf("run.json after SIGTERM: interrupted %v, stop reason %q", run.Interrupted, run.StopReason)
 	}
+}
+
+// vm run: the guest command's output and exit status come through
+// unchanged; Ctrl-C (twice, as a terminal delivers it to the group and
+// then the user insists) powers the guest down after the command printed
+// its summary, and nothing is left behind.
+func TestSystemVMRun(t *testing.T) {
+	bin := testenv.HeadroomBinary(t)
+	testenv.GuestImage(t)
+	out, err := exec.Command(bin, "vm", "run", "--memory", "256Mi", "--", "/bin/sh", "-c", "echo hello from the guest; exit 7").Output()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 || string(out) != "hello from the guest\n" {
+		t.Fatalf("exit %v, stdout %q", err, out)
+	}
+
+	before := leftovers(t)
+	cmd := exec.Command(bin, "vm", "run", "--memory", "384Mi", "--", "load", "--size", "64Mi", "--duration", "300s", "--json")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdout, _ := cmd.StdoutPipe()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	t.Cleanup(func() { syscall.Kill(-pid, syscall.SIGKILL) })
+	sc := bufio.NewScanner(stdout)
+	first := waitForLine(t, sc, `"type":"interval"`)
+	var rec memload.Record
+	if err := json.Unmarshal([]byte(first), &rec); err != nil {
+		t.Fatalf("guest output is not the command's JSON: %q", first)
+	}
+	syscall.Kill(-pid, syscall.SIGINT)
+	time.Sleep(1500 * time.Millisecond) // past the duplicate window: the user insists
+	syscall.Kill(-pid, syscall.SIGINT)
+	summary := waitForLine(t, sc, `"type":"summary"`)
+	for sc.Scan() {
+	}
+	if err := cmd.Wait(); err != nil || !strings.Contains(summary, `"stop_reason":"signal: terminated"`) {
+		t.Fatalf("interrupted vm run: %v, summary %s, stderr %s", err, summary, stderr.String())
+	}
+	if after := leftovers(t); after != before {
+		t.Fatalf("left behind: %s (before: %s)", after, before)
+	}
+}
+
+// leftovers lists QEMU processes and VM directories on the machine.
+func leftovers(t *testing.T) string {
+	t.Helper()
+	q, _ := exec.Command("pgrep", "-x", "qemu-system-x86").Output()
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "headroom-vm-*"))
+	return "qemu " + strings.Join(strings.Fields(string(q)), ",") + "; dirs " + strings.Join(dirs, ",")
 }

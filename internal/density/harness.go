@@ -566,6 +566,13 @@ func (h *Harness) summarize(step *results.Step, res []loadctl.Result, workers []
 			}
 		default:
 			wr.Error = r.Err
+			select {
+			case <-w.Exited():
+				if why := w.Failure(); why != "" {
+					wr.Error += " (" + why + ")"
+				}
+			default:
+			}
 		}
 		if wr.OOMKilled {
 			wr.Error = "OOM-killed"

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -183,5 +184,113 @@ func TestSystemZramTier(t *testing.T) {
 		if b, err := os.ReadFile(z); err == nil && strings.TrimSpace(string(b)) != "0" {
 			t.Fatalf("%s = %s after the run", z, b)
 		}
+	}
+}
+
+// qemuNode is the target run: 1..6 micro-VMs of 384 MiB, each with
+// a 256 MiB workload, on a 1.5 GiB node with 2 GiB of swap.
+func qemuNode(t *testing.T) Params {
+	img := testenv.GuestImage(t)
+	return Params{Backend: "qemu", Deployments: []int{1, 2, 3, 4, 5, 6}, VMMemoryBytes: 384 << 20, MemorySizeBytes: 256 << 20,
+		Scan: memload.ScanRandom, WriteFraction: 1, Content: memload.Content{Kind: memload.ContentRandom},
+		WorkloadRuntime: 8 * time.Second, OvercommitPercent: 250, OverheadBytes: DefaultVMOverheadBytes, Repeat: 1,
+		StopOnFailure: false, NodeMemoryBytes: 1536 << 20, Swap: "file", SwapFileBytes: 2 << 30, Seed: 1,
+		Interval: time.Second, Out: t.TempDir(), Executable: testenv.HeadroomBinary(t), Image: &img}
+}
+
+// assertNoVMsLeft checks that no QEMU process or VM directory outlived the run.
+func assertNoVMsLeft(t *testing.T) {
+	t.Helper()
+	if q, _ := exec.Command("pgrep", "-x", "qemu-system-x86").Output(); len(strings.TrimSpace(string(q))) > 0 {
+		t.Errorf("QEMU processes left: %s", q)
+	}
+	if dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "headroom-density-vms-*")); len(dirs) > 0 {
+		t.Errorf("VM directories left: %v", dirs)
+	}
+}
+
+// The ramp of micro-VMs shows the three regimes, and every step records
+// the VMs' start-up phases, their host overhead and the guests' own view.
+func TestSystemQEMURampShowsRegimes(t *testing.T) {
+	p := qemuNode(t)
+	dir, run, err := Run(context.Background(), p, testReporter{t: t})
+	assertRestored(t)
+	assertNoVMsLeft(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(run.Steps) != 6 || run.StopReason != "completed" {
+		t.Fatalf("%d steps, stop reason %q", len(run.Steps), run.StopReason)
+	}
+	for _, s := range run.Steps {
+		if s.Failed {
+			t.Errorf("step %d failed: %s", s.Index, s.FailReason)
+		}
+		if len(s.CreatePhases) != 5 || s.CreationRatePerMinute <= 0 {
+			t.Errorf("step %d: phases %+v, rate %.1f/min", s.Index, s.CreatePhases, s.CreationRatePerMinute)
+		}
+		for _, w := range s.PerWorker {
+			if w.VM == nil || w.VM.BootCPUSeconds <= 0 || w.VM.Host == nil || w.VM.Host.OverheadBytes == 0 || w.VM.Host.Guest == nil {
+				t.Errorf("step %d %s: VM result %+v", s.Index, w.Name, w.VM)
+			}
+		}
+	}
+	reg := results.DetectRegimes(run.Points())
+	last := run.Steps[len(run.Steps)-1]
+	if reg.KneeWorkers < 1 || reg.KneeWorkers >= 6 || last.AggregatePagesPerSec > reg.PeakPagesPerSec/2 || last.SwapInPagesPerSec <= 0 {
+		t.Errorf("regimes %+v; last step %.0f pages/s, %.0f swap-ins/s", reg, last.AggregatePagesPerSec, last.SwapInPagesPerSec)
+	}
+	timeline, err := results.ReadTimeline(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	guestViews := 0
+	for _, s := range timeline {
+		for _, w := range s.Workers {
+			if w.Guest != nil && w.Guest.AvailableBytes > 0 && w.QEMURSSBytes > 0 {
+				guestViews++
+			}
+		}
+	}
+	if guestViews < 10 {
+		t.Errorf("%d timeline samples with a guest's view, want them every second", guestViews)
+	}
+	t.Logf("regimes: peak %.0f pages/s at %d VMs, last in RAM %d, plateau from %d", reg.PeakPagesPerSec, reg.PeakWorkers, reg.KneeWorkers, reg.PlateauStartWorkers)
+}
+
+// A VM that dies mid-step fails the step with the reason and its console,
+// and the teardown leaves nothing behind.
+func TestSystemQEMUVMKilledMidStep(t *testing.T) {
+	p := qemuNode(t)
+	p.Deployments, p.StopOnFailure = []int{2}, true
+	killed := false
+	rep := testReporter{t: t, onStatus: func(step, workers, ready int, elapsed time.Duration) {
+		if killed || ready < workers {
+			return
+		}
+		node, _ := NodeCgroupPath(os.Getpid())
+		b, _ := os.ReadFile(filepath.Join(node, "w1", "cgroup.procs"))
+		for _, f := range strings.Fields(string(b)) {
+			pid, _ := strconv.Atoi(f)
+			syscall.Kill(pid, syscall.SIGKILL)
+			killed = true
+		}
+	}}
+	_, run, err := Run(context.Background(), p, rep)
+	assertRestored(t)
+	assertNoVMsLeft(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !killed || len(run.Steps) != 1 || !run.Steps[0].Failed {
+		t.Fatalf("killed %v, steps %+v", killed, run.Steps)
+	}
+	s := run.Steps[0]
+	w1 := s.PerWorker[0]
+	if !strings.Contains(s.FailReason, "worker w1") || w1.VM == nil || w1.VM.ConsoleTail == "" {
+		t.Fatalf("fail reason %q, w1 %+v", s.FailReason, w1.VM)
+	}
+	if w2 := s.PerWorker[1]; w2.Error != "" || w2.PagesPerSec <= 0 {
+		t.Fatalf("the surviving VM: %+v", w2)
 	}
 }

@@ -183,7 +183,9 @@ func ensureKernel(ctx context.Context, o ImageOptions) (kernelBuild, error) {
 	root := filepath.Join(o.CacheDir, "guest", "kernel")
 	pkg, version, err := resolveKernelPackage(ctx, o.KernelPackage)
 	if err != nil {
-		if k, ok := newestCachedKernel(root); ok {
+		// Without any package source (offline, no apt lists) a cached
+		// kernel will do; a package the sources do not have is an error.
+		if k, ok := newestCachedKernel(root); ok && !aptKnowsKernels(ctx) {
 			k.notes = append(k.notes, fmt.Sprintf("apt could not resolve %s (%v); using the cached %s %s", o.KernelPackage, err, k.Package, k.Version))
 			return k, nil
 		}
@@ -329,6 +331,13 @@ func resolveKernelPackage(ctx context.Context, name string) (pkg, version string
 		return "", "", fmt.Errorf("apt-cache show %s: no Version", name)
 	}
 	return fields["Package"], fields["Version"], nil
+}
+
+// aptKnowsKernels reports whether apt's package lists hold any kernel
+// image package at all.
+func aptKnowsKernels(ctx context.Context) bool {
+	out, err := exec.CommandContext(ctx, "apt-cache", "pkgnames", "linux-image-").Output()
+	return err == nil && len(bytes.TrimSpace(out)) > 0
 }
 
 // parseControl reads the first stanza of a Debian control file.

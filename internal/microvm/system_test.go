@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -103,6 +104,18 @@ func TestSystemImageFromEmptyCacheIsReproducible(t *testing.T) {
 	vm := startVM(t, microvm.Config{Image: other, Args: []string{"/bin/cat", "/etc/headroom-image.json"}, Stdout: &out})
 	if e := wait(t, vm, 60*time.Second); e.Status != 0 || !strings.Contains(out.String(), first.HeadroomSHA256) {
 		t.Fatalf("exit %+v, output %q", e, out.String())
+	}
+}
+
+// A kernel package no source has is a setup error naming it, even with
+// other kernels in the cache.
+func TestSystemUnknownKernelPackage(t *testing.T) {
+	testenv.GuestImage(t) // a cached kernel exists
+	_, err := microvm.BuildImage(context.Background(), microvm.ImageOptions{KernelPackage: "linux-image-no-such-flavour",
+		Headroom: testenv.HeadroomBinary(t)})
+	var se *microvm.SetupError
+	if !errors.As(err, &se) || !strings.Contains(err.Error(), "linux-image-no-such-flavour") {
+		t.Fatalf("err = %v", err)
 	}
 }
 

@@ -90,7 +90,23 @@ func vline(p *plot.Plot, x, lo, hi float64, c color.Color, label string) {
 }
 
 func drawCharts(runs []Run) ([]chart, error) {
-	return []chart{aggregateChart(runs), perWorkerChart(runs), swapChart(runs), psiChart(runs), latencyChart(runs)}, nil
+	charts := []chart{aggregateChart(runs), perWorkerChart(runs), swapChart(runs), psiChart(runs), latencyChart(runs)}
+	if hasVMs(runs) {
+		charts = append(charts, vmPhasesChart(runs), vmMemoryChart(runs))
+	}
+	return charts, nil
+}
+
+// hasVMs reports whether any run's workers were VMs (qemu backend).
+func hasVMs(runs []Run) bool {
+	for _, r := range runs {
+		for _, s := range r.Steps {
+			if len(s.CreatePhases) > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // aggregateChart: aggregate pages/s vs workers, log scale, with regime
@@ -220,4 +236,52 @@ func latencyChart(runs []Run) chart {
 		series{"p95", func(s results.Step) float64 { return s.CreateP95Seconds }},
 		series{"p99", func(s results.Step) float64 { return s.CreateP99Seconds }})
 	return chart{name: "latency", title: "Creation-to-ready latency p50/p95/p99 per step", p: p}
+}
+
+// vmPhasesChart: p95 of each VM start-up phase per step, seconds after
+// creation (QEMU started, QMP ready, guest booted, command started, ready).
+func vmPhasesChart(runs []Run) chart {
+	p := newPlot("VM start-up phases (p95)", "VMs started at once", "seconds after creation", false, true)
+	phases := []string{results.PhaseQMPReady, results.PhaseBooted, results.PhaseCommandStarted, results.PhaseReady}
+	var ss []series
+	for _, ph := range phases {
+		ss = append(ss, series{ph, func(s results.Step) float64 {
+			for _, q := range s.CreatePhases {
+				if q.Phase == ph {
+					return q.P95Seconds
+				}
+			}
+			return 0
+		}})
+	}
+	stepChart(p, runs, false, ss...)
+	return chart{name: "vm-phases", title: "VM start-up phases, p95 per step", p: p}
+}
+
+// vmMemoryChart: per VM, the mean of QEMU's resident memory, the guest RAM
+// it backs, and the overhead beyond it, in the last sample of each step's
+// measured phase.
+func vmMemoryChart(runs []Run) chart {
+	p := newPlot("VM memory on the host (mean per VM)", "VMs", "MiB", false, true)
+	mean := func(f func(results.WorkerSample) uint64) func(results.Step) float64 {
+		return func(s results.Step) float64 {
+			var sum float64
+			n := 0
+			for _, w := range s.PerWorker {
+				if w.VM != nil && w.VM.Host != nil {
+					sum += float64(f(*w.VM.Host))
+					n++
+				}
+			}
+			if n == 0 {
+				return 0
+			}
+			return sum / float64(n) / (1 << 20)
+		}
+	}
+	stepChart(p, runs, false,
+		series{"QEMU RSS", mean(func(h results.WorkerSample) uint64 { return h.QEMURSSBytes })},
+		series{"guest RAM resident", mean(func(h results.WorkerSample) uint64 { return h.GuestRAMBytes })},
+		series{"overhead", mean(func(h results.WorkerSample) uint64 { return h.OverheadBytes })})
+	return chart{name: "vm-memory", title: "VM memory on the host per step: QEMU RSS, guest RAM, overhead", p: p}
 }
