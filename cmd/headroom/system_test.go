@@ -101,19 +101,7 @@ func TestSystemDensityGroupSignalRestores(t *testing.T) {
 	out := t.TempDir()
 	cmd := headroom("density", "--node-memory", "384Mi", "--swap", "512Mi", "--vm-memory", "96Mi", "--memory-size", "64Mi",
 		"--deployments", "1,2", "--workload-runtime", "30s", "--out", out)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pid := cmd.Process.Pid
-	t.Cleanup(func() { syscall.Kill(-pid, syscall.SIGKILL) })
-	sc := bufio.NewScanner(stdout)
+	sc, stderr, pid := startGroup(t, cmd)
 	// The swap file is on and the node cgroup exists once the device is probed.
 	waitForLine(t, sc, "swap device:")
 	// The second delivery comes a little later, as from timeout(1), so
@@ -123,7 +111,7 @@ func TestSystemDensityGroupSignalRestores(t *testing.T) {
 	syscall.Kill(-pid, syscall.SIGTERM)
 	for sc.Scan() {
 	}
-	err = cmd.Wait()
+	err := cmd.Wait()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
 		t.Errorf("interrupted density: %v, want exit status 1; stderr: %s", err, stderr.String())
 	}
@@ -155,16 +143,7 @@ func TestSystemVMRun(t *testing.T) {
 
 	before := leftovers(t)
 	cmd := exec.Command(bin, "vm", "run", "--memory", "384Mi", "--", "load", "--size", "64Mi", "--duration", "300s", "--json")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stdout, _ := cmd.StdoutPipe()
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pid := cmd.Process.Pid
-	t.Cleanup(func() { syscall.Kill(-pid, syscall.SIGKILL) })
-	sc := bufio.NewScanner(stdout)
+	sc, stderr, pid := startGroup(t, cmd)
 	first := waitForLine(t, sc, `"type":"interval"`)
 	var rec memload.Record
 	if err := json.Unmarshal([]byte(first), &rec); err != nil {
@@ -182,6 +161,25 @@ func TestSystemVMRun(t *testing.T) {
 	if after := leftovers(t); after != before {
 		t.Fatalf("left behind: %s (before: %s)", after, before)
 	}
+}
+
+// startGroup starts cmd in a process group of its own (killed when the test
+// ends), to signal it as a terminal or timeout(1) would.
+func startGroup(t *testing.T, cmd *exec.Cmd) (stdout *bufio.Scanner, stderr *strings.Builder, pid int) {
+	t.Helper()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr = &strings.Builder{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid = cmd.Process.Pid
+	t.Cleanup(func() { syscall.Kill(-pid, syscall.SIGKILL) })
+	return bufio.NewScanner(out), stderr, pid
 }
 
 // leftovers lists QEMU processes and VM directories on the machine.

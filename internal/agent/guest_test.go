@@ -7,7 +7,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -17,7 +16,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +23,7 @@ import (
 	"github.com/headroom-dev/headroom/internal/cgroup"
 	"github.com/headroom-dev/headroom/internal/host"
 	"github.com/headroom-dev/headroom/internal/policy"
+	"github.com/headroom-dev/headroom/internal/testenv"
 )
 
 const guestHeadroom = "/init" // headroom itself is the guest's /init
@@ -153,7 +152,7 @@ func TestGuestV2AgentAllowancesPressureAndEviction(t *testing.T) {
 	cfg.Scope, cfg.WorkloadsDir, cfg.Listen, cfg.Mlock = "node", metaDir, "", false
 	cfg.SwapUtilizationThresholdFactor, cfg.CooldownSeconds = 0.5, 1
 	cfg.EvictionGraceSeconds, cfg.EvictionDeadlineSeconds = 2, 15
-	var log syncBuffer
+	var log testenv.Buffer
 	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), &log)
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +240,7 @@ func waitFile(t *testing.T, path, want string) {
 }
 
 // awaitDecision waits for a decision line matching match in the agent's log.
-func awaitDecision(t *testing.T, log *syncBuffer, d time.Duration, match func(Record) bool) Record {
+func awaitDecision(t *testing.T, log *testenv.Buffer, d time.Duration, match func(Record) bool) Record {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
@@ -256,21 +255,4 @@ func awaitDecision(t *testing.T, log *syncBuffer, d time.Duration, match func(Re
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

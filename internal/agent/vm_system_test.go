@@ -3,7 +3,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -41,24 +39,7 @@ const (
 type testVM struct {
 	name string
 	vm   *microvm.VM
-	out  *lockedBuffer
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	out  *testenv.Buffer
 }
 
 // vmNode builds the node (swapBytes of swap) and its three VMs' cgroups
@@ -94,7 +75,7 @@ func vmNode(t *testing.T, swapBytes int64) (node *testenv.MemoryCgroup, metaDir 
 	}
 	return node, metaDir, func(name string) *testVM {
 		s := slots[name]
-		out := &lockedBuffer{}
+		out := &testenv.Buffer{}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		vm, err := microvm.Start(ctx, microvm.Config{Image: img, Name: name, MemoryBytes: vmMemory, Dir: s.dir, QMPSocket: s.sock,
 			Cgroup: s.cgroup, Stdout: out, Stderr: out, GraceSeconds: 5,
@@ -201,16 +182,7 @@ func TestSystemAgentEvictsVMGracefully(t *testing.T) {
 	stop()
 }
 
-func wait(t *testing.T, vm *microvm.VM, d time.Duration) microvm.Exit {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	e, err := vm.Wait(ctx)
-	if err != nil {
-		t.Fatalf("VM still running after %s", d)
-	}
-	return e
-}
+var wait = testenv.WaitVM
 
 // A VM whose QMP socket does not answer (its QEMU stopped) is still removed
 // within the eviction deadline, forcibly.
@@ -341,7 +313,7 @@ func TestSystemVMConnReadsGuestAndPowersDown(t *testing.T) {
 	defer v.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out := &lockedBuffer{}
+	out := &testenv.Buffer{}
 	vm, err := microvm.Start(ctx, microvm.Config{Image: img, MemoryBytes: 384 << 20, QMPSocket: sock, Stdout: out,
 		Args: []string{"load", "--size", "64Mi", "--scan", "none", "--duration", "300s", "--json"}})
 	if err != nil {
@@ -375,7 +347,7 @@ func TestSystemVMConnReadsGuestAndPowersDown(t *testing.T) {
 func TestSystemCgroupV2InGuest(t *testing.T) {
 	img := testenv.GuestImage(t)
 	bin := testenv.TestBinary(t, "./internal/agent", "guest")
-	out := &lockedBuffer{}
+	out := &testenv.Buffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	vm, err := microvm.Start(ctx, microvm.Config{Image: img, Name: "cgroup-v2", MemoryBytes: 1 << 30,
 		GuestSwap: &microvm.SwapDisk{SizeBytes: 768 << 20, Tmpfs: true}, ExtraFiles: map[string]string{"/agent.test": bin},

@@ -98,8 +98,15 @@ func TestValidate(t *testing.T) {
 	if err := valid().Validate(); err != nil {
 		t.Fatal(err)
 	}
+	vm := valid()
+	vm.Backend = "qemu" // 512 MiB VMs with 256 MiB workloads
+	if err := vm.Validate(); err != nil {
+		t.Fatal(err)
+	}
 	bad := map[string]func(*Params){
-		"--backend":            func(p *Params) { p.Backend = "qemu" },
+		"--backend":            func(p *Params) { p.Backend = "kubevirt" },
+		"--vm-memory":          func(p *Params) { p.Backend, p.VMMemoryBytes, p.MemorySizeBytes = "qemu", 128<<20, 16<<20 },
+		"keep 128.0 MiB":       func(p *Params) { p.Backend, p.MemorySizeBytes = "qemu", 448<<20 },
 		"--memory-size":        func(p *Params) { p.MemorySizeBytes = 1 << 30 },
 		"--overcommit-percent": func(p *Params) { p.OvercommitPercent = 50 },
 		"--workload-runtime":   func(p *Params) { p.WorkloadRuntime = 0 },

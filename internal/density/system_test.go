@@ -91,24 +91,29 @@ func TestSystemShortRampWithAgent(t *testing.T) {
 	}
 }
 
+// killW1WhenReady is a reporter that SIGKILLs worker w1's processes (a
+// VM's QEMU) once every worker of the step is ready, and sets killed.
+func killW1WhenReady(t *testing.T, killed *bool) testReporter {
+	return testReporter{t: t, onStatus: func(step, workers, ready int, elapsed time.Duration) {
+		if *killed || ready < workers {
+			return
+		}
+		node, _ := NodeCgroupPath(os.Getpid())
+		b, _ := os.ReadFile(filepath.Join(node, "w1", "cgroup.procs"))
+		for _, f := range strings.Fields(string(b)) {
+			pid, _ := strconv.Atoi(f)
+			syscall.Kill(pid, syscall.SIGKILL)
+			*killed = true
+		}
+	}}
+}
+
 func TestSystemWorkerKilledMidStep(t *testing.T) {
 	p := smallNode(t)
 	p.Deployments = []int{2, 3}
 	p.WorkloadRuntime = 5 * time.Second
 	killed := false
-	rep := testReporter{t: t, onStatus: func(step, workers, ready int, elapsed time.Duration) {
-		if killed || ready < workers {
-			return
-		}
-		node, _ := NodeCgroupPath(os.Getpid())
-		procs := filepath.Join(node, "w1", "cgroup.procs")
-		b, _ := os.ReadFile(procs)
-		for _, f := range strings.Fields(string(b)) {
-			pid, _ := strconv.Atoi(f)
-			syscall.Kill(pid, syscall.SIGKILL)
-			killed = true
-		}
-	}}
+	rep := killW1WhenReady(t, &killed)
 	_, run, err := Run(context.Background(), p, rep)
 	assertRestored(t)
 	if err != nil {
@@ -264,18 +269,7 @@ func TestSystemQEMUVMKilledMidStep(t *testing.T) {
 	p := qemuNode(t)
 	p.Deployments, p.StopOnFailure = []int{2}, true
 	killed := false
-	rep := testReporter{t: t, onStatus: func(step, workers, ready int, elapsed time.Duration) {
-		if killed || ready < workers {
-			return
-		}
-		node, _ := NodeCgroupPath(os.Getpid())
-		b, _ := os.ReadFile(filepath.Join(node, "w1", "cgroup.procs"))
-		for _, f := range strings.Fields(string(b)) {
-			pid, _ := strconv.Atoi(f)
-			syscall.Kill(pid, syscall.SIGKILL)
-			killed = true
-		}
-	}}
+	rep := killW1WhenReady(t, &killed)
 	_, run, err := Run(context.Background(), p, rep)
 	assertRestored(t)
 	assertNoVMsLeft(t)

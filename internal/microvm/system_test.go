@@ -45,34 +45,7 @@ func startVM(t *testing.T, cfg microvm.Config) *microvm.VM {
 	return vm
 }
 
-func wait(t *testing.T, vm *microvm.VM, d time.Duration) microvm.Exit {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	e, err := vm.Wait(ctx)
-	if err != nil {
-		t.Fatalf("VM still running after %s; console:\n%s", d, vm.ConsoleTail(20))
-	}
-	return e
-}
-
-// syncBuffer is a bytes.Buffer safe for a VM's output goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+var wait = testenv.WaitVM
 
 // An image built from an empty cache boots; the second build comes from
 // the cache, and another empty cache gives the same bytes.
@@ -100,7 +73,7 @@ func TestSystemImageFromEmptyCacheIsReproducible(t *testing.T) {
 	if other.InitramfsSHA256 != first.InitramfsSHA256 || !bytes.Equal(a, b) {
 		t.Fatal("two builds from the same inputs differ")
 	}
-	var out syncBuffer
+	var out testenv.Buffer
 	vm := startVM(t, microvm.Config{Image: other, Args: []string{"/bin/cat", "/etc/headroom-image.json"}, Stdout: &out})
 	if e := wait(t, vm, 60*time.Second); e.Status != 0 || !strings.Contains(out.String(), first.HeadroomSHA256) {
 		t.Fatalf("exit %+v, output %q", e, out.String())
@@ -122,7 +95,7 @@ func TestSystemUnknownKernelPackage(t *testing.T) {
 // The guest command's stdout, stderr and exit status reach the host
 // unchanged; the start-up phases are recorded in order.
 func TestSystemVMRunsCommand(t *testing.T) {
-	var stdout, stderr syncBuffer
+	var stdout, stderr testenv.Buffer
 	vm := startVM(t, microvm.Config{Args: []string{"/bin/sh", "-c", "echo to-stdout; echo to-stderr >&2; exit 3"},
 		Stdout: &stdout, Stderr: &stderr})
 	e := wait(t, vm, 60*time.Second)
@@ -145,7 +118,7 @@ func TestSystemVMRunsCommand(t *testing.T) {
 // A power-down stops the guest command with SIGTERM: headroom load prints
 // its summary and exits 0, and the guest powers off.
 func TestSystemPowerdownIsGraceful(t *testing.T) {
-	var out syncBuffer
+	var out testenv.Buffer
 	vm := startVM(t, microvm.Config{Args: []string{"load", "--size", "32Mi", "--duration", "120s", "--json"}, Stdout: &out})
 	waitFor(t, 60*time.Second, func() bool { return strings.Contains(out.String(), `"type":"interval"`) })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -186,7 +159,7 @@ func TestSystemGuestPanicIsReported(t *testing.T) {
 // cgroup is charged for the guest's memory.
 func TestSystemVMInItsCgroup(t *testing.T) {
 	cg := testenv.NewMemoryCgroup(t, 1<<30)
-	var out syncBuffer
+	var out testenv.Buffer
 	vm := startVM(t, microvm.Config{Cgroup: cg.Path, Stdout: &out,
 		Args: []string{"load", "--size", "96Mi", "--scan", "none", "--duration", "60s", "--json"}})
 	waitFor(t, 60*time.Second, func() bool { return strings.Contains(out.String(), `"type":"interval"`) })
@@ -274,7 +247,7 @@ func TestSystemBalloonSeenInsideGuest(t *testing.T) {
 // Memory the guest frees goes back to the host (free page reporting):
 // QEMU's resident guest RAM falls after the workload exits.
 func TestSystemFreedGuestMemoryReturnsToHost(t *testing.T) {
-	var out syncBuffer
+	var out testenv.Buffer
 	vm := startVM(t, microvm.Config{MemoryBytes: 512 << 20, Stdout: &out,
 		Args: []string{"/bin/sh", "-c", "/init load --size 256Mi --scan none --duration 1s --json; echo freed; sleep 120"}})
 	waitFor(t, 60*time.Second, func() bool { return strings.Contains(out.String(), `"type":"summary"`) })
@@ -295,7 +268,7 @@ func TestSystemFreedGuestMemoryReturnsToHost(t *testing.T) {
 
 // A guest swap disk (backed by tmpfs here) is the guest's own swap.
 func TestSystemGuestSwapDisk(t *testing.T) {
-	var out syncBuffer
+	var out testenv.Buffer
 	vm := startVM(t, microvm.Config{MemoryBytes: 256 << 20, GuestSwap: &microvm.SwapDisk{SizeBytes: 256 << 20, Tmpfs: true}, Stdout: &out,
 		Args: []string{"/bin/sh", "-c", "cat /proc/swaps; /init load --size 200Mi --scan seq --iterations 2 --json | grep summary"}})
 	e := wait(t, vm, 120*time.Second)

@@ -4,6 +4,7 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -316,4 +317,35 @@ func GuestImage(t testing.TB) microvm.Image {
 		t.Fatalf("guest image: %v", imageErr)
 	}
 	return image
+}
+
+// Buffer is a bytes.Buffer that a process's output goroutine and the test
+// may use at once.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// WaitVM waits up to d for a VM to end and returns how it ended.
+func WaitVM(t testing.TB, vm *microvm.VM, d time.Duration) microvm.Exit {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	e, err := vm.Wait(ctx)
+	if err != nil {
+		t.Fatalf("VM still running after %s; console:\n%s", d, vm.ConsoleTail(20))
+	}
+	return e
 }
