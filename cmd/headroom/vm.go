@@ -69,8 +69,12 @@ binary as /init. The initramfs is rebuilt when the headroom binary changes
 	return cmd
 }
 
-// buildImage builds or finds the guest image, reporting progress on stderr.
+// buildImage builds or finds the guest image, reporting progress on stderr;
+// it first checks that QEMU is there to boot it.
 func buildImage(cmd *cobra.Command, f *imageFlags) (microvm.Image, error) {
+	if _, err := microvm.FindQEMU(); err != nil {
+		return microvm.Image{}, usageError{err}
+	}
 	img, err := microvm.BuildImage(cmd.Context(), microvm.ImageOptions{KernelPackage: f.kernelPackage,
 		Logf: func(format string, args ...any) { fmt.Fprintf(cmd.ErrOrStderr(), "headroom vm: "+format+"\n", args...) }})
 	var se *microvm.SetupError

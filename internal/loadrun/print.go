@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/headroom-dev/headroom/internal/loadctl"
-
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/units"
 )

@@ -332,15 +332,39 @@ func uptime() float64 {
 	return float64(ts.Nano()) / 1e9
 }
 
-// powerOff ends every other process, flushes and powers the machine off.
+// powerOff ends every other process (SIGTERM, SIGKILL for what is left
+// after a second), flushes and powers the machine off.
 func powerOff(logf func(string, ...any)) {
 	syscall.Kill(-1, syscall.SIGTERM)
-	time.Sleep(100 * time.Millisecond)
-	syscall.Kill(-1, syscall.SIGKILL)
+	if !reapAll(time.Second) {
+		syscall.Kill(-1, syscall.SIGKILL)
+		reapAll(time.Second)
+	}
 	unix.Sync()
 	err := unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
 	logf("power off: %v", err)
 	select {} // PID 1 must not exit: that is a kernel panic
+}
+
+// reapAll waits for every child to exit, at most timeout; it reports
+// whether none is left. (The waiting goroutine outlives a timeout: the
+// machine powers off next.)
+func reapAll(timeout time.Duration) bool {
+	none := make(chan struct{})
+	go func() {
+		for {
+			if _, err := unix.Wait4(-1, nil, 0, nil); errors.Is(err, unix.ECHILD) {
+				close(none)
+				return
+			}
+		}
+	}()
+	select {
+	case <-none:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
 }
 
 // keyPower is KEY_POWER from linux/input-event-codes.h.

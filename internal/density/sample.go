@@ -1,0 +1,101 @@
+package density
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/headroom-dev/headroom/internal/host"
+	"github.com/headroom-dev/headroom/internal/results"
+)
+
+// nodeCounters are the cumulative counters step rates are computed from.
+type nodeCounters struct {
+	at                        time.Time
+	pswpin, pswpout, pgmajflt uint64
+	psi                       host.PSI
+}
+
+func (h *Harness) readCounters() nodeCounters {
+	c := nodeCounters{at: time.Now()}
+	if v, err := host.ReadVMStat(); err == nil {
+		c.pswpin, c.pswpout, c.pgmajflt = v.PswpIn, v.PswpOut, v.PgMajFault
+	}
+	c.psi, _ = h.readPSI()
+	return c
+}
+
+func (h *Harness) readPSI() (host.PSI, error) {
+	if f := h.backend.Scope().PressureFile(); f != "" {
+		if p, err := host.ReadPSIFile(f); err == nil {
+			return p, nil
+		}
+	}
+	return host.ReadMemoryPSI()
+}
+
+// sampleNode appends a node sample to the timeline once a second.
+func (h *Harness) sampleNode(ctx context.Context) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case now := <-t.C:
+				c := h.readCounters()
+				s := results.Sample{Time: now.UTC(), Step: int(h.step.Load()), PswpIn: c.pswpin, PswpOut: c.pswpout,
+					PgMajFault: c.pgmajflt, PSISomeMicros: c.psi.SomeMicros, PSIFullMicros: c.psi.FullMicros}
+				if m, err := host.ReadMemory(); err == nil {
+					s.MemAvailableBytes = m.AvailableBytes
+				}
+				if u, err := h.backend.Scope().Usage(); err == nil {
+					s.ScopeUsageBytes, s.ScopeSwapBytes = u.UsageBytes, u.SwapBytes
+				}
+				s.Workers = h.sampleWorkers()
+				h.timeline.Write(s)
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+// sampleWorkers reads every current worker; during the measured phase the
+// samples are kept for the step's results.
+func (h *Harness) sampleWorkers() []results.WorkerSample {
+	h.mu.Lock()
+	ws := append([]*worker(nil), h.current...)
+	h.mu.Unlock()
+	var out []results.WorkerSample
+	for _, w := range ws {
+		if s, ok := w.Sample(); ok {
+			out = append(out, s)
+		}
+	}
+	h.mu.Lock()
+	if h.measuring {
+		for _, s := range out {
+			h.lastSample[s.Name] = s
+		}
+	}
+	h.mu.Unlock()
+	return out
+}
+
+// setWorkers tells the sampler which workers exist and whether the
+// measured phase runs.
+func (h *Harness) setWorkers(ws []*worker, measuring bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.current, h.measuring = ws, measuring
+	if measuring {
+		h.lastSample = map[string]results.WorkerSample{}
+	}
+}
