@@ -176,18 +176,29 @@ func HeadroomBinary(t testing.TB) string {
 		if buildErr != nil {
 			return
 		}
-		dir, err := os.MkdirTemp("", "headroom-bin-")
+		// One place, replaced by every build (a rename: a test process
+		// still running the previous binary keeps it), so test runs do
+		// not leave a binary each behind.
+		dir := filepath.Join(os.TempDir(), "headroom-test-bin")
+		if buildErr = os.MkdirAll(dir, 0o755); buildErr != nil {
+			return
+		}
+		tmp, err := os.CreateTemp(dir, ".build-")
 		if err != nil {
 			buildErr = err
 			return
 		}
-		buildPath = filepath.Join(dir, "headroom")
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", buildPath, "./cmd/headroom")
+		tmp.Close()
+		defer os.Remove(tmp.Name())
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", tmp.Name(), "./cmd/headroom")
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v: %s", err, out)
+			return
 		}
+		buildPath = filepath.Join(dir, "headroom")
+		buildErr = os.Rename(tmp.Name(), buildPath)
 	})
 	if buildErr != nil {
 		t.Fatalf("build headroom: %v", buildErr)
