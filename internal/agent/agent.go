@@ -320,7 +320,9 @@ func (a *Agent) act(ctx context.Context, d policy.Decision) {
 // is what the victim used when it was chosen.
 func (a *Agent) finishEviction(ctx context.Context, t Target, heldBytes uint64) {
 	defer a.evictions.Done()
-	deadline, cancel := context.WithTimeout(ctx, seconds(a.cfg.EvictionDeadlineSeconds))
+	// A second before the policy's own deadline, so the decision log says
+	// what happened (the outcome) rather than only that time ran out.
+	deadline, cancel := context.WithTimeout(ctx, seconds(a.cfg.EvictionDeadlineSeconds-1))
 	defer cancel()
 	o := a.evictor.Finish(deadline, t)
 	o.Workload = t.Name

@@ -168,6 +168,8 @@ func TestSystemAgentEvictsVMGracefully(t *testing.T) {
 		t.Errorf("freed %d B, want the VM's memory", outcome.Outcome.FreedBytes)
 	}
 	t.Logf("evicted %s gracefully in %.1f s, freeing %d MiB: %s", vmLowName, outcome.Outcome.Seconds, outcome.Outcome.FreedBytes>>20, evict.Reason)
+	line, _ := json.Marshal(outcome)
+	t.Logf("outcome line: %s", line)
 	// The others keep running; the kernel killed nothing.
 	for _, name := range []string{vmMidName, vmHighName} {
 		select {

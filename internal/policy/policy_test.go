@@ -313,14 +313,14 @@ func TestWindowRestartsAfterEviction(t *testing.T) {
 	wls := []Workload{wl("a", 1, 1, 1, 0), wl("b", 2, 1, 1, 0)}
 	st := State{}
 	var ds []Decision
-	ds, st = Decide(Snapshot{Sample: s(0, 0), Workloads: wls}, cfg, st)
+	_, st = Decide(Snapshot{Sample: s(0, 0), Workloads: wls}, cfg, st)
 	ds, st = Decide(Snapshot{Sample: s(2, 10000), Workloads: wls}, cfg, st)
 	if ev := evictions(ds); len(ev) != 1 || ev[0].Workload != "a" {
 		t.Fatalf("first eviction: %+v", ds)
 	}
 	wls[0].Processes = 0
 	// Swap-ins stopped after the eviction; the old burst must not count.
-	ds, st = Decide(Snapshot{Sample: s(3, 10000), Workloads: wls}, cfg, st)
+	_, st = Decide(Snapshot{Sample: s(3, 10000), Workloads: wls}, cfg, st)
 	ds, _ = Decide(Snapshot{Sample: s(5, 10010), Workloads: wls}, cfg, st)
 	if len(evictions(ds)) != 0 {
 		t.Fatalf("evicted on data from before the last eviction: %+v", ds)
