@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sort"
-	"strings"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,7 +14,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/headroom-dev/headroom/internal/agent"
-	"github.com/headroom-dev/headroom/internal/host"
 	"github.com/headroom-dev/headroom/internal/probe"
 )
 
@@ -65,9 +63,102 @@ type agentFlags struct {
 	printConfig bool
 }
 
+// configFlag binds one agent flag to one configuration key; the flag's
+// value is the key's field in a Config, so the flag, its key and its unit
+// are named once. Keys in seconds take durations ("250ms", "30s") or plain
+// seconds.
+type configFlag struct {
+	name  string
+	usage string
+	field func(*agent.Config) any // pointer to the key's field
+}
+
+func agentConfigFlags() []configFlag {
+	return []configFlag{
+		{"scope", `cgroup subtree to protect: "/" (the host), machine.slice, kubepods.slice, ...`, func(c *agent.Config) any { return &c.Scope }},
+		{"workloads-dir", "directory of <child-cgroup-name>.json workload metadata", func(c *agent.Config) any { return &c.WorkloadsDir }},
+		{"listen", `HTTP address for metrics and the API ("" disables)`, func(c *agent.Config) any { return &c.Listen }},
+		{"interval", "sampling interval", func(c *agent.Config) any { return (*secondsValue)(&c.IntervalSeconds) }},
+		{"dry-run", "log decisions without acting", func(c *agent.Config) any { return &c.DryRun }},
+		{"swap-utilization-threshold-factor", "evict when working set + swap used > RAM + factor × swap", func(c *agent.Config) any { return &c.SwapUtilizationThresholdFactor }},
+		{"max-swap-in-pages-per-sec", "swap-in rate threshold over the window (0: off; see calibrate)", func(c *agent.Config) any { return &c.MaxAverageSwapInPagesPerSecond }},
+		{"max-swap-out-pages-per-sec", "swap-out rate threshold over the window (0: off; see calibrate)", func(c *agent.Config) any { return &c.MaxAverageSwapOutPagesPerSecond }},
+		{"window", "sliding window for rates, PSI and trends", func(c *agent.Config) any { return (*secondsValue)(&c.AverageWindowSizeSeconds) }},
+		{"psi-full-percent", "memory full-stall share of the window that triggers eviction (0: off)", func(c *agent.Config) any { return &c.PSIFullPercent }},
+		{"psi-some-percent", "memory some-stall share of the window that triggers eviction (0: off)", func(c *agent.Config) any { return &c.PSISomePercent }},
+		{"exhaustion-horizon", "evict when RAM + swap would be exhausted within this time (0: off)", func(c *agent.Config) any { return (*secondsValue)(&c.ExhaustionHorizonSeconds) }},
+		{"cooldown", "time between evictions", func(c *agent.Config) any { return (*secondsValue)(&c.CooldownSeconds) }},
+		{"eviction-grace", "time from the graceful request (SIGTERM, a VM's power-down) to the forced one (QMP quit, SIGKILL)", func(c *agent.Config) any { return (*secondsValue)(&c.EvictionGraceSeconds) }},
+		{"eviction-deadline", "time after which a victim still present is given up on and the next candidate may be evicted", func(c *agent.Config) any { return (*secondsValue)(&c.EvictionDeadlineSeconds) }},
+		{"oom-score-adj", "the agent's own oom_score_adj", func(c *agent.Config) any { return &c.OOMScoreAdj }},
+		{"mlock", "lock the agent's memory so it is never swapped", func(c *agent.Config) any { return &c.Mlock }},
+		{"ignore-cgroups", "child cgroups of the scope that are not workloads (never evicted, no swap allowance); the agent's own is always ignored", func(c *agent.Config) any { return &c.IgnoreCgroups }},
+	}
+}
+
+// register defines the flag on fl, bound to its field in c.
+func (f configFlag) register(fl *pflag.FlagSet, c *agent.Config) {
+	switch p := f.field(c).(type) {
+	case *string:
+		fl.StringVar(p, f.name, *p, f.usage)
+	case *bool:
+		fl.BoolVar(p, f.name, *p, f.usage)
+	case *int:
+		fl.IntVar(p, f.name, *p, f.usage)
+	case *float64:
+		fl.Float64Var(p, f.name, *p, f.usage)
+	case *[]string:
+		fl.StringSliceVar(p, f.name, *p, f.usage)
+	case pflag.Value:
+		fl.Var(p, f.name, f.usage)
+	default:
+		panic(fmt.Sprintf("flag --%s: unsupported field type %T", f.name, p))
+	}
+}
+
+// copy sets the flag's key in dst to its value in src.
+func (f configFlag) copy(dst, src *agent.Config) {
+	switch d := f.field(dst).(type) {
+	case *string:
+		*d = *f.field(src).(*string)
+	case *bool:
+		*d = *f.field(src).(*bool)
+	case *int:
+		*d = *f.field(src).(*int)
+	case *float64:
+		*d = *f.field(src).(*float64)
+	case *[]string:
+		*d = *f.field(src).(*[]string)
+	case *secondsValue:
+		*d = *f.field(src).(*secondsValue)
+	}
+}
+
+// secondsValue is a configuration key in seconds, set as a duration
+// ("250ms", "30s") or a plain number of seconds.
+type secondsValue float64
+
+func (v *secondsValue) String() string {
+	return time.Duration(float64(*v) * float64(time.Second)).String()
+}
+func (v *secondsValue) Type() string { return "duration" }
+func (v *secondsValue) Set(s string) error {
+	if d, err := time.ParseDuration(s); err == nil {
+		*v = secondsValue(d.Seconds())
+		return nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return fmt.Errorf("invalid duration %q: want e.g. 250ms, 30s, or a number of seconds", s)
+	}
+	*v = secondsValue(f)
+	return nil
+}
+
 func newAgentCommand() *cobra.Command {
 	f := &agentFlags{}
 	cfg := agent.DefaultConfig()
+	flags := agentConfigFlags()
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the node agent: swap allowances and eviction before thrashing or OOM",
@@ -77,7 +168,7 @@ func newAgentCommand() *cobra.Command {
   SWAP_UTILIZATION_THRESHOLD_FACTOR=0.99 headroom agent --scope kubepods.slice`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			final, err := resolveAgentConfig(cmd.Flags(), f, cfg)
+			final, err := resolveAgentConfig(cmd.Flags(), f, flags, cfg)
 			if err != nil {
 				return usageError{err}
 			}
@@ -97,31 +188,16 @@ func newAgentCommand() *cobra.Command {
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "YAML configuration file")
 	fl.BoolVar(&f.printConfig, "print-config", false, "print the resolved configuration as YAML and exit")
-	fl.StringVar(&cfg.Scope, "scope", cfg.Scope, `cgroup subtree to protect: "/" (the host), machine.slice, kubepods.slice, ...`)
-	fl.StringVar(&cfg.WorkloadsDir, "workloads-dir", cfg.WorkloadsDir, "directory of <child-cgroup-name>.json workload metadata")
-	fl.StringVar(&cfg.Listen, "listen", cfg.Listen, `HTTP address for metrics and the API ("" disables)`)
-	fl.Float64Var(&cfg.IntervalSeconds, "interval", cfg.IntervalSeconds, "sampling interval, seconds")
-	fl.BoolVar(&cfg.DryRun, "dry-run", cfg.DryRun, "log decisions without acting")
-	fl.Float64Var(&cfg.SwapUtilizationThresholdFactor, "swap-utilization-threshold-factor", cfg.SwapUtilizationThresholdFactor, "evict when working set + swap used > RAM + factor × swap")
-	fl.Float64Var(&cfg.MaxAverageSwapInPagesPerSecond, "max-swap-in-pages-per-sec", cfg.MaxAverageSwapInPagesPerSecond, "swap-in rate threshold over the window (0: off; see calibrate)")
-	fl.Float64Var(&cfg.MaxAverageSwapOutPagesPerSecond, "max-swap-out-pages-per-sec", cfg.MaxAverageSwapOutPagesPerSecond, "swap-out rate threshold over the window (0: off; see calibrate)")
-	fl.Float64Var(&cfg.AverageWindowSizeSeconds, "window", cfg.AverageWindowSizeSeconds, "sliding window for rates, PSI and trends, seconds")
-	fl.Float64Var(&cfg.PSIFullPercent, "psi-full-percent", cfg.PSIFullPercent, "memory full-stall share of the window that triggers eviction (0: off)")
-	fl.Float64Var(&cfg.PSISomePercent, "psi-some-percent", cfg.PSISomePercent, "memory some-stall share of the window that triggers eviction (0: off)")
-	fl.Float64Var(&cfg.ExhaustionHorizonSeconds, "exhaustion-horizon", cfg.ExhaustionHorizonSeconds, "evict when RAM + swap would be exhausted within this many seconds (0: off)")
-	fl.Float64Var(&cfg.CooldownSeconds, "cooldown", cfg.CooldownSeconds, "seconds between evictions")
-	fl.Float64Var(&cfg.EvictionGraceSeconds, "eviction-grace", cfg.EvictionGraceSeconds, "seconds from the graceful request (SIGTERM, a VM's power-down) to the forced one (QMP quit, SIGKILL)")
-	fl.Float64Var(&cfg.EvictionDeadlineSeconds, "eviction-deadline", cfg.EvictionDeadlineSeconds, "seconds after which a victim still present is given up on and the next candidate may be evicted")
-	fl.IntVar(&cfg.OOMScoreAdj, "oom-score-adj", cfg.OOMScoreAdj, "the agent's own oom_score_adj")
-	fl.BoolVar(&cfg.Mlock, "mlock", cfg.Mlock, "lock the agent's memory so it is never swapped")
-	fl.StringSliceVar(&cfg.IgnoreCgroups, "ignore-cgroups", cfg.IgnoreCgroups, "child cgroups of the scope that are not workloads (never evicted, no swap allowance); the agent's own is always ignored")
+	for _, cf := range flags {
+		cf.register(fl, &cfg)
+	}
 	cmd.AddCommand(newCalibrateCommand())
 	return cmd
 }
 
 // resolveAgentConfig layers defaults, the YAML file, wasp's environment and
 // the flags that were set, then validates.
-func resolveAgentConfig(fl *pflag.FlagSet, f *agentFlags, fromFlags agent.Config) (agent.Config, error) {
+func resolveAgentConfig(fl *pflag.FlagSet, f *agentFlags, flags []configFlag, fromFlags agent.Config) (agent.Config, error) {
 	cfg := agent.DefaultConfig()
 	if f.config != "" {
 		if err := cfg.LoadFile(f.config); err != nil {
@@ -131,43 +207,20 @@ func resolveAgentConfig(fl *pflag.FlagSet, f *agentFlags, fromFlags agent.Config
 	if err := cfg.LoadEnv(os.LookupEnv); err != nil {
 		return cfg, err
 	}
-	// Flags win, but only those given: copy each changed flag's value.
-	set := map[string]func(){
-		"scope":                             func() { cfg.Scope = fromFlags.Scope },
-		"ignore-cgroups":                    func() { cfg.IgnoreCgroups = fromFlags.IgnoreCgroups },
-		"workloads-dir":                     func() { cfg.WorkloadsDir = fromFlags.WorkloadsDir },
-		"listen":                            func() { cfg.Listen = fromFlags.Listen },
-		"interval":                          func() { cfg.IntervalSeconds = fromFlags.IntervalSeconds },
-		"dry-run":                           func() { cfg.DryRun = fromFlags.DryRun },
-		"swap-utilization-threshold-factor": func() { cfg.SwapUtilizationThresholdFactor = fromFlags.SwapUtilizationThresholdFactor },
-		"max-swap-in-pages-per-sec":         func() { cfg.MaxAverageSwapInPagesPerSecond = fromFlags.MaxAverageSwapInPagesPerSecond },
-		"max-swap-out-pages-per-sec":        func() { cfg.MaxAverageSwapOutPagesPerSecond = fromFlags.MaxAverageSwapOutPagesPerSecond },
-		"window":                            func() { cfg.AverageWindowSizeSeconds = fromFlags.AverageWindowSizeSeconds },
-		"psi-full-percent":                  func() { cfg.PSIFullPercent = fromFlags.PSIFullPercent },
-		"psi-some-percent":                  func() { cfg.PSISomePercent = fromFlags.PSISomePercent },
-		"exhaustion-horizon":                func() { cfg.ExhaustionHorizonSeconds = fromFlags.ExhaustionHorizonSeconds },
-		"cooldown":                          func() { cfg.CooldownSeconds = fromFlags.CooldownSeconds },
-		"eviction-grace":                    func() { cfg.EvictionGraceSeconds = fromFlags.EvictionGraceSeconds },
-		"eviction-deadline":                 func() { cfg.EvictionDeadlineSeconds = fromFlags.EvictionDeadlineSeconds },
-		"oom-score-adj":                     func() { cfg.OOMScoreAdj = fromFlags.OOMScoreAdj },
-		"mlock":                             func() { cfg.Mlock = fromFlags.Mlock },
-	}
-	fl.Visit(func(fl *pflag.Flag) {
-		if apply, ok := set[fl.Name]; ok {
-			apply()
+	// Flags win, but only those given.
+	for _, cf := range flags {
+		if fl.Changed(cf.name) {
+			cf.copy(&cfg, &fromFlags)
 		}
-	})
+	}
 	return cfg, cfg.Validate()
 }
 
 type calibrateFlags struct {
-	device       string
-	seconds      time.Duration
-	jobs         int
-	fraction     float64
-	writeConfig  string
-	writeTestDir string
-	json         bool
+	agent.CalibrateOptions
+	device      string
+	writeConfig string
+	json        bool
 }
 
 func newCalibrateCommand() *cobra.Command {
@@ -188,48 +241,30 @@ writes are measured only with --write-test-dir on the same device.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.device, "device", "", "swap file or partition to probe (default: the highest-priority swap area that is not zram)")
-	fl.DurationVar(&f.seconds, "duration", 5*time.Second, "length of each of the read and write tests")
-	fl.IntVar(&f.jobs, "jobs", 4, "concurrent I/Os (queue depth)")
-	fl.Float64Var(&f.fraction, "fraction", 0.5, "share of the device's measured rate to allow before evicting, in (0,1]")
+	fl.DurationVar(&f.Duration, "duration", 5*time.Second, "length of each of the read and write tests")
+	fl.IntVar(&f.Jobs, "jobs", 4, "concurrent I/Os (queue depth)")
+	fl.Float64Var(&f.Fraction, "fraction", 0.5, "share of the device's measured rate to allow before evicting, in (0,1]")
 	fl.StringVar(&f.writeConfig, "write-config", "", "YAML config file to create or update with the thresholds")
-	fl.StringVar(&f.writeTestDir, "write-test-dir", "", "directory on the swap device for the write test (default: beside a swap file; none for a partition)")
+	fl.StringVar(&f.WriteTestDir, "write-test-dir", "", "directory on the swap device for the write test (default: beside a swap file; none for a partition)")
 	fl.BoolVar(&f.json, "json", false, "print the result as JSON")
 	return cmd
 }
 
 func runCalibrate(cmd *cobra.Command, f *calibrateFlags) error {
-	switch {
-	case !(f.fraction > 0 && f.fraction <= 1):
-		return usagef("--fraction must be in (0,1], got %g", f.fraction)
-	case f.jobs < 1 || f.jobs > 256:
-		return usagef("--jobs must be in [1,256], got %d", f.jobs)
-	case f.seconds < 100*time.Millisecond:
-		return usagef("--duration must be at least 100ms")
+	if err := f.Validate(); err != nil {
+		return usageError{err}
 	}
-	dev, err := pickSwapDevice(f.device)
+	dev, err := agent.PickSwapDevice(f.device)
 	if err != nil {
 		return usageError{err}
 	}
-	opts := probe.Options{Duration: f.seconds, Jobs: f.jobs, ScratchBytes: min(dev.SizeBytes, 256<<20)}
-	switch {
-	case f.writeTestDir != "":
-		opts.Dir = f.writeTestDir
-	case dev.Type == "file":
-		opts.Dir = filepath.Dir(dev.Path)
-	default:
-		opts.Device, opts.DeviceBytes = dev.Path, dev.SizeBytes
-	}
-	res, err := probe.Run(cmd.Context(), opts)
+	c, err := agent.Calibrate(cmd.Context(), dev, f.CalibrateOptions)
 	if err != nil {
 		return err
 	}
-	thresholds := map[string]float64{"maxAverageSwapInPagesPerSecond": f.fraction * res.ReadIOPS}
-	if res.WriteIOPS > 0 {
-		thresholds["maxAverageSwapOutPagesPerSecond"] = f.fraction * res.WriteIOPS
-	}
 	if f.writeConfig != "" {
-		if err := mergeYAML(f.writeConfig, thresholds); err != nil {
-			return err
+		if err := agent.MergeConfigFile(f.writeConfig, c.Thresholds); err != nil {
+			return fmt.Errorf("--write-config: %w", err)
 		}
 	}
 	out := cmd.OutOrStdout()
@@ -238,66 +273,24 @@ func runCalibrate(cmd *cobra.Command, f *calibrateFlags) error {
 			probe.Result
 			Fraction   float64            `json:"fraction"`
 			Thresholds map[string]float64 `json:"thresholds"`
-		}{res, f.fraction, thresholds})
+		}{c.Probe, c.Fraction, c.Thresholds})
 	}
+	res := c.Probe
 	fmt.Fprintf(out, "%s (probed on %s): 4 KiB random read %.0f IOPS (%.0f µs at queue depth %d)", dev.Path, res.ReadPath, res.ReadIOPS, res.ReadLatencyUs, res.Jobs)
 	if res.WriteIOPS > 0 {
 		fmt.Fprintf(out, ", random write %.0f IOPS (%.0f µs)", res.WriteIOPS, res.WriteLatencyUs)
 	}
 	fmt.Fprintln(out)
-	keys := make([]string, 0, len(thresholds))
-	for k := range thresholds {
+	keys := make([]string, 0, len(c.Thresholds))
+	for k := range c.Thresholds {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		fmt.Fprintf(out, "%s: %.0f  (%g of the device)\n", k, thresholds[k], f.fraction)
+		fmt.Fprintf(out, "%s: %.0f  (%g of the device)\n", k, c.Thresholds[k], c.Fraction)
 	}
 	if f.writeConfig != "" {
 		fmt.Fprintf(out, "written to %s\n", f.writeConfig)
 	}
 	return nil
-}
-
-func pickSwapDevice(path string) (host.SwapDevice, error) {
-	swaps, err := host.ReadSwaps()
-	if err != nil {
-		return host.SwapDevice{}, err
-	}
-	var best *host.SwapDevice
-	for i, s := range swaps {
-		if path != "" && s.Path == path {
-			return s, nil
-		}
-		if path == "" && !strings.Contains(s.Path, "zram") && (best == nil || s.Priority > best.Priority) {
-			best = &swaps[i]
-		}
-	}
-	if path != "" {
-		return host.SwapDevice{}, fmt.Errorf("--device %s is not an active swap area (see /proc/swaps)", path)
-	}
-	if best == nil {
-		return host.SwapDevice{}, fmt.Errorf("no active swap area to calibrate (zram is not probed); enable swap or pass --device")
-	}
-	return *best, nil
-}
-
-// mergeYAML sets keys in a YAML file, keeping its other keys.
-func mergeYAML(path string, values map[string]float64) error {
-	doc := map[string]any{}
-	if b, err := os.ReadFile(path); err == nil {
-		if err := yaml.Unmarshal(b, &doc); err != nil {
-			return fmt.Errorf("--write-config %s: %w", path, err)
-		}
-	} else if !os.IsNotExist(err) {
-		return err
-	}
-	for k, v := range values {
-		doc[k] = v
-	}
-	b, err := yaml.Marshal(doc)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, b, 0o644)
 }

@@ -108,6 +108,7 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"report"}, "requires at least 1 arg"},
 		{[]string{"report", "/nonexistent-run"}, "read results"},
 		{[]string{"agent", "--window", "0"}, "averageWindowSizeSeconds"},
+		{[]string{"agent", "--cooldown", "soon"}, `"--cooldown"`},
 		{[]string{"agent", "calibrate", "--fraction", "2"}, "--fraction"},
 	}
 	for _, tt := range tests {
@@ -118,6 +119,17 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		}
 		if strings.Contains(r.stderr, "goroutine") || r.stdout != "" {
 			t.Errorf("%v: stack trace or output on bad input: %q %q", tt.args, r.stdout, r.stderr)
+		}
+	}
+}
+
+// Agent flags in seconds take durations or plain seconds, and land in
+// their configuration key.
+func TestAgentDurationFlags(t *testing.T) {
+	for _, v := range []string{"500ms", "0.5"} {
+		r := runHeadroom(t, "agent", "--interval", v, "--eviction-deadline", "2m", "--print-config")
+		if r.code != 0 || !strings.Contains(r.stdout, "intervalSeconds: 0.5\n") || !strings.Contains(r.stdout, "evictionDeadlineSeconds: 120\n") {
+			t.Errorf("--interval %s: exit %d, config:\n%s%s", v, r.code, r.stdout, r.stderr)
 		}
 	}
 }
