@@ -72,8 +72,9 @@ type Agent struct {
 	prevSample    time.Time
 	evictions     sync.WaitGroup
 
-	outcomesMu sync.Mutex // guards outcomes, filled by eviction goroutines
-	outcomes   []policy.EvictionOutcome
+	outcomesMu  sync.Mutex // guards outcomes, filled by eviction goroutines
+	outcomes    []policy.EvictionOutcome
+	swapResults []policy.SwapResult // applied this round, for the next decide
 
 	mu     sync.Mutex // guards view and recent for HTTP readers
 	view   View
@@ -186,7 +187,8 @@ func (a *Agent) Tick(ctx context.Context, now time.Time) {
 	if now.Sub(a.statsAt) >= seconds(a.cfg.WorkloadStatsSeconds) {
 		a.refreshWorkloads(now, false)
 	}
-	snap := policy.Snapshot{Sample: sample, Workloads: a.workloadList(), Outcomes: a.takeOutcomes()}
+	snap := policy.Snapshot{Sample: sample, Workloads: a.workloadList(), Outcomes: a.takeOutcomes(), SwapResults: a.swapResults}
+	a.swapResults = nil
 	decisions, next := policy.Decide(snap, a.cfg.Config, a.state)
 	if a.statsAt.Before(now) && next.Firing() {
 		// A signal fired: rank on fresh numbers (cached stats may predate
@@ -256,86 +258,6 @@ func (a *Agent) workloadList() []policy.Workload {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
-}
-
-// act carries out one decision and logs it.
-func (a *Agent) act(ctx context.Context, d policy.Decision) {
-	r := Record{Decision: d, DryRun: a.cfg.DryRun}
-	g := a.groups[d.Workload]
-	switch {
-	case d.Action == policy.ActionNone || a.cfg.DryRun:
-	case g == nil:
-		r.Error = "workload cgroup no longer exists"
-	case d.Action == policy.ActionSetSwap:
-		if err := g.SetSwapLimit(d.SwapBytes); err != nil {
-			r.Error = err.Error()
-		}
-	case d.Action == policy.ActionEvict:
-		t := Target{Name: d.Workload, Group: g}
-		if vm := a.obs.vms[d.Workload]; vm != nil {
-			t.VM = vm
-		}
-		w := a.workloads[d.Workload]
-		held := w.WorkingSetBytes + w.SwapBytes
-		if err := a.evictor.Begin(t); err != nil {
-			r.Error = err.Error()
-			break
-		}
-		sent := time.Now()
-		r.SignaledAt = &sent
-		if !a.prevSample.IsZero() {
-			r.LatencyBoundSeconds = sent.Sub(a.prevSample).Seconds()
-			a.metrics.evictionLatency.Observe(r.LatencyBoundSeconds)
-		}
-		a.evictions.Add(1)
-		go a.finishEviction(ctx, t, held)
-	}
-	a.metrics.decisions.WithLabelValues(d.Action).Inc()
-	switch d.Action {
-	case policy.ActionEvict:
-		a.metrics.evictions.WithLabelValues(d.Signal).Inc()
-	case policy.ActionEvicted:
-		o := d.Outcome
-		a.metrics.evictionResults.WithLabelValues(o.Result).Inc()
-		if o.Result != policy.EvictionFailed {
-			a.metrics.evictionSeconds.Observe(o.Seconds)
-			a.metrics.evictedBytes.Add(float64(o.FreedBytes))
-		}
-	case policy.ActionAbandon:
-		a.metrics.evictionResults.WithLabelValues("abandoned").Inc()
-	}
-	if b, err := json.Marshal(r); err == nil {
-		a.decisions.Write(append(b, '\n'))
-	}
-	a.mu.Lock()
-	a.recent = append(a.recent, r)
-	if len(a.recent) > recentDecisions {
-		a.recent = a.recent[len(a.recent)-recentDecisions:]
-	}
-	a.mu.Unlock()
-}
-
-// finishEviction waits for a victim to leave, within the eviction
-// deadline, and queues the outcome for the next round's decision. heldBytes
-// is what the victim used when it was chosen.
-func (a *Agent) finishEviction(ctx context.Context, t Target, heldBytes uint64) {
-	defer a.evictions.Done()
-	// A second before the policy's own deadline, so the decision log says
-	// what happened (the outcome) rather than only that time ran out.
-	deadline, cancel := context.WithTimeout(ctx, seconds(a.cfg.EvictionDeadlineSeconds-1))
-	defer cancel()
-	o := a.evictor.Finish(deadline, t)
-	o.Workload = t.Name
-	if o.Result != policy.EvictionFailed {
-		left := uint64(0)
-		if u, err := t.Group.Usage(); err == nil {
-			left = u.WorkingSetBytes + u.SwapBytes
-		}
-		o.FreedBytes = heldBytes - min(left, heldBytes)
-	}
-	a.outcomesMu.Lock()
-	a.outcomes = append(a.outcomes, o)
-	a.outcomesMu.Unlock()
 }
 
 // publish stores the view served over HTTP.

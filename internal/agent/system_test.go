@@ -140,7 +140,7 @@ func runNode(t *testing.T, agentArgs []string, metadata map[string]string) nodeR
 			line, _ := json.Marshal(r)
 			t.Logf("decision line: %s", line)
 			t.Logf("decision: evict %s on %s %.0f > %.0f %s (latency bound %.3fs, dry run %v): %s",
-				r.Workload, r.Signal, r.Value, r.Threshold, r.Unit, r.LatencyBoundSeconds, r.DryRun, r.Reason)
+				r.Workload, r.Trigger.Signal, r.Trigger.Value, r.Trigger.Threshold, r.Trigger.Unit, r.LatencyBoundSeconds, r.DryRun, r.Reason)
 		}
 	}
 	return run

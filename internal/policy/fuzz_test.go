@@ -75,6 +75,14 @@ func FuzzDecide(f *testing.F) {
 				}
 				snap.Workloads = append(snap.Workloads, w)
 			}
+			// The kernel applies or refuses the last allowances at random.
+			for name, want := range st.swapPending {
+				r := SwapResult{Workload: name, SwapBytes: want}
+				if src.upTo(4) == 0 {
+					r.Err = "EBUSY"
+				}
+				snap.SwapResults = append(snap.SwapResults, r)
+			}
 			// Evictions in progress end (or fail) at random.
 			for name := range st.Evicting {
 				switch src.upTo(4) {
@@ -107,11 +115,14 @@ func checkDecisions(t *testing.T, snap Snapshot, cfg Config, prev State, decisio
 		switch d.Action {
 		case ActionSetSwap:
 			w := byName[d.Workload]
-			if d.SwapBytes > snap.Sample.Scope.SwapBytes {
-				t.Fatalf("allowance %d B above the scope's swap %d B", d.SwapBytes, snap.Sample.Scope.SwapBytes)
+			if d.Swap == nil {
+				t.Fatal("set_swap without its setting")
 			}
-			if w.Protected && d.SwapBytes != 0 {
-				t.Fatalf("protected %s given %d B of swap", w.Name, d.SwapBytes)
+			if d.Swap.SwapBytes > snap.Sample.Scope.SwapBytes {
+				t.Fatalf("allowance %d B above the scope's swap %d B", d.Swap.SwapBytes, snap.Sample.Scope.SwapBytes)
+			}
+			if w.Protected && d.Swap.SwapBytes != 0 {
+				t.Fatalf("protected %s given %d B of swap", w.Name, d.Swap.SwapBytes)
 			}
 		case ActionEvict:
 			evicted++
@@ -123,7 +134,7 @@ func checkDecisions(t *testing.T, snap Snapshot, cfg Config, prev State, decisio
 				t.Fatalf("evicted an ineligible workload %+v", w)
 			case snap.Sample.ScopeErr != "":
 				t.Fatal("evicted while the scope was unreadable")
-			case d.Signal == "":
+			case d.Trigger == nil || d.Trigger.Signal == "":
 				t.Fatal("eviction without a firing signal")
 			}
 			if _, already := prev.Evicting[w.Name]; already && w.Processes > 0 {
@@ -166,6 +177,15 @@ func checkDecisions(t *testing.T, snap Snapshot, cfg Config, prev State, decisio
 	}
 	if evicted == 0 && next.LastEviction != prev.LastEviction {
 		t.Fatal("last eviction time moved without an eviction")
+	}
+	for name, have := range next.SwapAllowance {
+		confirmed := prev.SwapAllowance[name] == have
+		for _, r := range snap.SwapResults {
+			confirmed = confirmed || (r.Workload == name && r.Err == "" && r.SwapBytes == have)
+		}
+		if !confirmed {
+			t.Fatalf("allowance %d B of %s in force without the kernel's confirmation", have, name)
+		}
 	}
 	for name, since := range next.Evicting {
 		if snap.Sample.Time.Sub(since).Seconds() >= cfg.EvictionDeadlineSeconds {

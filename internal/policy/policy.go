@@ -6,6 +6,7 @@ package policy
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 )
@@ -169,6 +170,8 @@ type Snapshot struct {
 	Workloads []Workload `json:"workloads"`
 	// Outcomes are evictions that ended since the last snapshot.
 	Outcomes []EvictionOutcome `json:"outcomes,omitempty"`
+	// SwapResults are how the last set_swap decisions were applied.
+	SwapResults []SwapResult `json:"swap_results,omitempty"`
 }
 
 // State is what Decide carries between calls.
@@ -183,8 +186,13 @@ type State struct {
 	// Abandoned lists victims given up on (past the eviction deadline, or
 	// their eviction failed): never chosen again while they exist.
 	Abandoned map[string]time.Time `json:"abandoned"`
-	// SwapAllowance is the allowance last decided per workload.
+	// SwapAllowance is the allowance in force per workload: applied, as
+	// its SwapResult confirmed.
 	SwapAllowance map[string]uint64 `json:"swap_allowance"`
+	// swapPending is an allowance decided and not yet confirmed;
+	// swapRetry is when a refused one may be tried again.
+	swapPending map[string]uint64
+	swapRetry   map[string]time.Time
 	// Signals are the signals evaluated by the last Decide.
 	Signals []Signal `json:"signals"`
 	// lastNote avoids repeating the same non-action decision every tick.
@@ -204,22 +212,52 @@ const (
 	ActionNone = "none"
 )
 
-// Decision is one decided action with its reasons; it is logged as a JSON line.
+// Decision is one decided action with its reasons; it is logged as a JSON
+// line. Besides the action, its subject and its reason, it carries the one
+// payload its action needs.
 type Decision struct {
-	Time      time.Time `json:"time"`
-	Action    string    `json:"action"`
-	Workload  string    `json:"workload,omitempty"`
-	SwapBytes uint64    `json:"swap_bytes,omitempty"`
-	Signal    string    `json:"signal,omitempty"`
-	Value     float64   `json:"value,omitempty"`
-	Threshold float64   `json:"threshold,omitempty"`
-	Unit      string    `json:"unit,omitempty"`
-	Reason    string    `json:"reason"`
-	// Signals are all evaluated signals at the time of an eviction.
-	Signals []Signal `json:"signals,omitempty"`
-	// Outcome is set on ActionEvicted.
+	Time     time.Time `json:"time"`
+	Action   string    `json:"action"`
+	Workload string    `json:"workload,omitempty"`
+	Reason   string    `json:"reason"`
+	// Swap is set_swap's allowance.
+	Swap *SwapSetting `json:"swap,omitempty"`
+	// Trigger is the firing signal of an eviction (or of a non-action
+	// while a signal fires).
+	Trigger *Trigger `json:"trigger,omitempty"`
+	// Outcome is how an eviction ended (evicted).
 	Outcome *EvictionOutcome `json:"outcome,omitempty"`
 }
+
+// SwapSetting is a workload's swap allowance.
+type SwapSetting struct {
+	SwapBytes uint64 `json:"swap_bytes"`
+}
+
+// Trigger is the signal that fired, with every signal evaluated at the time.
+type Trigger struct {
+	Signal    string   `json:"signal"`
+	Value     float64  `json:"value"`
+	Threshold float64  `json:"threshold"`
+	Unit      string   `json:"unit"`
+	Signals   []Signal `json:"signals,omitempty"`
+}
+
+func triggerOf(s *Signal, all []Signal) *Trigger {
+	return &Trigger{Signal: s.Name, Value: s.Value, Threshold: s.Threshold, Unit: s.Unit, Signals: all}
+}
+
+// SwapResult is how the agent applied a set_swap decision: the kernel may
+// refuse it (cgroup v1 refuses a limit below current usage).
+type SwapResult struct {
+	Workload  string `json:"workload"`
+	SwapBytes uint64 `json:"swap_bytes"`
+	Err       string `json:"error,omitempty"`
+}
+
+// swapRetrySeconds is how long a refused allowance waits before it is
+// tried again.
+const swapRetrySeconds = 10
 
 // Firing reports whether any signal of the last Decide was past its threshold.
 func (st State) Firing() bool { return firstFiring(st.Signals) != nil }
@@ -263,9 +301,25 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 			delete(st.Abandoned, name)
 		}
 	}
-	for name := range st.SwapAllowance {
+	for _, r := range snap.SwapResults {
+		delete(st.swapPending, r.Workload)
+		if r.Err == "" {
+			st.SwapAllowance[r.Workload] = r.SwapBytes
+			delete(st.swapRetry, r.Workload)
+		} else {
+			st.swapRetry[r.Workload] = now.Add(swapRetrySeconds * time.Second)
+		}
+	}
+	for _, m := range []map[string]uint64{st.SwapAllowance, st.swapPending} {
+		for name := range m {
+			if _, ok := present[name]; !ok {
+				delete(m, name)
+			}
+		}
+	}
+	for name := range st.swapRetry {
 		if _, ok := present[name]; !ok {
-			delete(st.SwapAllowance, name)
+			delete(st.swapRetry, name)
 		}
 	}
 	if snap.Sample.ScopeErr == "" {
@@ -287,7 +341,7 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 		}
 		return out, st
 	case len(st.Evicting) > 0:
-		out = st.note(out, Decision{Time: now, Action: ActionNone, Signal: firing.Name, Value: firing.Value, Threshold: firing.Threshold, Unit: firing.Unit,
+		out = st.note(out, Decision{Time: now, Action: ActionNone, Trigger: triggerOf(firing, nil),
 			Reason: "waiting for the previous victim to exit"})
 		return out, st
 	case !st.LastEviction.IsZero() && now.Sub(st.LastEviction).Seconds() < cfg.CooldownSeconds:
@@ -299,7 +353,7 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 		return abandoned
 	}), st.SwapAllowance)
 	if len(ranked) == 0 {
-		out = st.note(out, Decision{Time: now, Action: ActionNone, Signal: firing.Name, Value: firing.Value, Threshold: firing.Threshold, Unit: firing.Unit,
+		out = st.note(out, Decision{Time: now, Action: ActionNone, Trigger: triggerOf(firing, nil),
 			Reason: "no evictable workload (all protected, empty, unreadable, or given up on)"})
 		return out, st
 	}
@@ -308,12 +362,8 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 	st.Evicting[victim.Name] = now
 	st.Window = nil // re-check on data gathered after this eviction
 	st.lastNote = ""
-	out = append(out, Decision{
-		Time: now, Action: ActionEvict, Workload: victim.Name,
-		Signal: firing.Name, Value: firing.Value, Threshold: firing.Threshold, Unit: firing.Unit,
-		Reason:  rankReason(ranked, st.SwapAllowance),
-		Signals: signals,
-	})
+	out = append(out, Decision{Time: now, Action: ActionEvict, Workload: victim.Name,
+		Reason: rankReason(ranked, st.SwapAllowance), Trigger: triggerOf(firing, signals)})
 	return out, st
 }
 
@@ -337,7 +387,10 @@ func outcomeDecision(now time.Time, o EvictionOutcome) Decision {
 
 // note appends d unless the same note was the last one made.
 func (st *State) note(out []Decision, d Decision) []Decision {
-	key := d.Reason + d.Signal
+	key := d.Reason
+	if d.Trigger != nil {
+		key += d.Trigger.Signal
+	}
 	if key == st.lastNote {
 		return out
 	}
@@ -357,9 +410,16 @@ func (st State) clone() State {
 	for k, v := range st.Abandoned {
 		c.Abandoned[k] = v
 	}
-	c.SwapAllowance = make(map[string]uint64, len(st.SwapAllowance))
-	for k, v := range st.SwapAllowance {
-		c.SwapAllowance[k] = v
+	c.SwapAllowance = maps.Clone(st.SwapAllowance)
+	c.swapPending = maps.Clone(st.swapPending)
+	c.swapRetry = maps.Clone(st.swapRetry)
+	for _, m := range []*map[string]uint64{&c.SwapAllowance, &c.swapPending} {
+		if *m == nil {
+			*m = map[string]uint64{}
+		}
+	}
+	if c.swapRetry == nil {
+		c.swapRetry = map[string]time.Time{}
 	}
 	return c
 }
@@ -391,14 +451,21 @@ func SwapAllowance(w Workload, scope Scope) uint64 {
 }
 
 func swapAllowances(snap Snapshot, st *State) []Decision {
+	now := snap.Sample.Time
 	var out []Decision
 	for _, w := range snap.Workloads {
 		want := SwapAllowance(w, snap.Sample.Scope)
 		if have, ok := st.SwapAllowance[w.Name]; ok && have == want {
 			continue
 		}
-		st.SwapAllowance[w.Name] = want
-		out = append(out, Decision{Time: snap.Sample.Time, Action: ActionSetSwap, Workload: w.Name, SwapBytes: want,
+		if pending, ok := st.swapPending[w.Name]; ok && pending == want {
+			continue // decided, waiting for its result
+		}
+		if retry, ok := st.swapRetry[w.Name]; ok && now.Before(retry) {
+			continue // refused by the kernel a moment ago
+		}
+		st.swapPending[w.Name] = want
+		out = append(out, Decision{Time: now, Action: ActionSetSwap, Workload: w.Name, Swap: &SwapSetting{SwapBytes: want},
 			Reason: fmt.Sprintf("request %d B of %d B scope RAM × %d B scope swap", w.RequestBytes, snap.Sample.Scope.RAMBytes, snap.Sample.Scope.SwapBytes)})
 	}
 	return out

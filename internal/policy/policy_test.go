@@ -65,7 +65,7 @@ func TestDecideAppliesAllowancesOnceAndOnChange(t *testing.T) {
 	cfg := DefaultConfig()
 	snap := Snapshot{Sample: sample(0, 1, 0), Workloads: []Workload{wl("a", 0, 1, 0.5, 0), wl("b", 0, 0, 0.1, 0)}}
 	ds, st := Decide(snap, cfg, State{})
-	if len(ds) != 2 || ds[0].Action != ActionSetSwap || ds[0].SwapBytes != 1*gi || ds[1].SwapBytes != 0 {
+	if len(ds) != 2 || ds[0].Action != ActionSetSwap || ds[0].Swap.SwapBytes != 1*gi || ds[1].Swap.SwapBytes != 0 {
 		t.Fatalf("first decisions %+v", ds)
 	}
 	snap.Sample = sample(1, 1, 0)
@@ -75,8 +75,38 @@ func TestDecideAppliesAllowancesOnceAndOnChange(t *testing.T) {
 	// Swap devices grow: allowances follow.
 	snap.Sample = sample(2, 1, 0)
 	snap.Sample.Scope.SwapBytes = 8 * gi
-	if ds, _ = Decide(snap, cfg, st); len(ds) != 1 || ds[0].Workload != "a" || ds[0].SwapBytes != 2*gi {
+	if ds, _ = Decide(snap, cfg, st); len(ds) != 1 || ds[0].Workload != "a" || ds[0].Swap.SwapBytes != 2*gi {
 		t.Fatalf("after swap grew: %+v", ds)
+	}
+}
+
+// An allowance is in force only once the kernel took it; a refused one is
+// tried again after a while, not every round.
+func TestSwapAllowanceFollowsResults(t *testing.T) {
+	cfg := DefaultConfig()
+	snap := Snapshot{Sample: sample(0, 1, 0), Workloads: []Workload{wl("a", 0, 1, 0.5, 0)}}
+	ds, st := Decide(snap, cfg, State{})
+	if len(ds) != 1 || len(st.SwapAllowance) != 0 {
+		t.Fatalf("decided %+v; in force %v before any result", ds, st.SwapAllowance)
+	}
+	snap.Sample = sample(1, 1, 0)
+	snap.SwapResults = []SwapResult{{Workload: "a", SwapBytes: gi, Err: "write memsw.limit_in_bytes: device or resource busy"}}
+	if ds, st = Decide(snap, cfg, st); len(ds) != 0 || len(st.SwapAllowance) != 0 {
+		t.Fatalf("after a refusal: decided %+v, in force %v", ds, st.SwapAllowance)
+	}
+	snap.SwapResults = nil
+	snap.Sample = sample(5, 1, 0)
+	if ds, st = Decide(snap, cfg, st); len(ds) != 0 {
+		t.Fatalf("retried within %d s: %+v", swapRetrySeconds, ds)
+	}
+	snap.Sample = sample(12, 1, 0)
+	if ds, st = Decide(snap, cfg, st); len(ds) != 1 || ds[0].Swap.SwapBytes != gi {
+		t.Fatalf("no retry after %d s: %+v", swapRetrySeconds, ds)
+	}
+	snap.Sample = sample(13, 1, 0)
+	snap.SwapResults = []SwapResult{{Workload: "a", SwapBytes: gi}}
+	if _, st = Decide(snap, cfg, st); st.SwapAllowance["a"] != gi {
+		t.Fatalf("applied allowance not in force: %v", st.SwapAllowance)
 	}
 }
 
@@ -184,11 +214,11 @@ func TestDecideEvictsLowestPriorityThenCoolsDown(t *testing.T) {
 	st := State{}
 	ds, st := Decide(Snapshot{Sample: sample(0, 4, 3.5), Workloads: wls}, cfg, st)
 	ev := evictions(ds)
-	if len(ev) != 1 || ev[0].Workload != "bronze" || ev[0].Signal != SignalSwapUtilization || ev[0].Threshold != 4*gi+0.8*4*gi {
+	if len(ev) != 1 || ev[0].Workload != "bronze" || ev[0].Trigger.Signal != SignalSwapUtilization || ev[0].Trigger.Threshold != 4*gi+0.8*4*gi {
 		t.Fatalf("evictions %+v", ev)
 	}
-	if !strings.Contains(ev[0].Reason, "lower priority") || len(ev[0].Signals) == 0 {
-		t.Fatalf("reason %q, signals %v", ev[0].Reason, ev[0].Signals)
+	if !strings.Contains(ev[0].Reason, "lower priority") || len(ev[0].Trigger.Signals) == 0 {
+		t.Fatalf("reason %q, signals %v", ev[0].Reason, ev[0].Trigger.Signals)
 	}
 	// Bronze is still exiting: nobody else is evicted.
 	ds, st = Decide(Snapshot{Sample: sample(1, 4, 3.5), Workloads: wls}, cfg, st)
