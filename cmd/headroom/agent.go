@@ -15,6 +15,7 @@ import (
 
 	"github.com/headroom-dev/headroom/internal/agent"
 	"github.com/headroom-dev/headroom/internal/probe"
+	"github.com/headroom-dev/headroom/internal/units"
 )
 
 const agentLong = `The node agent: swap-based memory overcommit that never lets the node
@@ -93,6 +94,11 @@ func agentConfigFlags() []configFlag {
 		{"oom-score-adj", "the agent's own oom_score_adj", func(c *agent.Config) any { return &c.OOMScoreAdj }},
 		{"mlock", "lock the agent's memory so it is never swapped", func(c *agent.Config) any { return &c.Mlock }},
 		{"ignore-cgroups", "child cgroups of the scope that are not workloads (never evicted, no swap allowance); the agent's own is always ignored", func(c *agent.Config) any { return &c.IgnoreCgroups }},
+		{"ksm", "KSM: off (left as it is), advisor (the kernel's advisor paces ksmd) or governor (paced by the profit per ksmd CPU-second)", func(c *agent.Config) any { return &c.KSMMode }},
+		{"ksm-max-cpu-percent", "KSM governor: share of a core ksmd may use while there is much to gain", func(c *agent.Config) any { return &c.KSMMaxCPUPercent }},
+		{"ksm-idle-cpu-percent", "KSM governor: share of a core ksmd uses once a full scan no longer pays (0: stopped)", func(c *agent.Config) any { return &c.KSMIdleCPUPercent }},
+		{"ksm-min-profit", "KSM governor: a burst ends when a full scan saved less than this per ksmd CPU-second (e.g. 16Mi)", func(c *agent.Config) any { return (*bytesFloatValue)(&c.KSMMinProfitBytesPerCPUSecond) }},
+		{"ksm-ram-need", "KSM governor: burst only when the scope's working set and swap reach this fraction of its RAM", func(c *agent.Config) any { return &c.KSMRAMNeedFraction }},
 	}
 }
 
@@ -131,7 +137,23 @@ func (f configFlag) copy(dst, src *agent.Config) {
 		*d = *f.field(src).(*[]string)
 	case *secondsValue:
 		*d = *f.field(src).(*secondsValue)
+	case *bytesFloatValue:
+		*d = *f.field(src).(*bytesFloatValue)
 	}
+}
+
+// bytesFloatValue is a configuration key in bytes, set as a size ("16Mi").
+type bytesFloatValue float64
+
+func (v *bytesFloatValue) String() string { return units.FormatBytes(uint64(*v)) }
+func (v *bytesFloatValue) Type() string   { return "size" }
+func (v *bytesFloatValue) Set(s string) error {
+	n, err := units.ParseBytes(s)
+	if err != nil {
+		return fmt.Errorf("%v; want %s", err, units.SizeForm)
+	}
+	*v = bytesFloatValue(n)
+	return nil
 }
 
 // secondsValue is a configuration key in seconds, set as a duration

@@ -17,6 +17,10 @@ func (a *Agent) act(ctx context.Context, d policy.Decision) {
 		// Nothing is applied; the policy goes on as if it were.
 		a.swapResults = append(a.swapResults, policy.SwapResult{Workload: d.Workload, SwapBytes: d.Swap.SwapBytes})
 	case a.cfg.DryRun:
+	case d.Action == policy.ActionSetKSM:
+		if err := a.ksm.apply(*d.KSM); err != nil {
+			r.Error = err.Error()
+		}
 	case d.Action == policy.ActionSetSwap:
 		res := applySwap(g, d)
 		a.swapResults = append(a.swapResults, res)

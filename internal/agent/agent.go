@@ -49,6 +49,8 @@ type View struct {
 	Sample    policy.Sample   `json:"sample"`
 	Signals   []policy.Signal `json:"signals"`
 	Workloads []WorkloadView  `json:"workloads"`
+	// KSM is the KSM governor's state (with a KSM mode on).
+	KSM *policy.KSMState `json:"ksm,omitempty"`
 }
 
 const recentDecisions = 512
@@ -60,6 +62,7 @@ type Agent struct {
 	decisions io.Writer // JSON lines, one per Record
 	obs       *observer
 	evictor   Evictor
+	ksm       *ksmActuator // nil unless a KSM mode is on
 	metrics   *metrics
 
 	// Loop state, touched only by the loop goroutine.
@@ -113,6 +116,10 @@ func NewForScope(cfg Config, scope cgroup.Group, log *slog.Logger, decisions io.
 	for _, name := range cfg.IgnoreCgroups {
 		a.obs.ignore[name] = true
 	}
+	if cfg.KSMMode != policy.KSMOff && cfg.KSMMode != "" {
+		a.obs.ksm = &ksmObserver{ksmDir: host.KSMDir}
+		a.ksm = &ksmActuator{dir: host.KSMDir}
+	}
 	own, err := cgroup.Self()
 	if err != nil {
 		log.Warn("cannot read the agent's own cgroup; it is not excluded from the workloads", "err", err)
@@ -165,6 +172,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 			a.evictions.Wait()
 			a.obs.closeVMs()
+			if a.ksm != nil {
+				if err := a.ksm.restore(); err != nil {
+					a.log.Warn("could not restore KSM's settings", "err", err)
+				}
+			}
 			return nil
 		case now := <-ticker.C:
 			a.Tick(ctx, now)
@@ -263,6 +275,10 @@ func (a *Agent) workloadList() []policy.Workload {
 // publish stores the view served over HTTP.
 func (a *Agent) publish(snap policy.Snapshot) {
 	v := View{Time: snap.Sample.Time, Scope: a.cfg.Scope, DryRun: a.cfg.DryRun, Sample: snap.Sample, Signals: a.state.Signals}
+	if a.ksm != nil {
+		k := a.state.KSM
+		v.KSM = &k
+	}
 	for _, w := range snap.Workloads {
 		_, evicting := a.state.Evicting[w.Name]
 		v.Workloads = append(v.Workloads, WorkloadView{Workload: w, DisplayName: a.meta[w.Name].Name,

@@ -77,6 +77,19 @@ var (
 	descGuestMajflt  = prometheus.NewDesc("headroom_workload_guest_major_faults_total", "Major page faults inside a VM's guest.", []string{"workload"}, nil)
 	descGuestSwapIn  = prometheus.NewDesc("headroom_workload_guest_swap_in_bytes_total", "Bytes a VM's guest swapped in from its own swap.", []string{"workload"}, nil)
 	descGuestSwapOut = prometheus.NewDesc("headroom_workload_guest_swap_out_bytes_total", "Bytes a VM's guest swapped out to its own swap.", []string{"workload"}, nil)
+
+	descKSMSharing   = prometheus.NewDesc("headroom_ksm_pages_sharing", "Pages KSM saves: mappings of merged pages beyond the first (pages_sharing).", nil, nil)
+	descKSMShared    = prometheus.NewDesc("headroom_ksm_pages_shared", "Merged pages KSM keeps (pages_shared).", nil, nil)
+	descKSMProfit    = prometheus.NewDesc("headroom_ksm_profit_bytes", "What merging saves after KSM's own metadata (general_profit).", nil, nil)
+	descKSMMergeable = prometheus.NewDesc("headroom_ksm_mergeable_bytes", "Memory the scope's processes offer for merging (MADV_MERGEABLE).", nil, nil)
+	descKSMScanned   = prometheus.NewDesc("headroom_ksm_pages_scanned_total", "Pages ksmd scanned.", nil, nil)
+	descKSMScans     = prometheus.NewDesc("headroom_ksm_full_scans_total", "Full scans ksmd completed.", nil, nil)
+	descKSMCPU       = prometheus.NewDesc("headroom_ksm_ksmd_cpu_seconds_total", "CPU time ksmd used.", nil, nil)
+	descKSMCow       = prometheus.NewDesc("headroom_ksm_cow_breaks_total", "Writes that broke a merged page (cow_ksm).", nil, nil)
+	descKSMBatch     = prometheus.NewDesc("headroom_ksm_pages_to_scan", "Pages ksmd scans per batch (pages_to_scan).", nil, nil)
+	descKSMSleep     = prometheus.NewDesc("headroom_ksm_sleep_seconds", "ksmd's pause between batches (sleep_millisecs).", nil, nil)
+	descKSMRunning   = prometheus.NewDesc("headroom_ksm_running", "1 if ksmd scans (run=1).", nil, nil)
+	descKSMPhase     = prometheus.NewDesc("headroom_ksm_phase", "1 for the KSM governor's current phase (standby, burst, steady, advisor).", []string{"phase"}, nil)
 )
 
 // viewCollector exports the agent's latest view.
@@ -85,7 +98,9 @@ type viewCollector struct{ a *Agent }
 func (c viewCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descScopeRAM, descScopeSwap, descScopeWS, descScopeSwapUse, descSwapIn, descSwapOut,
 		descPSI, descSignal, descThreshold, descFiring, descWorkloads, descWorkloadWS, descWorkloadSwap, descAllowance, descPriority,
-		descGuestMemory, descGuestAvail, descGuestMajflt, descGuestSwapIn, descGuestSwapOut} {
+		descGuestMemory, descGuestAvail, descGuestMajflt, descGuestSwapIn, descGuestSwapOut,
+		descKSMSharing, descKSMShared, descKSMProfit, descKSMMergeable, descKSMScanned, descKSMScans, descKSMCPU, descKSMCow,
+		descKSMBatch, descKSMSleep, descKSMRunning, descKSMPhase} {
 		ch <- d
 	}
 }
@@ -124,6 +139,26 @@ func (c viewCollector) Collect(ch chan<- prometheus.Metric) {
 			firing = 1
 		}
 		gauge(descFiring, firing, sig.Name)
+	}
+	if k := s.KSM; k != nil {
+		gauge(descKSMSharing, float64(k.PagesSharing))
+		gauge(descKSMShared, float64(k.PagesShared))
+		gauge(descKSMProfit, float64(k.GeneralProfitBytes))
+		gauge(descKSMMergeable, float64(k.MergeableBytes))
+		counter(descKSMScanned, float64(k.PagesScanned))
+		counter(descKSMScans, float64(k.FullScans))
+		counter(descKSMCPU, k.KsmdCPUSeconds)
+		counter(descKSMCow, float64(k.CowKSM))
+		gauge(descKSMBatch, float64(k.PagesToScan))
+		gauge(descKSMSleep, float64(k.SleepMillisecs)/1000)
+		running := 0.0
+		if k.Run == 1 {
+			running = 1
+		}
+		gauge(descKSMRunning, running)
+	}
+	if v.KSM != nil && v.KSM.Phase != "" {
+		gauge(descKSMPhase, 1, v.KSM.Phase)
 	}
 	gauge(descWorkloads, float64(len(v.Workloads)))
 	for _, w := range v.Workloads {

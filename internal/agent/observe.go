@@ -35,6 +35,8 @@ type observer struct {
 	workloadLimits map[string]uint64
 	// vms follows the workloads whose metadata names a QMP socket.
 	vms map[string]*vmConn
+	// ksm reads ksmd when a KSM mode is on (nil otherwise).
+	ksm *ksmObserver
 }
 
 type cachedMetadata struct {
@@ -82,7 +84,8 @@ func (o *observer) sample(now time.Time) policy.Sample {
 		s.Scope = scopeFromGroup(m, o.hostMem)
 	}
 
-	if v, err := host.ReadVMStat(); err != nil {
+	v, err := host.ReadVMStat()
+	if err != nil {
 		s.VMStatErr = err.Error()
 		o.readErrors("vmstat")
 	} else {
@@ -93,6 +96,12 @@ func (o *observer) sample(now time.Time) policy.Sample {
 		o.readErrors("psi")
 	} else {
 		s.PSISomeMicros, s.PSIFullMicros = p.SomeMicros, p.FullMicros
+	}
+	if o.ksm != nil {
+		if err := o.ksm.sample(&s, now, v.CowKSM, o.scope, o.hostScope); err != nil {
+			s.KSMErr = err.Error()
+			o.readErrors("ksm")
+		}
 	}
 	return s
 }

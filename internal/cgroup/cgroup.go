@@ -408,7 +408,13 @@ func Command(dir, name string, args ...string) *exec.Cmd {
 // and vcpuN, KubeVirt pods in container scopes, so a workload's own
 // cgroup.procs is often empty.
 func CountProcesses(g Group) (int, error) {
-	n := 0
+	pids, err := TreeProcs(g)
+	return len(pids), err
+}
+
+// TreeProcs lists the processes in g and all its descendant groups.
+func TreeProcs(g Group) ([]int, error) {
+	var all []int
 	var firstErr error
 	filepath.WalkDir(g.Path(), func(p string, d os.DirEntry, err error) error {
 		if err != nil {
@@ -424,8 +430,8 @@ func CountProcesses(g Group) (int, error) {
 		if err != nil && !errors.Is(err, os.ErrNotExist) && firstErr == nil {
 			firstErr = err
 		}
-		n += len(pids)
+		all = append(all, pids...)
 		return nil
 	})
-	return n, firstErr
+	return all, firstErr
 }

@@ -45,6 +45,9 @@ type VMStat struct {
 	PswpIn     uint64 // pages swapped in
 	PswpOut    uint64 // pages swapped out
 	PgMajFault uint64 // major faults
+	// CowKSM counts writes that broke a KSM-merged page (copy on write);
+	// 0 on kernels that do not count them.
+	CowKSM uint64
 }
 
 // ReadVMStat reads /proc/vmstat.
@@ -60,7 +63,7 @@ func ReadVMStat() (VMStat, error) {
 // be present.
 func ParseVMStat(b []byte) (VMStat, error) {
 	var v VMStat
-	var found [3]bool // pswpin, pswpout, pgmajfault
+	var found [4]bool // pswpin, pswpout, pgmajfault, cow_ksm (optional)
 	for _, line := range bytes.Split(b, []byte{'\n'}) {
 		name, value, ok := bytes.Cut(line, []byte{' '})
 		if !ok {
@@ -75,6 +78,8 @@ func ParseVMStat(b []byte) (VMStat, error) {
 			dst, key = &v.PswpOut, 1
 		case "pgmajfault":
 			dst, key = &v.PgMajFault, 2
+		case "cow_ksm":
+			dst, key = &v.CowKSM, 3
 		default:
 			continue
 		}
@@ -85,7 +90,7 @@ func ParseVMStat(b []byte) (VMStat, error) {
 		*dst = n
 		found[key] = true
 	}
-	if found != [3]bool{true, true, true} {
+	if !found[0] || !found[1] || !found[2] {
 		return VMStat{}, fmt.Errorf("parse vmstat: pswpin, pswpout or pgmajfault missing")
 	}
 	return v, nil

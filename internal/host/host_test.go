@@ -2,6 +2,8 @@ package host
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -67,6 +69,90 @@ func FuzzParsePSI(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		if _, err := ParsePSI(strings.NewReader(s)); err == nil && !strings.Contains(s, "total=") {
 			t.Fatalf("accepted %q without a total", s)
+		}
+	})
+}
+
+func TestReadKSMDir(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{"run": "1\n", "pages_to_scan": "100\n", "sleep_millisecs": "20\n", "pages_shared": "10\n",
+		"pages_sharing": "400\n", "pages_unshared": "7\n", "pages_volatile": "3\n", "full_scans": "2\n",
+		"pages_scanned": "123456\n", "general_profit": "-4096\n", "advisor_mode": "none [scan-time]\n"}
+	for name, v := range files {
+		os.WriteFile(filepath.Join(dir, name), []byte(v), 0o644)
+	}
+	k, err := ReadKSMDir(dir)
+	want := KSM{Run: 1, PagesToScan: 100, SleepMillisecs: 20, AdvisorMode: "scan-time", PagesScanned: 123456, PagesShared: 10,
+		PagesSharing: 400, PagesUnshared: 7, PagesVolatile: 3, FullScans: 2, GeneralProfitBytes: -4096}
+	if err != nil || k != want {
+		t.Fatalf("got %+v, %v\nwant %+v", k, err, want)
+	}
+	// An older kernel: no advisor, no profit, no scan count.
+	for _, f := range []string{"pages_scanned", "general_profit", "advisor_mode"} {
+		os.Remove(filepath.Join(dir, f))
+	}
+	if k, err := ReadKSMDir(dir); err != nil || k.AdvisorMode != "" || k.PagesSharing != 400 {
+		t.Fatalf("older kernel: %+v, %v", k, err)
+	}
+	os.Remove(filepath.Join(dir, "pages_sharing"))
+	if _, err := ReadKSMDir(dir); err == nil {
+		t.Fatal("no error without pages_sharing")
+	}
+}
+
+func TestSelectedOption(t *testing.T) {
+	for in, want := range map[string]string{"[none] scan-time\n": "none", "none [scan-time]": "scan-time", "42\n": "42", "[]": "[]"} {
+		if got := SelectedOption(in); got != want {
+			t.Errorf("SelectedOption(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestParseStatCPUSeconds(t *testing.T) {
+	line := []byte("37 (ksmd) S 2 0 0 0 -1 2097216 0 0 0 0 0 151 0 0 25 5 1 0 58 0 0 18446744073709551615 0 0 0 0 0 0 0 2147483647 0 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0")
+	if s, err := ParseStatCPUSeconds(line, 100); err != nil || s != 1.51 {
+		t.Errorf("ksmd: %v, %v", s, err)
+	}
+	odd := []byte("99 (a) b (c)) R 1 1 1 0 -1 0 0 0 0 0 250 50 0 0 20 0 1 0 1 0 0")
+	if s, err := ParseStatCPUSeconds(odd, 100); err != nil || s != 3 {
+		t.Errorf("name with parentheses: %v, %v", s, err)
+	}
+	if _, err := ParseStatCPUSeconds([]byte("1 (x) S 2"), 100); err == nil {
+		t.Error("short stat accepted")
+	}
+}
+
+const smapsMergeable = `7f0000000000-7f0010000000 rw-p 00000000 00:00 0
+Size:             262144 kB
+Rss:              262144 kB
+VmFlags: rd wr mr mw me ac mg
+7f0010000000-7f0010100000 rw-p 00000000 00:00 0
+Size:               1024 kB
+VmFlags: rd wr mr mw me ac
+`
+
+func TestParseMergeable(t *testing.T) {
+	if n, err := ParseMergeable([]byte(smapsMergeable)); err != nil || n != 256<<20 {
+		t.Errorf("got %d, %v", n, err)
+	}
+}
+
+func FuzzParseMergeable(f *testing.F) {
+	f.Add([]byte(smapsMergeable))
+	f.Add([]byte("Size: 4 kB\nVmFlags: mg mg\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		n, err := ParseMergeable(b)
+		if err == nil && n > 0 && !bytes.Contains(b, []byte("mg")) {
+			t.Fatalf("%d mergeable bytes without an mg flag", n)
+		}
+	})
+}
+
+func FuzzParseStatCPUSeconds(f *testing.F) {
+	f.Add([]byte("37 (ksmd) S 2 0 0 0 -1 2097216 0 0 0 0 0 151 0 0 25 5 1 0 58"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if s, err := ParseStatCPUSeconds(b, 100); err == nil && s < 0 {
+			t.Fatalf("negative CPU time %v", s)
 		}
 	})
 }

@@ -39,13 +39,19 @@ func FuzzDecide(f *testing.F) {
 			ExhaustionHorizonSeconds:       float64(src.upTo(3) * 30),
 			CooldownSeconds:                float64(src.upTo(10)),
 			EvictionDeadlineSeconds:        float64(1 + src.upTo(20)),
+			KSMMode:                        []string{KSMOff, KSMAdvisor, KSMGovernor}[src.upTo(3)],
+			KSMMaxCPUPercent:               float64(1 + src.upTo(100)),
+			KSMMinProfitBytesPerCPUSecond:  float64(src.upTo(4) << 22),
+			KSMRAMNeedFraction:             float64(src.upTo(5)) / 4,
 		}
+		cfg.KSMIdleCPUPercent = float64(src.upTo(int(cfg.KSMMaxCPUPercent) + 1))
 		if err := cfg.Validate(); err != nil {
 			t.Fatalf("decoded config invalid: %v", err)
 		}
 		const ramBytes, swapBytes = 4 * gi, 4 * gi
 		st := State{}
 		var pswpin, psiFull uint64
+		ksm := KSMSample{MergeableBytes: uint64(src.upTo(8)) << 28}
 		now := t0
 		for tick := 0; tick < 40 && len(src.b) > 0; tick++ {
 			now = now.Add(time.Duration(src.upTo(3000)) * time.Millisecond)
@@ -57,6 +63,19 @@ func FuzzDecide(f *testing.F) {
 					SwapUsedBytes:   uint64(src.upTo(256)) * (swapBytes / 200)}}}
 			if src.upTo(16) == 0 {
 				snap.Sample.ScopeErr = "unreadable"
+			}
+			// ksmd moves on: counters only grow.
+			ksm.PagesScanned += uint64(src.upTo(256)) << 10
+			ksm.KsmdCPUSeconds += float64(src.upTo(100)) / 100
+			ksm.FullScans += uint64(src.upTo(2))
+			ksm.PagesSharing = uint64(src.upTo(256)) << 10
+			ksm.GeneralProfitBytes = int64(ksm.PagesSharing*4096) - int64(src.upTo(256))<<12
+			if src.upTo(8) == 0 {
+				ksm.MergeableBytes += uint64(src.upTo(4)) << 28
+			}
+			if src.upTo(10) > 0 {
+				k := ksm
+				snap.Sample.KSM = &k
 			}
 			n := src.upTo(6)
 			for i := 0; i < n; i++ {
@@ -110,7 +129,7 @@ func checkDecisions(t *testing.T, snap Snapshot, cfg Config, prev State, decisio
 	for _, w := range snap.Workloads {
 		byName[w.Name] = w
 	}
-	evicted := 0
+	evicted, ksmSets := 0, 0
 	for _, d := range decisions {
 		switch d.Action {
 		case ActionSetSwap:
@@ -164,6 +183,29 @@ func checkDecisions(t *testing.T, snap Snapshot, cfg Config, prev State, decisio
 			if !found || d.Outcome == nil {
 				t.Fatalf("outcome decision for %s, which reported no outcome", d.Workload)
 			}
+		case ActionSetKSM:
+			ksmSets++
+			k := d.KSM
+			switch {
+			case cfg.KSMMode == KSMOff:
+				t.Fatal("set_ksm with KSM off")
+			case k == nil:
+				t.Fatal("set_ksm without its setting")
+			case k.Run == 1 && k.AdvisorMode != "scan-time" && (k.PagesToScan < 16 || k.PagesToScan > 1e7 || k.SleepMillisecs == 0):
+				t.Fatalf("set_ksm out of bounds: %+v", k)
+			case k.Run == 1 && k.AdvisorMode != "scan-time":
+				cost := next.KSM.CostSecondsPerPage
+				if cost <= 0 {
+					cost = ksmPriorCostSecondsPerPage
+				}
+				scan := float64(k.PagesToScan) * cost
+				if share := 100 * scan / (scan + float64(k.SleepMillisecs)/1000); share > cfg.KSMMaxCPUPercent*1.01 && k.PagesToScan > 16 {
+					t.Fatalf("ksmd paced to %.1f%% of a core, over the %g%% budget: %+v", share, cfg.KSMMaxCPUPercent, k)
+				}
+			}
+			if !prev.KSM.LastEval.IsZero() && snap.Sample.Time.Sub(prev.KSM.LastEval).Seconds() < ksmEvalSeconds {
+				t.Fatal("set_ksm less than a second after the last evaluation")
+			}
 		case ActionAbandon:
 			if _, ok := prev.Evicting[d.Workload]; !ok {
 				t.Fatalf("gave up on %s, which was not being evicted", d.Workload)
@@ -171,6 +213,9 @@ func checkDecisions(t *testing.T, snap Snapshot, cfg Config, prev State, decisio
 		default:
 			t.Fatalf("unknown action %q", d.Action)
 		}
+	}
+	if ksmSets > 1 {
+		t.Fatalf("%d set_ksm decisions at once", ksmSets)
 	}
 	if evicted > 1 {
 		t.Fatalf("%d evictions in one decision; one at a time", evicted)

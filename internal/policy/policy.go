@@ -42,6 +42,23 @@ type Config struct {
 	// that answers nothing) is given up on, never chosen again while it
 	// exists, and the next-ranked workload may be evicted.
 	EvictionDeadlineSeconds float64 `json:"evictionDeadlineSeconds"`
+
+	// KSMMode is off (KSM left as it is), advisor (the kernel's advisor
+	// paces ksmd) or governor (decideKSM paces it by observed profit).
+	KSMMode string `json:"ksmMode"`
+	// KSMMaxCPUPercent is the governor's burst: the share of a core ksmd
+	// may use while there is much to gain (merging costs about the same
+	// CPU time however fast it goes).
+	KSMMaxCPUPercent float64 `json:"ksmMaxCPUPercent"`
+	// KSMIdleCPUPercent is the share of a core ksmd uses once a full scan
+	// no longer pays (0: ksmd stops).
+	KSMIdleCPUPercent float64 `json:"ksmIdleCPUPercent"`
+	// KSMMinProfitBytesPerCPUSecond: a burst ends when a full scan gained
+	// less than this per ksmd CPU-second.
+	KSMMinProfitBytesPerCPUSecond float64 `json:"ksmMinProfitBytesPerCPUSecond"`
+	// KSMRAMNeedFraction: the governor bursts only when the scope's
+	// working set and swap use reach this fraction of its RAM.
+	KSMRAMNeedFraction float64 `json:"ksmRAMNeedFraction"`
 }
 
 // DefaultConfig is what the agent runs without configuration. Rate and PSI
@@ -57,6 +74,11 @@ func DefaultConfig() Config {
 		AverageWindowSizeSeconds:       10,
 		CooldownSeconds:                5,
 		EvictionDeadlineSeconds:        30,
+		KSMMode:                        KSMOff,
+		KSMMaxCPUPercent:               50,
+		KSMIdleCPUPercent:              1,
+		KSMMinProfitBytesPerCPUSecond:  16 << 20,
+		KSMRAMNeedFraction:             0.5,
 	}
 }
 
@@ -81,6 +103,16 @@ func (c Config) Validate() error {
 		return fmt.Errorf("cooldownSeconds must be >= 0, got %g", c.CooldownSeconds)
 	case !(c.EvictionDeadlineSeconds >= 1 && c.EvictionDeadlineSeconds <= 3600):
 		return fmt.Errorf("evictionDeadlineSeconds must be in [1,3600], got %g", c.EvictionDeadlineSeconds)
+	case c.KSMMode != KSMOff && c.KSMMode != KSMAdvisor && c.KSMMode != KSMGovernor && c.KSMMode != "":
+		return fmt.Errorf("ksmMode must be off, advisor or governor, got %q", c.KSMMode)
+	case !(c.KSMMaxCPUPercent > 0 && c.KSMMaxCPUPercent <= 100):
+		return fmt.Errorf("ksmMaxCPUPercent must be in (0,100], got %g", c.KSMMaxCPUPercent)
+	case !(c.KSMIdleCPUPercent >= 0 && c.KSMIdleCPUPercent <= c.KSMMaxCPUPercent):
+		return fmt.Errorf("ksmIdleCPUPercent must be in [0,ksmMaxCPUPercent], got %g", c.KSMIdleCPUPercent)
+	case !(c.KSMMinProfitBytesPerCPUSecond >= 0):
+		return fmt.Errorf("ksmMinProfitBytesPerCPUSecond must be >= 0, got %g", c.KSMMinProfitBytesPerCPUSecond)
+	case !(c.KSMRAMNeedFraction >= 0 && c.KSMRAMNeedFraction <= 1):
+		return fmt.Errorf("ksmRAMNeedFraction must be in [0,1], got %g", c.KSMRAMNeedFraction)
 	}
 	return nil
 }
@@ -106,6 +138,10 @@ type Sample struct {
 	PSISomeMicros uint64    `json:"psi_some_micros"`
 	PSIFullMicros uint64    `json:"psi_full_micros"`
 	PSIErr        string    `json:"psi_error,omitempty"`
+	// KSM is ksmd's state, read when a KSM mode is on (nil otherwise or
+	// when unreadable: KSMErr says why).
+	KSM    *KSMSample `json:"ksm,omitempty"`
+	KSMErr string     `json:"ksm_error,omitempty"`
 }
 
 // Workload is one child cgroup of the scope with its metadata.
@@ -195,6 +231,8 @@ type State struct {
 	swapRetry   map[string]time.Time
 	// Signals are the signals evaluated by the last Decide.
 	Signals []Signal `json:"signals"`
+	// KSM is the KSM governor's state.
+	KSM KSMState `json:"ksm"`
 	// lastNote avoids repeating the same non-action decision every tick.
 	lastNote string
 }
@@ -208,6 +246,8 @@ const (
 	// ActionAbandon gives up on an eviction that did not finish in time
 	// or failed; the next-ranked workload may then be evicted.
 	ActionAbandon = "abandon_eviction"
+	// ActionSetKSM sets ksmd's pace.
+	ActionSetKSM = "set_ksm"
 	// ActionNone records why a firing signal led to no eviction.
 	ActionNone = "none"
 )
@@ -227,6 +267,8 @@ type Decision struct {
 	Trigger *Trigger `json:"trigger,omitempty"`
 	// Outcome is how an eviction ended (evicted).
 	Outcome *EvictionOutcome `json:"outcome,omitempty"`
+	// KSM is set_ksm's setting.
+	KSM *KSMSetting `json:"ksm,omitempty"`
 }
 
 // SwapSetting is a workload's swap allowance.
@@ -325,6 +367,7 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 	if snap.Sample.ScopeErr == "" {
 		out = append(out, swapAllowances(snap, &st)...)
 	}
+	out = append(out, decideKSM(snap, cfg, &st)...)
 
 	signals, unreadable := Evaluate(st.Window, cfg)
 	st.Signals = signals
