@@ -84,6 +84,7 @@ bench: build
 	bench/vm-boot.sh
 	bench/vm-touch-rate.sh
 	bench/vm-balloon.sh
+	bench/ksm.sh
 
 clean:
 	rm -rf bin

@@ -121,14 +121,18 @@ if only ksmtuned && ! command -v ksmtuned >/dev/null; then
   apt-get install -y -qq --no-install-recommends ksmtuned >/dev/null 2>&1 || true
 fi
 if only ksmtuned && command -v ksmtuned >/dev/null; then
-  printf 'KSM_MONITOR_INTERVAL=5\nDEBUG=1\nLOGFILE=%s\n' "$BENCH_TMP/ksmtuned.log" > "$BENCH_TMP/ksmtuned.conf"
+  # ksmtuned forks its loop into the background and writes its PID to
+  # PIDFILE: that PID is the one to stop.
+  printf 'KSM_MONITOR_INTERVAL=5\nDEBUG=1\nLOGFILE=%s\nPIDFILE=%s\n' "$BENCH_TMP/ksmtuned.log" "$BENCH_TMP/ksmtuned.pid" > "$BENCH_TMP/ksmtuned.conf"
   # ksmtuned reads /etc/ksmtuned.conf: point it at ours for the run.
   [ -f /etc/ksmtuned.conf ] && cp /etc/ksmtuned.conf "$BENCH_TMP/ksmtuned.conf.orig"
   cp "$BENCH_TMP/ksmtuned.conf" /etc/ksmtuned.conf
   cleanup_hooks+=("[ -f $BENCH_TMP/ksmtuned.conf.orig ] && cp $BENCH_TMP/ksmtuned.conf.orig /etc/ksmtuned.conf")
-  ksmtuned & tuned=$!
+  PIDFILE="$BENCH_TMP/ksmtuned.pid" ksmtuned
+  tuned=$(cat "$BENCH_TMP/ksmtuned.pid")
+  cleanup_hooks+=("kill $tuned 2>/dev/null")
   sleep 30
-  kill $tuned 2>/dev/null; wait $tuned 2>/dev/null || true
+  kill "$tuned" 2>/dev/null || true
   echo "ksmtuned, 30 s: run=$(cat $K/run), pages_sharing=$(cat $K/pages_sharing); its log:"
   sed 's/^/  /' "$BENCH_TMP/ksmtuned.log" | tail -4
 fi

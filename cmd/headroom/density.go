@@ -39,7 +39,7 @@ it (request = vm-memory × 100 / overcommit-percent + overhead).
 --node-memory puts all workers under one parent cgroup with that limit (a
 small node inside a big machine); --swap SIZE creates a swap file for the run
 and removes it afterwards (--swap existing uses the machine's swap);
---swap-tier zram:SIZE adds a zram device in front; --agent runs headroom
+--swap-tier zram:SIZE (or zswap) adds a compressed tier in front; --agent runs headroom
 agent on the node for the whole run.
 
 Results go to --out (default ./results/<timestamp>-density): run.json,
@@ -101,7 +101,7 @@ func newDensityCommand() *cobra.Command {
 	fl.BoolVar(&f.stopOnFail, "stop-on-failure", f.stopOnFail, "stop the ramp at the first failed step")
 	fl.Var(&f.nodeMemory, "node-memory", "put the workers in one node cgroup with this memory limit (default: the whole host)")
 	fl.StringVar(&f.swap, "swap", "", "swap for the run: a size (a swap file created and removed), existing, or none")
-	fl.StringVar(&f.swapTier, "swap-tier", "", "compressed tier in front of the swap: zram:SIZE")
+	fl.StringVar(&f.swapTier, "swap-tier", "", "compressed tier in front of the swap: "+density.SwapTierForm)
 	fl.BoolVar(&f.agent, "agent", false, "run headroom agent on the node for the whole run")
 	fl.StringVar(&f.out, "out", "", "results directory (default ./results/<timestamp>-density)")
 	fl.StringVar(&f.label, "label", "", "name of this run in reports (default: scan and size)")
@@ -121,7 +121,7 @@ func runDensity(cmd *cobra.Command, f *densityFlags) error {
 	if err != nil {
 		return usagef("--swap: %v", err)
 	}
-	zram, err := density.ParseSwapTier(f.swapTier)
+	zram, zswap, err := density.ParseSwapTier(f.swapTier)
 	if err != nil {
 		return usagef("--swap-tier: %v", err)
 	}
@@ -141,7 +141,7 @@ func runDensity(cmd *cobra.Command, f *densityFlags) error {
 		Scan: memload.Scan(f.scan), WriteFraction: float64(f.writes), RatePagesPerSec: float64(f.rate),
 		Content: memload.Content(f.content), WorkloadRuntime: f.runtime, OvercommitPercent: f.overcommit,
 		OverheadBytes: uint64(f.overhead), Repeat: f.repeat, StopOnFailure: f.stopOnFail,
-		NodeMemoryBytes: uint64(f.nodeMemory), Swap: swapMode, SwapFileBytes: swapBytes, ZramBytes: zram,
+		NodeMemoryBytes: uint64(f.nodeMemory), Swap: swapMode, SwapFileBytes: swapBytes, Zram: zram, Zswap: zswap,
 		Agent: f.agent, Out: f.out, Label: f.label, Seed: f.seed, Interval: time.Second, Executable: exe, Accel: accel,
 	}
 	if err := p.Validate(); err != nil {

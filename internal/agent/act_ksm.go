@@ -53,9 +53,10 @@ func (k *ksmActuator) restore() error {
 	var first error
 	for _, w := range []struct{ name, value string }{
 		{"run", "0"},
+		// The advisor refuses a manual pace while it is on: its mode first.
+		{"advisor_mode", s.AdvisorMode},
 		{"pages_to_scan", strconv.FormatUint(s.PagesToScan, 10)},
 		{"sleep_millisecs", strconv.FormatUint(s.SleepMillisecs, 10)},
-		{"advisor_mode", s.AdvisorMode},
 		{"run", strconv.Itoa(s.Run)},
 	} {
 		if w.value == "" {

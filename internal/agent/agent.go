@@ -51,6 +51,9 @@ type View struct {
 	Workloads []WorkloadView  `json:"workloads"`
 	// KSM is the KSM governor's state (with a KSM mode on).
 	KSM *policy.KSMState `json:"ksm,omitempty"`
+	// SwapTiers are the host's swap tiers, compressed ones with the RAM
+	// they take.
+	SwapTiers []host.SwapTier `json:"swap_tiers,omitempty"`
 }
 
 const recentDecisions = 512
@@ -274,7 +277,8 @@ func (a *Agent) workloadList() []policy.Workload {
 
 // publish stores the view served over HTTP.
 func (a *Agent) publish(snap policy.Snapshot) {
-	v := View{Time: snap.Sample.Time, Scope: a.cfg.Scope, DryRun: a.cfg.DryRun, Sample: snap.Sample, Signals: a.state.Signals}
+	v := View{Time: snap.Sample.Time, Scope: a.cfg.Scope, DryRun: a.cfg.DryRun, Sample: snap.Sample, Signals: a.state.Signals,
+		SwapTiers: a.obs.tiers}
 	if a.ksm != nil {
 		k := a.state.KSM
 		v.KSM = &k

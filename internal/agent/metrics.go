@@ -5,6 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/headroom-dev/headroom/internal/host"
 )
 
 // metrics follows node_exporter's habits: raw counters and gauges named
@@ -61,6 +63,11 @@ var (
 	descScopeSwap    = prometheus.NewDesc("headroom_scope_swap_bytes", "Swap the scope may use.", nil, nil)
 	descScopeWS      = prometheus.NewDesc("headroom_scope_working_set_bytes", "Working set of the scope.", nil, nil)
 	descScopeSwapUse = prometheus.NewDesc("headroom_scope_swap_used_bytes", "Swap used by the scope.", nil, nil)
+	descScopeCompRAM = prometheus.NewDesc("headroom_scope_compressed_ram_bytes", "RAM compressed swap tiers hold for the scope's swapped pages beyond its own usage (counted in swap_utilization).", nil, nil)
+	descTierSize     = prometheus.NewDesc("headroom_swap_tier_size_bytes", "Size of a swap tier (zswap: its pool limit).", []string{"kind", "device"}, nil)
+	descTierUsed     = prometheus.NewDesc("headroom_swap_tier_used_bytes", "Swap space in use in a tier (zswap: the original size it holds).", []string{"kind", "device"}, nil)
+	descTierStored   = prometheus.NewDesc("headroom_swap_tier_stored_bytes", "Original size of the pages a compressed tier holds.", []string{"kind", "device"}, nil)
+	descTierRAM      = prometheus.NewDesc("headroom_swap_tier_ram_bytes", "RAM a compressed tier takes for what it holds.", []string{"kind", "device"}, nil)
 	descSwapIn       = prometheus.NewDesc("headroom_node_swap_in_pages_total", "Pages swapped in (/proc/vmstat pswpin).", nil, nil)
 	descSwapOut      = prometheus.NewDesc("headroom_node_swap_out_pages_total", "Pages swapped out (/proc/vmstat pswpout).", nil, nil)
 	descPSI          = prometheus.NewDesc("headroom_memory_pressure_stall_seconds_total", "Memory stall time (PSI) of the scope, by kind (some, full).", []string{"kind"}, nil)
@@ -96,7 +103,8 @@ var (
 type viewCollector struct{ a *Agent }
 
 func (c viewCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descScopeRAM, descScopeSwap, descScopeWS, descScopeSwapUse, descSwapIn, descSwapOut,
+	for _, d := range []*prometheus.Desc{descScopeRAM, descScopeSwap, descScopeWS, descScopeSwapUse, descScopeCompRAM,
+		descTierSize, descTierUsed, descTierStored, descTierRAM, descSwapIn, descSwapOut,
 		descPSI, descSignal, descThreshold, descFiring, descWorkloads, descWorkloadWS, descWorkloadSwap, descAllowance, descPriority,
 		descGuestMemory, descGuestAvail, descGuestMajflt, descGuestSwapIn, descGuestSwapOut,
 		descKSMSharing, descKSMShared, descKSMProfit, descKSMMergeable, descKSMScanned, descKSMScans, descKSMCPU, descKSMCow,
@@ -122,6 +130,15 @@ func (c viewCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descScopeSwap, float64(s.Scope.SwapBytes))
 		gauge(descScopeWS, float64(s.Scope.WorkingSetBytes))
 		gauge(descScopeSwapUse, float64(s.Scope.SwapUsedBytes))
+		gauge(descScopeCompRAM, float64(s.Scope.CompressedRAMBytes))
+	}
+	for _, t := range v.SwapTiers {
+		gauge(descTierSize, float64(t.SizeBytes), t.Kind, t.Device)
+		gauge(descTierUsed, float64(t.UsedBytes), t.Kind, t.Device)
+		if t.Kind != host.TierDisk {
+			gauge(descTierStored, float64(t.StoredBytes), t.Kind, t.Device)
+			gauge(descTierRAM, float64(t.RAMBytes), t.Kind, t.Device)
+		}
 	}
 	if s.VMStatErr == "" {
 		counter(descSwapIn, float64(s.PswpIn))

@@ -37,6 +37,8 @@ type observer struct {
 	vms map[string]*vmConn
 	// ksm reads ksmd when a KSM mode is on (nil otherwise).
 	ksm *ksmObserver
+	// tiers are the swap tiers of the last sample.
+	tiers []host.SwapTier
 }
 
 type cachedMetadata struct {
@@ -82,6 +84,19 @@ func (o *observer) sample(now time.Time) policy.Sample {
 		m := o.limits
 		m.UsageBytes, m.WorkingSetBytes, m.SwapBytes = u.UsageBytes, u.WorkingSetBytes, u.SwapBytes
 		s.Scope = scopeFromGroup(m, o.hostMem)
+	}
+	// Swap tiers: the RAM compressed ones hold for the scope. A sub-tree
+	// scope whose share cannot be read is not acted on.
+	if tiers, err := host.ReadSwapTiers(); err != nil {
+		o.readErrors("swap_tiers")
+		if !o.hostScope && s.ScopeErr == "" {
+			s.ScopeErr = err.Error()
+		}
+	} else {
+		o.tiers = tiers
+		if s.ScopeErr == "" {
+			s.Scope.CompressedRAMBytes = compressedRAM(tiers, s.Scope.SwapUsedBytes, o.hostScope, o.scope.ChargesZswap())
+		}
 	}
 
 	v, err := host.ReadVMStat()

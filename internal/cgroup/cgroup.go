@@ -72,6 +72,10 @@ type Group interface {
 	// PressureFile is the group's memory.pressure, or "" where the
 	// hierarchy has none (v1: use the system-wide file).
 	PressureFile() string
+	// ChargesZswap reports whether the RAM zswap keeps for the group's
+	// swapped pages counts in the group's usage (v2 only; zram's RAM is
+	// never charged to a cgroup).
+	ChargesZswap() bool
 	// DisableSwap keeps the group's own memory out of swap (v1:
 	// memory.swappiness 0; v2: memory.swap.max 0).
 	DisableSwap() error

@@ -12,7 +12,9 @@ type v1Group struct {
 	path string
 }
 
-func (g *v1Group) Path() string         { return g.path }
+func (g *v1Group) Path() string       { return g.path }
+func (g *v1Group) ChargesZswap() bool { return false }
+
 func (g *v1Group) PressureFile() string { return "" }
 func (g *v1Group) DisableSwap() error   { return writeValue(g.file("memory.swappiness"), 0) }
 func (g *v1Group) file(name string) string {

@@ -20,6 +20,7 @@ import (
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/probe"
 	"github.com/headroom-dev/headroom/internal/results"
+	"github.com/headroom-dev/headroom/internal/swaptier"
 	"github.com/headroom-dev/headroom/internal/units"
 )
 
@@ -80,29 +81,26 @@ func Run(ctx context.Context, p Params, rep Reporter) (dir string, run *results.
 		}
 	}()
 
-	var swap swapSetup
+	swap := &swaptier.Setup{}
 	defer func() {
-		if uerr := swap.undo(); uerr != nil {
+		if uerr := swap.Down(); uerr != nil {
 			rep.Note("could not remove the run's swap: %v", uerr)
 			if err == nil {
 				err = uerr
 			}
 		}
 	}()
-	if p.Swap == "file" {
-		if err := swap.addSwapFile(SwapFileDir, p.SwapFileBytes); err != nil {
+	if spec := p.SwapSpec(); spec.File != nil || spec.Zram != nil || spec.Zswap != nil {
+		if swap, err = swaptier.Up(spec, ""); err != nil {
+			swap = &swaptier.Setup{}
 			return h.dir, run, err
 		}
-		rep.Note("swap file %s (%s) enabled", swap.file, units.FormatBytes(p.SwapFileBytes))
-	}
-	if p.ZramBytes > 0 {
-		if err := swap.addZram(p.ZramBytes); err != nil {
-			return h.dir, run, err
+		for _, m := range swap.Made {
+			rep.Note("swap: %s %s enabled", m.Kind, m.Device)
 		}
-		rep.Note("zram tier %s (%s) enabled in front", swap.zramDev, units.FormatBytes(p.ZramBytes))
 	}
 	run.Machine = machineFacts()
-	run.Node = h.nodeFacts(run.Machine, swap)
+	run.Node = h.nodeFacts(run.Machine)
 
 	backend, err := h.prepareNode(run.Node)
 	if err != nil {
@@ -193,14 +191,20 @@ func machineFacts() results.Machine {
 
 // nodeFacts sizes the node and measures its swap device's random-read rate
 // (the physical limit of page-ins shown on the report).
-func (h *Harness) nodeFacts(m results.Machine, swap swapSetup) results.Node {
+func (h *Harness) nodeFacts(m results.Machine) results.Node {
 	n := results.Node{MemoryBytes: h.p.NodeMemoryBytes, RequestBytes: h.p.RequestBytes()}
 	if n.MemoryBytes == 0 {
 		n.MemoryBytes = m.MemTotalBytes
 	}
+	if z := h.p.Zswap; z != nil {
+		n.SwapTier = "zswap"
+		if z.MaxPoolPercent > 0 {
+			n.SwapTier += fmt.Sprintf(" (pool %d%% of RAM)", z.MaxPoolPercent)
+		}
+	}
 	var deviceDir string
 	for _, d := range m.SwapDevices {
-		if strings.Contains(d.Path, "zram") {
+		if host.IsZram(d.Path) {
 			n.SwapTier = fmt.Sprintf("zram %s", units.FormatBytes(d.SizeBytes))
 		}
 		if h.p.Swap != "" {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/microvm"
+	"github.com/headroom-dev/headroom/internal/swaptier"
 	"github.com/headroom-dev/headroom/internal/units"
 )
 
@@ -38,12 +39,14 @@ type Params struct {
 	// Swap is "" (none added), "existing", or a swap file size in bytes.
 	Swap          string
 	SwapFileBytes uint64
-	ZramBytes     uint64 // a zram swap tier in front of the swap file
-	Agent         bool
-	Out           string
-	Label         string
-	Seed          uint64
-	Interval      time.Duration
+	// Zram or Zswap is a compressed tier in front of the swap (nil: none).
+	Zram     *swaptier.ZramSpec
+	Zswap    *swaptier.ZswapSpec
+	Agent    bool
+	Out      string
+	Label    string
+	Seed     uint64
+	Interval time.Duration
 	// Executable is the headroom binary that runs the workers and agent.
 	Executable string
 	// Image is the guest image (qemu backend) and Accel its accelerator.
@@ -111,17 +114,39 @@ func ParseSwap(s string) (mode string, sizeBytes uint64, err error) {
 	return "file", n, nil
 }
 
-// ParseSwapTier parses --swap-tier "zram:2Gi".
-func ParseSwapTier(s string) (uint64, error) {
-	if s == "" {
-		return 0, nil
+// SwapTierForm describes the accepted --swap-tier syntax.
+const SwapTierForm = "zram:SIZE[,algorithm=A,priority=N] or zswap[:max_pool_percent=N,compressor=C]"
+
+// ParseSwapTier parses --swap-tier: "zram:2Gi,algorithm=lz4" or
+// "zswap:max_pool_percent=20" ("" for none).
+func ParseSwapTier(s string) (*swaptier.ZramSpec, *swaptier.ZswapSpec, error) {
+	kind, opts, _ := strings.Cut(s, ":")
+	switch kind {
+	case "":
+		return nil, nil, nil
+	case "zram":
+		z, err := swaptier.ParseZram(opts)
+		if err != nil {
+			return nil, nil, fmt.Errorf("invalid swap tier %q: want %s", s, SwapTierForm)
+		}
+		return &z, nil, nil
+	case "zswap":
+		z, err := swaptier.ParseZswap(opts)
+		if err != nil {
+			return nil, nil, fmt.Errorf("invalid swap tier %q: want %s", s, SwapTierForm)
+		}
+		return nil, &z, nil
 	}
-	kind, size, ok := strings.Cut(s, ":")
-	n, err := units.ParseBytes(size)
-	if !ok || kind != "zram" || err != nil || n == 0 {
-		return 0, fmt.Errorf("invalid swap tier %q: want zram:SIZE, e.g. zram:2Gi", s)
+	return nil, nil, fmt.Errorf("invalid swap tier %q: want %s", s, SwapTierForm)
+}
+
+// SwapSpec is the swap the run sets up (File nil unless --swap SIZE).
+func (p Params) SwapSpec() swaptier.Spec {
+	spec := swaptier.Spec{Zram: p.Zram, Zswap: p.Zswap}
+	if p.Swap == "file" {
+		spec.File = &swaptier.FileSpec{SizeBytes: p.SwapFileBytes, Priority: swaptier.DefaultFilePriority}
 	}
-	return n, nil
+	return spec
 }
 
 // RequestBytes is what the scheduler reserves per worker: the declared
@@ -150,7 +175,7 @@ func (p Params) Validate() error {
 		return fmt.Errorf("--workload-runtime must be positive")
 	case p.Repeat < 1:
 		return fmt.Errorf("--repeat must be at least 1")
-	case p.ZramBytes > 0 && p.Swap == "":
+	case (p.Zram != nil || p.Zswap != nil) && p.Swap == "":
 		return fmt.Errorf("--swap-tier needs --swap (a tier sits in front of a swap device)")
 	case p.Agent && p.NodeMemoryBytes == 0:
 		return fmt.Errorf("--agent needs --node-memory: the agent protects the run's node cgroup")
@@ -167,7 +192,13 @@ func (p Params) AsMap() map[string]any {
 		"workload_runtime_seconds": p.WorkloadRuntime.Seconds(), "overcommit_percent": p.OvercommitPercent,
 		"overhead_bytes": p.OverheadBytes, "request_bytes": p.RequestBytes(), "repeat": p.Repeat,
 		"stop_on_failure": p.StopOnFailure, "node_memory_bytes": p.NodeMemoryBytes, "swap": p.Swap,
-		"swap_file_bytes": p.SwapFileBytes, "zram_bytes": p.ZramBytes, "agent": p.Agent, "seed": p.Seed,
+		"swap_file_bytes": p.SwapFileBytes, "agent": p.Agent, "seed": p.Seed,
+	}
+	if p.Zram != nil {
+		m["zram"] = p.Zram
+	}
+	if p.Zswap != nil {
+		m["zswap"] = p.Zswap
 	}
 	if p.Image != nil {
 		m["guest_image"] = map[string]any{"kernel_package": p.Image.KernelPackage, "kernel_version": p.Image.KernelVersion,

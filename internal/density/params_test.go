@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/headroom-dev/headroom/internal/memload"
+	"github.com/headroom-dev/headroom/internal/swaptier"
 )
 
 func TestParseDeployments(t *testing.T) {
@@ -67,11 +68,17 @@ func TestParseSwapAndTier(t *testing.T) {
 			t.Errorf("ParseSwap(%q) accepted", bad)
 		}
 	}
-	if n, err := ParseSwapTier("zram:2Gi"); err != nil || n != 2<<30 {
-		t.Errorf("ParseSwapTier = %d, %v", n, err)
+	if z, _, err := ParseSwapTier("zram:2Gi,algorithm=lz4"); err != nil || z == nil || z.SizeBytes != 2<<30 || z.Algorithm != "lz4" {
+		t.Errorf("ParseSwapTier(zram) = %+v, %v", z, err)
 	}
-	for _, bad := range []string{"zswap:1Gi", "zram:", "zram:0", "zram"} {
-		if _, err := ParseSwapTier(bad); err == nil {
+	if _, z, err := ParseSwapTier("zswap"); err != nil || z == nil || z.MaxPoolPercent != 0 {
+		t.Errorf("ParseSwapTier(zswap) = %+v, %v", z, err)
+	}
+	if _, z, err := ParseSwapTier("zswap:max_pool_percent=20"); err != nil || z == nil || z.MaxPoolPercent != 20 {
+		t.Errorf("ParseSwapTier(zswap:max_pool_percent=20) = %+v, %v", z, err)
+	}
+	for _, bad := range []string{"zswap:1Gi", "zram:", "zram:0", "zram", "disk:1Gi", "zswap:max_pool_percent=0"} {
+		if _, _, err := ParseSwapTier(bad); err == nil {
 			t.Errorf("ParseSwapTier(%q) accepted", bad)
 		}
 	}
@@ -111,7 +118,7 @@ func TestValidate(t *testing.T) {
 		"--overcommit-percent": func(p *Params) { p.OvercommitPercent = 50 },
 		"--workload-runtime":   func(p *Params) { p.WorkloadRuntime = 0 },
 		"--repeat":             func(p *Params) { p.Repeat = 0 },
-		"--swap-tier":          func(p *Params) { p.ZramBytes = 1 << 30 },
+		"--swap-tier":          func(p *Params) { p.Zram = &swaptier.ZramSpec{SizeBytes: 1 << 30} },
 		"--agent":              func(p *Params) { p.Agent = true },
 	}
 	for flag, f := range bad {

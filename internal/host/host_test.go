@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -153,6 +154,57 @@ func FuzzParseStatCPUSeconds(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if s, err := ParseStatCPUSeconds(b, 100); err == nil && s < 0 {
 			t.Fatalf("negative CPU time %v", s)
+		}
+	})
+}
+
+func TestParseZramMMStat(t *testing.T) {
+	// orig compr mem_used mem_limit mem_used_max same_pages compacted huge huge_since
+	st, err := ParseZramMMStat([]byte("  8192000  2048000  2199552        0  2199552       12        0        0        0\n"))
+	want := ZramStat{OrigDataBytes: 8192000, ComprDataBytes: 2048000, MemUsedBytes: 2199552, SamePages: 12}
+	if err != nil || st != want {
+		t.Fatalf("ParseZramMMStat = %+v, %v; want %+v", st, err, want)
+	}
+	for _, bad := range []string{"", "1 2 3 4 5", "1 2 x 4 5 6", "-1 2 3 4 5 6"} {
+		if _, err := ParseZramMMStat([]byte(bad)); err == nil {
+			t.Errorf("ParseZramMMStat(%q) accepted", bad)
+		}
+	}
+}
+
+func TestCompressionRatio(t *testing.T) {
+	for _, c := range []struct {
+		tier SwapTier
+		want float64
+	}{
+		{SwapTier{Kind: TierZram, StoredBytes: 4 << 20, RAMBytes: 1 << 20}, 4},
+		{SwapTier{Kind: TierZram, StoredBytes: 0, RAMBytes: 20 << 10}, 0},
+		{SwapTier{Kind: TierDisk, UsedBytes: 1 << 20}, 0},
+	} {
+		if got := c.tier.CompressionRatio(); got != c.want {
+			t.Errorf("%+v: ratio %g, want %g", c.tier, got, c.want)
+		}
+	}
+}
+
+func FuzzParseZramMMStat(f *testing.F) {
+	f.Add([]byte("8192000 2048000 2199552 0 2199552 12 0 0 0"))
+	f.Add([]byte("0 0 0 0 0 0"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		st, err := ParseZramMMStat(b)
+		if err != nil {
+			return
+		}
+		// Every accepted input has six numbers, the first orig_data_size
+		// and the third mem_used_total.
+		fields := strings.Fields(string(b))
+		if len(fields) < 6 {
+			t.Fatalf("accepted %q with %d fields", b, len(fields))
+		}
+		orig, _ := strconv.ParseUint(fields[0], 10, 64)
+		used, _ := strconv.ParseUint(fields[2], 10, 64)
+		if st.OrigDataBytes != orig || st.MemUsedBytes != used {
+			t.Fatalf("accepted %q as %+v", b, st)
 		}
 	})
 }

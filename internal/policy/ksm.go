@@ -145,7 +145,7 @@ func decideKSM(snap Snapshot, cfg Config, st *State) []Decision {
 
 	scope := snap.Sample.Scope
 	needed := snap.Sample.ScopeErr == "" && scope.RAMBytes > 0 &&
-		float64(scope.WorkingSetBytes+scope.SwapUsedBytes) >= cfg.KSMRAMNeedFraction*float64(scope.RAMBytes)
+		float64(scope.UsedBytes()) >= cfg.KSMRAMNeedFraction*float64(scope.RAMBytes)
 	merged := (k.PagesShared + k.PagesSharing) * pageBytes
 	potential := int64(k.MergeableBytes) - int64(merged)
 
@@ -154,7 +154,7 @@ func decideKSM(snap Snapshot, cfg Config, st *State) []Decision {
 		phase, why = p, reason
 		g.Phase, g.Since, g.ScansAtStart, g.MergeableAtStart = p, now, k.FullScans, k.MergeableBytes
 	}
-	usePct := 100 * float64(scope.WorkingSetBytes+scope.SwapUsedBytes) / float64(max(scope.RAMBytes, 1))
+	usePct := 100 * float64(scope.UsedBytes()) / float64(max(scope.RAMBytes, 1))
 	switch g.Phase {
 	case "", KSMStandby, KSMAdvised:
 		switch {

@@ -123,7 +123,14 @@ type Scope struct {
 	SwapBytes       uint64 `json:"swap_bytes"` // swap the scope may use
 	WorkingSetBytes uint64 `json:"working_set_bytes"`
 	SwapUsedBytes   uint64 `json:"swap_used_bytes"`
+	// CompressedRAMBytes is RAM that compressed swap tiers (zram, zswap)
+	// hold for the scope's swapped pages and the scope's own usage does
+	// not count: a page there is in swap and, compressed, in RAM.
+	CompressedRAMBytes uint64 `json:"compressed_ram_bytes,omitempty"`
 }
+
+// UsedBytes is what the scope's memory takes from RAM and swap together.
+func (s Scope) UsedBytes() uint64 { return s.WorkingSetBytes + s.SwapUsedBytes + s.CompressedRAMBytes }
 
 // Sample is one observation of the scope and of raw cumulative counters.
 // An Err field says the matching data could not be read; signals that need

@@ -19,6 +19,12 @@ func sample(sec, wsGiB, swapGiB float64) Sample {
 		WorkingSetBytes: uint64(wsGiB * gi), SwapUsedBytes: uint64(swapGiB * gi)}}
 }
 
+// withCompressedRAM adds RAM that zram or zswap holds for the scope.
+func withCompressedRAM(s Sample, gib float64) Sample {
+	s.Scope.CompressedRAMBytes = uint64(gib * gi)
+	return s
+}
+
 func wl(name string, prio int, reqGiB, wsGiB, swapGiB float64) Workload {
 	return Workload{Name: name, Priority: prio, RequestBytes: uint64(reqGiB * gi), Processes: 1,
 		WorkingSetBytes: uint64(wsGiB * gi), SwapBytes: uint64(swapGiB * gi)}
@@ -181,6 +187,7 @@ func TestEvaluate(t *testing.T) {
 		{"calm", []Sample{withCounters(sample(0, 1, 0), 100, 100, 0, 0), withCounters(sample(10, 1, 0), 200, 200, 1e5, 0)}, nil, nil},
 		{"utilization over RAM + factor × swap", []Sample{sample(0, 4, 2.1)}, []string{SignalSwapUtilization}, nil},
 		{"utilization at the threshold does not fire", []Sample{sample(0, 4, 2)}, nil, nil},
+		{"compressed tiers' RAM counts in utilization", []Sample{withCompressedRAM(sample(0, 4, 2), 0.1)}, []string{SignalSwapUtilization}, nil},
 		{"swap-in average over threshold", []Sample{withCounters(sample(0, 1, 0), 0, 0, 0, 0), withCounters(sample(10, 1, 0), 10010, 0, 0, 0)}, []string{SignalSwapIn}, nil},
 		{"swap-out average is a difference, not the total", []Sample{withCounters(sample(0, 1, 0), 0, 1e9, 0, 0), withCounters(sample(10, 1, 0), 0, 1e9+100, 0, 0)}, nil, nil},
 		{"counter reset is no increase", []Sample{withCounters(sample(0, 1, 0), 1e9, 0, 0, 0), withCounters(sample(10, 1, 0), 5, 0, 0, 0)}, nil, nil},

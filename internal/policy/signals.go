@@ -44,7 +44,7 @@ func Evaluate(window []Sample, cfg Config) (signals []Signal, unreadable []strin
 		unreadable = append(unreadable, SignalSwapUtilization)
 	} else {
 		capacity := float64(last.Scope.RAMBytes) + cfg.SwapUtilizationThresholdFactor*float64(last.Scope.SwapBytes)
-		used := float64(last.Scope.WorkingSetBytes + last.Scope.SwapUsedBytes)
+		used := float64(last.Scope.UsedBytes())
 		signals = append(signals, above(SignalSwapUtilization, used, capacity, "bytes"))
 	}
 
@@ -133,7 +133,7 @@ func secondsToExhaustion(window []Sample) (float64, bool) {
 	var n, sx, sy, sxx, sxy float64
 	for _, s := range window {
 		x := s.Time.Sub(t0).Seconds()
-		y := float64(s.Scope.WorkingSetBytes + s.Scope.SwapUsedBytes)
+		y := float64(s.Scope.UsedBytes())
 		n++
 		sx += x
 		sy += y
@@ -149,6 +149,6 @@ func secondsToExhaustion(window []Sample) (float64, bool) {
 		return 0, false
 	}
 	last := window[len(window)-1]
-	room := float64(last.Scope.RAMBytes+last.Scope.SwapBytes) - float64(last.Scope.WorkingSetBytes+last.Scope.SwapUsedBytes)
+	room := float64(last.Scope.RAMBytes+last.Scope.SwapBytes) - float64(last.Scope.UsedBytes())
 	return max(room, 0) / slope, true
 }

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/headroom-dev/headroom/internal/swaptier"
+)
+
+func newSwapCommand() *cobra.Command {
+	var statePath string
+	cmd := &cobra.Command{
+		Use:   "swap",
+		Short: "Set up, show and tear down swap tiers: a swap file, zram in front of it, zswap",
+		Long: `headroom swap sets up the swap a host or a test runs with in one command
+and removes exactly what it made. Faster tiers are used first: zswap
+caches pages on their way to a swap device; zram (priority 100 by
+default) fills before the swap file (priority 10).`,
+	}
+	cmd.PersistentFlags().StringVar(&statePath, "state", swaptier.DefaultStatePath, "where `up` records what it made, for `down` and `status`")
+	cmd.AddCommand(newSwapUpCommand(&statePath), newSwapDownCommand(&statePath), newSwapStatusCommand(&statePath))
+	return cmd
+}
+
+// zswapOn is --zswap's value when the flag is given bare.
+const zswapOn = "on"
+
+func newSwapUpCommand(statePath *string) *cobra.Command {
+	var file, zram, zswap string
+	cmd := &cobra.Command{
+		Use:   "up [--file SIZE[,path=P,priority=N]] [--zram SIZE[,algorithm=A,priority=N,writeback=DEV]] [--zswap[=max_pool_percent=N,compressor=C]]",
+		Short: "Set up swap tiers (refuses unsafe sizes before changing anything)",
+		Example: `  headroom swap up --file 8Gi
+  headroom swap up --file 8Gi --zram 4Gi,algorithm=lz4
+  headroom swap up --file 8Gi --zswap=max_pool_percent=20,compressor=lz4`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var spec swaptier.Spec
+			if file != "" {
+				f, err := swaptier.ParseFile(file)
+				if err != nil {
+					return usageError{err}
+				}
+				spec.File = &f
+			}
+			if zram != "" {
+				z, err := swaptier.ParseZram(zram)
+				if err != nil {
+					return usageError{err}
+				}
+				spec.Zram = &z
+			}
+			if cmd.Flags().Changed("zswap") {
+				opts := zswap
+				if opts == zswapOn {
+					opts = ""
+				}
+				z, err := swaptier.ParseZswap(opts)
+				if err != nil {
+					return usageError{err}
+				}
+				spec.Zswap = &z
+			}
+			setup, err := swaptier.Up(spec, *statePath)
+			if swaptier.IsInputError(err) {
+				return usageError{err}
+			}
+			if err != nil {
+				return err
+			}
+			for _, m := range setup.Made {
+				fmt.Fprintf(cmd.OutOrStdout(), "up: %s %s\n", m.Kind, m.Device)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "recorded in %s; `headroom swap down` removes it\n", *statePath)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&file, "file", "", "a swap file: SIZE[,path=P,priority=N] (default path: a new directory in /var/tmp; priority 10)")
+	f.StringVar(&zram, "zram", "", "a zram device: SIZE[,algorithm=A,priority=N,writeback=DEV] (at most twice RAM; priority 100)")
+	f.StringVar(&zswap, "zswap", "", "turn zswap on: --zswap or --zswap=max_pool_percent=N,compressor=C")
+	f.Lookup("zswap").NoOptDefVal = zswapOn
+	return cmd
+}
+
+func newSwapDownCommand(statePath *string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "down",
+		Short: "Remove the swap tiers `swap up` made, and nothing else",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			setup, err := swaptier.LoadState(*statePath)
+			if err != nil {
+				return err
+			}
+			if setup == nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "nothing to take down: %s records no swap made by headroom\n", *statePath)
+				return nil
+			}
+			made := append([]swaptier.Made(nil), setup.Made...)
+			if err := setup.Down(); err != nil {
+				return fmt.Errorf("%w (still recorded in %s)", err, *statePath)
+			}
+			for i := len(made) - 1; i >= 0; i-- {
+				fmt.Fprintf(cmd.OutOrStdout(), "down: %s %s\n", made[i].Kind, made[i].Device)
+			}
+			return nil
+		},
+	}
+}
+
+func newSwapStatusCommand(statePath *string) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show each swap tier's use, compression ratio and the RAM it takes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := swaptier.ReadStatus(*statePath)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(st)
+			}
+			st.Print(cmd.OutOrStdout())
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}

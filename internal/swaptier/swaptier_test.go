@@ -1,0 +1,144 @@
+package swaptier
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/headroom-dev/headroom/internal/host"
+)
+
+func TestParse(t *testing.T) {
+	f, err := ParseFile("8Gi,path=/srv/swap,priority=5")
+	if err != nil || f != (FileSpec{SizeBytes: 8 << 30, Path: "/srv/swap", Priority: 5}) {
+		t.Errorf("ParseFile = %+v, %v", f, err)
+	}
+	if f, _ := ParseFile("1Gi"); f.Priority != DefaultFilePriority || f.Path != "" {
+		t.Errorf("ParseFile defaults = %+v", f)
+	}
+	z, err := ParseZram("4Gi,algorithm=lz4,priority=200")
+	if err != nil || z != (ZramSpec{SizeBytes: 4 << 30, Algorithm: "lz4", Priority: 200}) {
+		t.Errorf("ParseZram = %+v, %v", z, err)
+	}
+	if z, _ := ParseZram("512Mi"); z.Priority != DefaultZramPriority {
+		t.Errorf("ParseZram default priority %d", z.Priority)
+	}
+	zs, err := ParseZswap("max_pool_percent=25,compressor=lzo")
+	if err != nil || zs != (ZswapSpec{MaxPoolPercent: 25, Compressor: "lzo"}) {
+		t.Errorf("ParseZswap = %+v, %v", zs, err)
+	}
+	if zs, err := ParseZswap(""); err != nil || zs != (ZswapSpec{}) {
+		t.Errorf("ParseZswap(bare) = %+v, %v", zs, err)
+	}
+	bad := []struct {
+		parse func(string) error
+		in    string
+		says  string
+	}{
+		{fileErr, "", "--file"},
+		{fileErr, "lots", "want --file SIZE"},
+		{fileErr, "1k", "at least 40 KiB"},
+		{fileErr, "1Gi,path=relative", "absolute path"},
+		{fileErr, "1Gi,prio=3", `unknown or empty option "prio=3"`},
+		{fileErr, "1Gi,priority=40000", "[-1,32767]"},
+		{zramErr, "0", "--zram"},
+		{zramErr, "1Gi,algorithm=", "unknown or empty option"},
+		{zramErr, "1Gi,priority=-2", "[-1,32767]"},
+		{zswapErr, "1Gi", "--zswap"},
+		{zswapErr, "max_pool_percent=0", "[1,100]"},
+		{zswapErr, "max_pool_percent=101", "[1,100]"},
+		{zswapErr, "zpool=zbud", "unknown"},
+	}
+	for _, c := range bad {
+		err := c.parse(c.in)
+		if err == nil || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%q: error %v, want one saying %q", c.in, err, c.says)
+		}
+	}
+}
+
+func fileErr(s string) error  { _, err := ParseFile(s); return err }
+func zramErr(s string) error  { _, err := ParseZram(s); return err }
+func zswapErr(s string) error { _, err := ParseZswap(s); return err }
+
+func TestCheck(t *testing.T) {
+	machine := func() Machine {
+		return Machine{RAMBytes: 16 << 30, ZramAlgorithms: []string{"lzo-rle", "lzo", "lz4"}, HasZswap: true,
+			FreeBytes: func(string) (uint64, error) { return 10 << 30, nil }}
+	}
+	file := func(size uint64) *FileSpec { return &FileSpec{SizeBytes: size, Priority: 10} }
+	zram := func(size uint64, alg string) *ZramSpec {
+		return &ZramSpec{SizeBytes: size, Algorithm: alg, Priority: 100}
+	}
+	cases := []struct {
+		name string
+		spec Spec
+		edit func(*Machine)
+		says string // "" for accepted
+	}{
+		{"file fits", Spec{File: file(8 << 30)}, nil, ""},
+		{"file too big for the disk", Spec{File: file(10 << 30)}, nil, "does not fit"},
+		{"file path exists", Spec{File: &FileSpec{SizeBytes: 1 << 30, Path: "/"}}, nil, "exists"},
+		{"free space unknown", Spec{File: file(1 << 30)}, func(m *Machine) {
+			m.FreeBytes = func(string) (uint64, error) { return 0, errors.New("no such dir") }
+		}, "cannot check the free space"},
+		{"zram twice RAM", Spec{File: file(1 << 30), Zram: zram(32<<30, "")}, nil, ""},
+		{"zram over twice RAM", Spec{Zram: zram(32<<30+1, "")}, nil, "more than twice"},
+		{"zram algorithm offered", Spec{Zram: zram(1<<30, "lz4")}, nil, ""},
+		{"zram algorithm not offered", Spec{Zram: zram(1<<30, "zstd")}, nil, "offers lzo-rle, lzo, lz4"},
+		{"no zram", Spec{Zram: zram(1<<30, "")}, func(m *Machine) { m.ZramAlgorithms = nil }, "no zram"},
+		{"zram writeback without support", Spec{Zram: &ZramSpec{SizeBytes: 1 << 30, Writeback: "/dev/vdb"}}, nil, "no writeback"},
+		{"zswap with a file", Spec{File: file(1 << 30), Zswap: &ZswapSpec{}}, nil, ""},
+		{"zswap on existing swap", Spec{Zswap: &ZswapSpec{}}, func(m *Machine) { m.ActiveSwapBytes = 1 << 30 }, ""},
+		{"zswap without swap", Spec{Zswap: &ZswapSpec{}}, nil, "none is on"},
+		{"zswap and zram", Spec{Zram: zram(1<<30, ""), Zswap: &ZswapSpec{}}, nil, "twice"},
+		{"no zswap", Spec{File: file(1 << 30), Zswap: &ZswapSpec{}}, func(m *Machine) { m.HasZswap = false }, "no zswap"},
+		{"nothing", Spec{}, nil, "nothing to set up"},
+	}
+	for _, c := range cases {
+		m := machine()
+		if c.edit != nil {
+			c.edit(&m)
+		}
+		err := c.spec.Check(m)
+		switch {
+		case c.says == "" && err != nil:
+			t.Errorf("%s: refused: %v", c.name, err)
+		case c.says != "" && (err == nil || !strings.Contains(err.Error(), c.says)):
+			t.Errorf("%s: error %v, want one saying %q", c.name, err, c.says)
+		case err != nil && !IsInputError(err):
+			t.Errorf("%s: %v is not an input error", c.name, err)
+		}
+	}
+}
+
+func TestSortTiers(t *testing.T) {
+	tiers := []host.SwapTier{
+		{Kind: host.TierDisk, Device: "/swapfile", Priority: -2},
+		{Kind: host.TierZswap, Device: "zswap", Priority: 1 << 16},
+		{Kind: host.TierZram, Device: "/dev/zram0", Priority: 100},
+		{Kind: host.TierDisk, Device: "/dev/vdb", Priority: -2},
+	}
+	var got []string
+	for _, tier := range sortTiers(tiers) {
+		got = append(got, tier.Device)
+	}
+	if strings.Join(got, " ") != "zswap /dev/zram0 /swapfile /dev/vdb" {
+		t.Errorf("order %v", got)
+	}
+}
+
+func FuzzParseZram(f *testing.F) {
+	for _, s := range []string{"4Gi", "4Gi,algorithm=lz4,priority=5", "1,writeback=/dev/x", ",", "1Gi,,"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		z, err := ParseZram(s)
+		if err != nil {
+			return
+		}
+		if z.SizeBytes == 0 || z.Priority < -1 || z.Priority > 32767 {
+			t.Fatalf("accepted %q as %+v", s, z)
+		}
+	})
+}
