@@ -21,6 +21,10 @@ func (a *Agent) act(ctx context.Context, d policy.Decision) {
 		if err := a.ksm.apply(*d.KSM); err != nil {
 			r.Error = err.Error()
 		}
+	case d.Action == policy.ActionSetBalloon:
+		if err := a.applyBalloon(d); err != nil {
+			r.Error = err.Error()
+		}
 	case d.Action == policy.ActionSetSwap:
 		res := applySwap(g, d)
 		a.swapResults = append(a.swapResults, res)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -54,6 +55,8 @@ type View struct {
 	// SwapTiers are the host's swap tiers, compressed ones with the RAM
 	// they take.
 	SwapTiers []host.SwapTier `json:"swap_tiers,omitempty"`
+	// Balloon is the balloon controller's state (with --balloon).
+	Balloon *policy.BalloonState `json:"balloon,omitempty"`
 }
 
 const recentDecisions = 512
@@ -66,6 +69,8 @@ type Agent struct {
 	obs       *observer
 	evictor   Evictor
 	ksm       *ksmActuator // nil unless a KSM mode is on
+	// ballooned are the VMs the agent ballooned, with their RAM.
+	ballooned map[string]uint64
 	metrics   *metrics
 
 	// Loop state, touched only by the loop goroutine.
@@ -107,8 +112,8 @@ func NewForScope(cfg Config, scope cgroup.Group, log *slog.Logger, decisions io.
 	}
 	a := &Agent{
 		cfg: cfg, log: log, decisions: decisions,
-		evictor:   DefaultEvictor{Grace: seconds(cfg.EvictionGraceSeconds), Poll: 50 * time.Millisecond},
-		groups:    map[string]cgroup.Group{},
+		evictor: DefaultEvictor{Grace: seconds(cfg.EvictionGraceSeconds), Poll: 50 * time.Millisecond},
+		groups:  map[string]cgroup.Group{}, ballooned: map[string]uint64{},
 		workloads: map[string]policy.Workload{},
 		meta:      map[string]Metadata{},
 	}
@@ -174,6 +179,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				srv.Close()
 			}
 			a.evictions.Wait()
+			a.restoreBalloons()
 			a.obs.closeVMs()
 			if a.ksm != nil {
 				if err := a.ksm.restore(); err != nil {
@@ -202,6 +208,7 @@ func (a *Agent) Tick(ctx context.Context, now time.Time) {
 	if now.Sub(a.statsAt) >= seconds(a.cfg.WorkloadStatsSeconds) {
 		a.refreshWorkloads(now, false)
 	}
+	a.refreshGuests(now)
 	snap := policy.Snapshot{Sample: sample, Workloads: a.workloadList(), Outcomes: a.takeOutcomes(), SwapResults: a.swapResults}
 	a.swapResults = nil
 	decisions, next := policy.Decide(snap, a.cfg.Config, a.state)
@@ -222,6 +229,18 @@ func (a *Agent) Tick(ctx context.Context, now time.Time) {
 	}
 	a.prevSample = now
 	a.publish(snap)
+}
+
+// refreshGuests attaches every VM's latest guest statistics (its goroutine
+// reads them once a second; taking them costs no I/O): the balloon
+// controller follows a guest's growth from one second to the next.
+func (a *Agent) refreshGuests(now time.Time) {
+	for name, w := range a.workloads {
+		if vm := a.obs.vms[name]; vm != nil {
+			w.Guest = vm.Guest(now)
+			a.workloads[name] = w
+		}
+	}
 }
 
 // takeOutcomes returns the evictions that ended since the last round.
@@ -282,6 +301,11 @@ func (a *Agent) publish(snap policy.Snapshot) {
 	if a.ksm != nil {
 		k := a.state.KSM
 		v.KSM = &k
+	}
+	if a.cfg.Balloon {
+		b := a.state.Balloon
+		b.Targets = maps.Clone(b.Targets)
+		v.Balloon = &b
 	}
 	for _, w := range snap.Workloads {
 		_, evicting := a.state.Evicting[w.Name]

@@ -83,6 +83,11 @@ var (
 	descGuestAvail   = prometheus.NewDesc("headroom_workload_guest_available_bytes", "Memory available inside a VM's guest (its MemAvailable).", []string{"workload"}, nil)
 	descGuestMajflt  = prometheus.NewDesc("headroom_workload_guest_major_faults_total", "Major page faults inside a VM's guest.", []string{"workload"}, nil)
 	descGuestSwapIn  = prometheus.NewDesc("headroom_workload_guest_swap_in_bytes_total", "Bytes a VM's guest swapped in from its own swap.", []string{"workload"}, nil)
+	descGuestMax     = prometheus.NewDesc("headroom_workload_guest_max_bytes", "A VM's configured RAM (the balloon's limit).", []string{"workload"}, nil)
+	descGuestFree    = prometheus.NewDesc("headroom_workload_guest_free_bytes", "Free memory inside a VM's guest (its MemFree).", []string{"workload"}, nil)
+	descBalloonTgt   = prometheus.NewDesc("headroom_balloon_target_bytes", "The balloon target the controller set for a VM (its memory after the balloon).", []string{"workload"}, nil)
+	descMemState     = prometheus.NewDesc("headroom_balloon_memory_state", "1 for the scope's current memory state (high, clear, soft, hard, low).", []string{"state"}, nil)
+	descMinFree      = prometheus.NewDesc("headroom_balloon_min_free_bytes", "The scope's minFree, the unit of the memory states' bounds.", nil, nil)
 	descGuestSwapOut = prometheus.NewDesc("headroom_workload_guest_swap_out_bytes_total", "Bytes a VM's guest swapped out to its own swap.", []string{"workload"}, nil)
 
 	descKSMSharing   = prometheus.NewDesc("headroom_ksm_pages_sharing", "Pages KSM saves: mappings of merged pages beyond the first (pages_sharing).", nil, nil)
@@ -107,6 +112,7 @@ func (c viewCollector) Describe(ch chan<- *prometheus.Desc) {
 		descTierSize, descTierUsed, descTierStored, descTierRAM, descSwapIn, descSwapOut,
 		descPSI, descSignal, descThreshold, descFiring, descWorkloads, descWorkloadWS, descWorkloadSwap, descAllowance, descPriority,
 		descGuestMemory, descGuestAvail, descGuestMajflt, descGuestSwapIn, descGuestSwapOut,
+		descGuestMax, descGuestFree, descBalloonTgt, descMemState, descMinFree,
 		descKSMSharing, descKSMShared, descKSMProfit, descKSMMergeable, descKSMScanned, descKSMScans, descKSMCPU, descKSMCow,
 		descKSMBatch, descKSMSleep, descKSMRunning, descKSMPhase} {
 		ch <- d
@@ -177,6 +183,13 @@ func (c viewCollector) Collect(ch chan<- prometheus.Metric) {
 	if v.KSM != nil && v.KSM.Phase != "" {
 		gauge(descKSMPhase, 1, v.KSM.Phase)
 	}
+	if b := v.Balloon; b != nil && b.HostState != "" {
+		gauge(descMemState, 1, b.HostState)
+		gauge(descMinFree, float64(b.MinFreeBytes))
+		for name, t := range b.Targets {
+			gauge(descBalloonTgt, float64(t), name)
+		}
+	}
 	gauge(descWorkloads, float64(len(v.Workloads)))
 	for _, w := range v.Workloads {
 		if w.Err == "" {
@@ -187,6 +200,12 @@ func (c viewCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descPriority, float64(w.Priority), w.Name)
 		if g := w.Guest; g != nil {
 			gauge(descGuestMemory, float64(g.MemoryBytes), w.Name)
+			if g.MaxBytes > 0 {
+				gauge(descGuestMax, float64(g.MaxBytes), w.Name)
+			}
+			if g.FreeBytes >= 0 {
+				gauge(descGuestFree, float64(g.FreeBytes), w.Name)
+			}
 			if g.AvailableBytes >= 0 {
 				gauge(descGuestAvail, float64(g.AvailableBytes), w.Name)
 			}

@@ -25,16 +25,23 @@ const qmpTimeout = time.Second
 type vmConn struct {
 	socket string
 	stop   chan struct{}
+	// balloonSet wakes the goroutine to send a new balloon target.
+	balloonSet chan struct{}
 
-	mu      sync.Mutex
-	client  *qmp.Client
-	guest   *policy.GuestMemory
-	guestAt time.Time
-	err     error
+	mu       sync.Mutex
+	client   *qmp.Client
+	maxBytes uint64 // the guest's configured RAM, read once per connection
+	guest    *policy.GuestMemory
+	guestAt  time.Time
+	err      error
+	// balloonTarget is the target to send (0: none pending); balloonErr
+	// how the last one went.
+	balloonTarget uint64
+	balloonErr    error
 }
 
 func newVMConn(socket string) *vmConn {
-	v := &vmConn{socket: socket, stop: make(chan struct{})}
+	v := &vmConn{socket: socket, stop: make(chan struct{}), balloonSet: make(chan struct{}, 1)}
 	go v.run()
 	return v
 }
@@ -44,6 +51,7 @@ func (v *vmConn) run() {
 	defer tick.Stop()
 	for {
 		v.poll()
+		v.sendBalloon()
 		select {
 		case <-v.stop:
 			v.mu.Lock()
@@ -53,8 +61,46 @@ func (v *vmConn) run() {
 			v.mu.Unlock()
 			return
 		case <-tick.C:
+		case <-v.balloonSet:
 		}
 	}
+}
+
+// SetBalloon asks for a balloon target; the VM's goroutine sends it, so a
+// VM that does not answer never delays the caller.
+func (v *vmConn) SetBalloon(targetBytes uint64) {
+	v.mu.Lock()
+	v.balloonTarget = targetBytes
+	v.mu.Unlock()
+	select {
+	case v.balloonSet <- struct{}{}:
+	default:
+	}
+}
+
+// sendBalloon sends the pending balloon target, if any; one that fails
+// stays pending and is sent again on the next poll.
+func (v *vmConn) sendBalloon() {
+	v.mu.Lock()
+	target := v.balloonTarget
+	v.mu.Unlock()
+	if target == 0 {
+		return
+	}
+	err := v.command(func(ctx context.Context, c *qmp.Client) error { return c.Balloon(ctx, target) })
+	v.mu.Lock()
+	if v.balloonTarget == target && err == nil {
+		v.balloonTarget = 0
+	}
+	v.balloonErr = err
+	v.mu.Unlock()
+}
+
+// BalloonErr is how the last balloon request went.
+func (v *vmConn) BalloonErr() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.balloonErr
 }
 
 // poll connects if needed and reads the guest statistics.
@@ -65,6 +111,9 @@ func (v *vmConn) poll() {
 	if err == nil {
 		var g policy.GuestMemory
 		if g, err = readGuest(ctx, c); err == nil {
+			v.mu.Lock()
+			g.MaxBytes = v.maxBytes
+			v.mu.Unlock()
 			v.mu.Lock()
 			v.guest, v.guestAt, v.err = &g, time.Now(), nil
 			v.mu.Unlock()
@@ -104,8 +153,9 @@ func (v *vmConn) connection(ctx context.Context) (*qmp.Client, error) {
 	if err := c.QOMGet(ctx, balloonPath, "guest-stats-polling-interval", &interval); err == nil && interval == 0 {
 		c.SetGuestStatsPollingInterval(ctx, balloonPath, 1)
 	}
+	maxBytes, _ := c.QueryMemorySizeSummary(ctx) // 0 (unknown) if it fails: never ballooned
 	v.mu.Lock()
-	v.client = c
+	v.client, v.maxBytes = c, maxBytes
 	v.mu.Unlock()
 	return c, nil
 }
@@ -125,6 +175,7 @@ func readGuest(ctx context.Context, c *qmp.Client) (policy.GuestMemory, error) {
 		return policy.GuestMemory{}, err
 	}
 	return policy.GuestMemory{MemoryBytes: actual, TotalBytes: s.TotalBytes, AvailableBytes: s.AvailableBytes,
+		FreeBytes: s.FreeBytes, DiskCachesBytes: s.DiskCachesBytes,
 		MajorFaults: s.MajorFaults, SwapInBytes: s.SwapInBytes, SwapOutBytes: s.SwapOutBytes,
 		AgeSeconds: time.Since(s.LastUpdate).Seconds()}, nil
 }

@@ -276,7 +276,7 @@ func (vm *VM) qemuArgs(initrd string) []string {
 		"-chardev", "file,id=console,append=on,path=" + c.Console, "-serial", "chardev:console",
 		"-chardev", "socket,id=qmp0,fd=3", "-mon", "chardev=qmp0,mode=control",
 		"-qmp", "unix:" + c.QMPSocket + ",server=on,wait=off",
-		"-device", "virtio-balloon-pci,id=balloon0,free-page-reporting=on",
+		"-device", "virtio-balloon-pci,id=balloon0,free-page-reporting=on,deflate-on-oom=on",
 		"-device", "virtio-serial-pci,id=vs0",
 		"-chardev", "socket,id=control,fd=4", "-device", "virtserialport,bus=vs0.0,chardev=control,name=" + guest.PortControl,
 		"-chardev", "socket,id=stdout,fd=5", "-device", "virtserialport,bus=vs0.0,chardev=stdout,name=" + guest.PortStdout,

@@ -45,6 +45,12 @@ func FuzzDecide(f *testing.F) {
 			KSMRAMNeedFraction:             float64(src.upTo(5)) / 4,
 		}
 		cfg.KSMIdleCPUPercent = float64(src.upTo(int(cfg.KSMMaxCPUPercent) + 1))
+		cfg.Balloon = src.upTo(2) == 1
+		cfg.BalloonPolicy = []string{BalloonHeadroom, BalloonMOM}[src.upTo(2)]
+		cfg.BalloonMinFreeBytes = float64(src.upTo(4) << 26)
+		cfg.BalloonGuestMarginBytes = float64(src.upTo(4) << 24)
+		cfg.BalloonGuestMarginFraction = float64(src.upTo(4)) / 10
+		cfg.BalloonMOMIntervalSeconds = float64(1 + src.upTo(15))
 		if err := cfg.Validate(); err != nil {
 			t.Fatalf("decoded config invalid: %v", err)
 		}
@@ -52,6 +58,7 @@ func FuzzDecide(f *testing.F) {
 		st := State{}
 		var pswpin, psiFull uint64
 		ksm := KSMSample{MergeableBytes: uint64(src.upTo(8)) << 28}
+		faults := map[string]int64{}
 		now := t0
 		for tick := 0; tick < 40 && len(src.b) > 0; tick++ {
 			now = now.Add(time.Duration(src.upTo(3000)) * time.Millisecond)
@@ -92,6 +99,23 @@ func FuzzDecide(f *testing.F) {
 				if flags&8 != 0 {
 					w.Err = "unreadable"
 				}
+				if flags&16 != 0 { // a VM: its balloon at the last target or anywhere
+					maxB := uint64(1+src.upTo(8)) << 27
+					cur := maxB
+					if t, ok := st.Balloon.Targets[w.Name]; ok && src.upTo(2) == 0 {
+						cur = t
+					} else if src.upTo(2) == 0 {
+						cur = maxB * uint64(1+src.upTo(16)) / 16
+					}
+					total := int64(cur) - int64(src.upTo(8))<<20
+					avail := int64(src.upTo(256)) * (total / 256)
+					faults[w.Name] += int64(src.upTo(4) * src.upTo(256))
+					w.Guest = &GuestMemory{MemoryBytes: cur, MaxBytes: maxB, TotalBytes: total, AvailableBytes: avail,
+						FreeBytes: avail / int64(1+src.upTo(3)), MajorFaults: faults[w.Name], SwapInBytes: -1, AgeSeconds: float64(src.upTo(8))}
+					if src.upTo(8) == 0 {
+						w.Guest.AvailableBytes, w.Guest.FreeBytes = -1, -1
+					}
+				}
 				snap.Workloads = append(snap.Workloads, w)
 			}
 			// The kernel applies or refuses the last allowances at random.
@@ -123,6 +147,14 @@ func FuzzDecide(f *testing.F) {
 	})
 }
 
+// prevTarget is a VM's balloon target before this decision (its RAM if none).
+func prevTarget(st State, w Workload) uint64 {
+	if t, ok := st.Balloon.Targets[w.Name]; ok {
+		return t
+	}
+	return w.Guest.MaxBytes
+}
+
 func checkDecisions(t *testing.T, snap Snapshot, cfg Config, prev State, decisions []Decision, next State) {
 	t.Helper()
 	byName := map[string]Workload{}
@@ -130,6 +162,7 @@ func checkDecisions(t *testing.T, snap Snapshot, cfg Config, prev State, decisio
 		byName[w.Name] = w
 	}
 	evicted, ksmSets := 0, 0
+	ballooned := map[string]bool{}
 	for _, d := range decisions {
 		switch d.Action {
 		case ActionSetSwap:
@@ -156,7 +189,13 @@ func checkDecisions(t *testing.T, snap Snapshot, cfg Config, prev State, decisio
 			case d.Trigger == nil || d.Trigger.Signal == "":
 				t.Fatal("eviction without a firing signal")
 			}
-			if _, already := prev.Evicting[w.Name]; already && w.Processes > 0 {
+			// A second eviction needs the first to have ended (an outcome
+			// reported: a workload that came back may be evicted again).
+			ended := false
+			for _, o := range snap.Outcomes {
+				ended = ended || o.Workload == w.Name
+			}
+			if _, already := prev.Evicting[w.Name]; already && w.Processes > 0 && !ended {
 				t.Fatalf("evicted %s twice", w.Name)
 			}
 			if _, abandoned := next.Abandoned[w.Name]; abandoned {
@@ -206,6 +245,27 @@ func checkDecisions(t *testing.T, snap Snapshot, cfg Config, prev State, decisio
 			if !prev.KSM.LastEval.IsZero() && snap.Sample.Time.Sub(prev.KSM.LastEval).Seconds() < ksmEvalSeconds {
 				t.Fatal("set_ksm less than a second after the last evaluation")
 			}
+		case ActionSetBalloon:
+			w, b := byName[d.Workload], d.Balloon
+			switch {
+			case !cfg.Balloon:
+				t.Fatal("set_balloon with the balloon controller off")
+			case b == nil || w.Guest == nil || w.Guest.MaxBytes == 0:
+				t.Fatalf("set_balloon for %s without a setting or a known VM", d.Workload)
+			case w.Protected || w.Err != "" || snap.Sample.ScopeErr != "":
+				t.Fatalf("ballooned %+v: protected, unreadable, or the scope unreadable", w)
+			case ballooned[d.Workload]:
+				t.Fatalf("two set_balloon for %s at once", d.Workload)
+			case b.TargetBytes > w.Guest.MaxBytes:
+				t.Fatalf("target %d B above the VM's %d B", b.TargetBytes, w.Guest.MaxBytes)
+			case cfg.BalloonPolicy == BalloonHeadroom && b.TargetBytes < w.Guest.MaxBytes && (b.FloorBytes == 0 || b.TargetBytes < b.FloorBytes):
+				t.Fatalf("ballooned %s to %d B, below its floor %d B (0: the guest's stats unknown)", d.Workload, b.TargetBytes, b.FloorBytes)
+			case cfg.BalloonPolicy == BalloonHeadroom && b.HostState == MemHigh && b.TargetBytes < prevTarget(prev, w):
+				t.Fatalf("inflated %s while the host is in the high state", d.Workload)
+			case cfg.BalloonPolicy == BalloonMOM && float64(b.TargetBytes) < float64(b.FromBytes)*(1-momMaxChangeFraction)-1:
+				t.Fatalf("MOM shrank %s by more than 5%%: %d → %d B", d.Workload, b.FromBytes, b.TargetBytes)
+			}
+			ballooned[d.Workload] = true
 		case ActionAbandon:
 			if _, ok := prev.Evicting[d.Workload]; !ok {
 				t.Fatalf("gave up on %s, which was not being evicted", d.Workload)

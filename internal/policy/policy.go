@@ -59,6 +59,23 @@ type Config struct {
 	// KSMRAMNeedFraction: the governor bursts only when the scope's
 	// working set and swap use reach this fraction of its RAM.
 	KSMRAMNeedFraction float64 `json:"ksmRAMNeedFraction"`
+
+	// Balloon turns the balloon controller on for VMs whose metadata
+	// names a QMP socket.
+	Balloon bool `json:"balloon"`
+	// BalloonPolicy is headroom (memory states, guest-aware targets) or
+	// mom (oVirt MOM's balloon.rules, for comparison).
+	BalloonPolicy string `json:"balloonPolicy"`
+	// BalloonMinFreeBytes is the scope's minFree, the unit of the memory
+	// states' bounds; 0 takes VMware's rule scaled to the scope.
+	BalloonMinFreeBytes float64 `json:"balloonMinFreeBytes"`
+	// A guest is never ballooned below its active memory plus a margin:
+	// the larger of BalloonGuestMarginBytes and BalloonGuestMarginFraction
+	// of its configured RAM.
+	BalloonGuestMarginBytes    float64 `json:"balloonGuestMarginBytes"`
+	BalloonGuestMarginFraction float64 `json:"balloonGuestMarginFraction"`
+	// BalloonMOMIntervalSeconds is MOM's policy interval.
+	BalloonMOMIntervalSeconds float64 `json:"balloonMOMIntervalSeconds"`
 }
 
 // DefaultConfig is what the agent runs without configuration. Rate and PSI
@@ -79,6 +96,10 @@ func DefaultConfig() Config {
 		KSMIdleCPUPercent:              1,
 		KSMMinProfitBytesPerCPUSecond:  16 << 20,
 		KSMRAMNeedFraction:             0.5,
+		BalloonPolicy:                  BalloonHeadroom,
+		BalloonGuestMarginBytes:        32 << 20,
+		BalloonGuestMarginFraction:     0.1,
+		BalloonMOMIntervalSeconds:      10,
 	}
 }
 
@@ -113,6 +134,16 @@ func (c Config) Validate() error {
 		return fmt.Errorf("ksmMinProfitBytesPerCPUSecond must be >= 0, got %g", c.KSMMinProfitBytesPerCPUSecond)
 	case !(c.KSMRAMNeedFraction >= 0 && c.KSMRAMNeedFraction <= 1):
 		return fmt.Errorf("ksmRAMNeedFraction must be in [0,1], got %g", c.KSMRAMNeedFraction)
+	case c.BalloonPolicy != BalloonHeadroom && c.BalloonPolicy != BalloonMOM && c.BalloonPolicy != "":
+		return fmt.Errorf("balloonPolicy must be headroom or mom, got %q", c.BalloonPolicy)
+	case !(c.BalloonMinFreeBytes >= 0):
+		return fmt.Errorf("balloonMinFreeBytes must be >= 0, got %g", c.BalloonMinFreeBytes)
+	case !(c.BalloonGuestMarginBytes >= 0):
+		return fmt.Errorf("balloonGuestMarginBytes must be >= 0, got %g", c.BalloonGuestMarginBytes)
+	case !(c.BalloonGuestMarginFraction >= 0 && c.BalloonGuestMarginFraction < 1):
+		return fmt.Errorf("balloonGuestMarginFraction must be in [0,1), got %g", c.BalloonGuestMarginFraction)
+	case !(c.BalloonMOMIntervalSeconds >= 1 && c.BalloonMOMIntervalSeconds <= 600):
+		return fmt.Errorf("balloonMOMIntervalSeconds must be in [1,600], got %g", c.BalloonMOMIntervalSeconds)
 	}
 	return nil
 }
@@ -171,13 +202,17 @@ type Workload struct {
 // GuestMemory is a VM guest's view of its memory, from its balloon
 // driver's statistics; -1 where the guest does not report a value.
 type GuestMemory struct {
-	// MemoryBytes is the guest's RAM minus the balloon.
-	MemoryBytes    uint64 `json:"memory_bytes"`
-	TotalBytes     int64  `json:"total_bytes"`
-	AvailableBytes int64  `json:"available_bytes"`
-	MajorFaults    int64  `json:"major_faults"`
-	SwapInBytes    int64  `json:"swap_in_bytes"`
-	SwapOutBytes   int64  `json:"swap_out_bytes"`
+	// MemoryBytes is the guest's RAM minus the balloon; MaxBytes its
+	// configured RAM (0 if unknown).
+	MemoryBytes     uint64 `json:"memory_bytes"`
+	MaxBytes        uint64 `json:"max_bytes,omitempty"`
+	FreeBytes       int64  `json:"free_bytes"`
+	DiskCachesBytes int64  `json:"disk_caches_bytes"`
+	TotalBytes      int64  `json:"total_bytes"`
+	AvailableBytes  int64  `json:"available_bytes"`
+	MajorFaults     int64  `json:"major_faults"`
+	SwapInBytes     int64  `json:"swap_in_bytes"`
+	SwapOutBytes    int64  `json:"swap_out_bytes"`
 	// AgeSeconds is how old the statistics are.
 	AgeSeconds float64 `json:"age_seconds"`
 }
@@ -240,6 +275,8 @@ type State struct {
 	Signals []Signal `json:"signals"`
 	// KSM is the KSM governor's state.
 	KSM KSMState `json:"ksm"`
+	// Balloon is the balloon controller's state.
+	Balloon BalloonState `json:"balloon"`
 	// lastNote avoids repeating the same non-action decision every tick.
 	lastNote string
 }
@@ -255,6 +292,8 @@ const (
 	ActionAbandon = "abandon_eviction"
 	// ActionSetKSM sets ksmd's pace.
 	ActionSetKSM = "set_ksm"
+	// ActionSetBalloon sets a VM's balloon target.
+	ActionSetBalloon = "set_balloon"
 	// ActionNone records why a firing signal led to no eviction.
 	ActionNone = "none"
 )
@@ -276,6 +315,8 @@ type Decision struct {
 	Outcome *EvictionOutcome `json:"outcome,omitempty"`
 	// KSM is set_ksm's setting.
 	KSM *KSMSetting `json:"ksm,omitempty"`
+	// Balloon is set_balloon's target.
+	Balloon *BalloonSetting `json:"balloon,omitempty"`
 }
 
 // SwapSetting is a workload's swap allowance.
@@ -375,6 +416,7 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 		out = append(out, swapAllowances(snap, &st)...)
 	}
 	out = append(out, decideKSM(snap, cfg, &st)...)
+	out = append(out, decideBalloon(snap, cfg, &st)...)
 
 	signals, unreadable := Evaluate(st.Window, cfg)
 	st.Signals = signals
@@ -470,6 +512,11 @@ func (st State) clone() State {
 	}
 	if c.swapRetry == nil {
 		c.swapRetry = map[string]time.Time{}
+	}
+	b := &c.Balloon
+	b.Targets, b.changed, b.hold, b.faults = maps.Clone(b.Targets), maps.Clone(b.changed), maps.Clone(b.hold), maps.Clone(b.faults)
+	if b.Targets == nil {
+		b.Targets, b.changed, b.hold, b.faults = map[string]uint64{}, map[string]time.Time{}, map[string]time.Time{}, map[string]guestFaults{}
 	}
 	return c
 }

@@ -42,6 +42,16 @@ func (c *Client) QueryBalloon(ctx context.Context) (actualBytes uint64, err erro
 	return r.Actual, err
 }
 
+// QueryMemorySizeSummary returns the guest's RAM as configured (its
+// base memory, without hot-plugged memory).
+func (c *Client) QueryMemorySizeSummary(ctx context.Context) (baseBytes uint64, err error) {
+	var r struct {
+		BaseMemory uint64 `json:"base-memory"`
+	}
+	err = c.Execute(ctx, "query-memory-size-summary", nil, &r)
+	return r.BaseMemory, err
+}
+
 // Balloon asks the guest to shrink or grow to targetBytes of memory; the
 // guest driver moves towards it and QEMU reports progress in
 // BALLOON_CHANGE events.

@@ -1,0 +1,256 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+)
+
+const mi = 1 << 20
+
+func TestMinFreeBytes(t *testing.T) {
+	for _, c := range []struct{ ram, want uint64 }{
+		{28 * gi, 899 * mi},
+		{128 * gi, 899*mi + 100*gi/100},
+		{1 * gi, 899 * mi / 28},
+	} {
+		if got := MinFreeBytes(c.ram); got != c.want {
+			t.Errorf("MinFreeBytes(%d MiB) = %d, want %d", c.ram/mi, got, c.want)
+		}
+	}
+}
+
+func TestNextMemState(t *testing.T) {
+	const minFree = 100 * mi
+	for _, c := range []struct {
+		from string
+		free uint64
+		want string
+	}{
+		{"", 500 * mi, MemHigh},
+		{"", 399 * mi, MemClear},
+		{"", 99 * mi, MemSoft},
+		{"", 63 * mi, MemHard},
+		{"", 31 * mi, MemLow},
+		{MemHigh, 399 * mi, MemClear},
+		{MemClear, 450 * mi, MemClear}, // back to high only from 500 MiB
+		{MemClear, 500 * mi, MemHigh},
+		{MemSoft, 110 * mi, MemSoft}, // back to clear only from 125 MiB
+		{MemSoft, 125 * mi, MemClear},
+		{MemSoft, 10 * mi, MemLow},
+		{MemLow, 900 * mi, MemHigh},
+	} {
+		if got := nextMemState(c.from, c.free, minFree); got != c.want {
+			t.Errorf("from %q with %d MiB free: %s, want %s", c.from, c.free/mi, got, c.want)
+		}
+	}
+}
+
+// vm is a guest of maxMi MiB at curMi, with activeMi MiB in use (the
+// rest available), its stats fresh.
+func vm(name string, maxMi, curMi, activeMi uint64) Workload {
+	return Workload{Name: name, Processes: 1, WorkingSetBytes: curMi * mi, Guest: &GuestMemory{
+		MemoryBytes: curMi * mi, MaxBytes: maxMi * mi, TotalBytes: int64(curMi * mi),
+		AvailableBytes: int64((curMi - activeMi) * mi), FreeBytes: int64((curMi - activeMi) * mi), SwapInBytes: -1}}
+}
+
+func balloonConfig() Config {
+	c := DefaultConfig()
+	c.Balloon = true
+	c.BalloonMinFreeBytes = 100 * mi
+	c.BalloonGuestMarginBytes = 32 * mi
+	c.BalloonGuestMarginFraction = 0
+	return c
+}
+
+// balloonSnap is a 2 GiB scope with freeMi MiB free.
+func balloonSnap(sec float64, freeMi uint64, vms ...Workload) Snapshot {
+	return Snapshot{Sample: Sample{Time: at(sec), Scope: Scope{RAMBytes: 2 * gi, SwapBytes: gi,
+		WorkingSetBytes: 2*gi - freeMi*mi}}, Workloads: vms}
+}
+
+// settled is the state after the controller has watched the VMs for
+// longer than they take to settle, the host in the clear state.
+func settled(vms ...Workload) State {
+	_, st := Decide(balloonSnap(-15, 300, vms...), balloonConfig(), State{})
+	return st
+}
+
+func targets(ds []Decision) map[string]uint64 {
+	out := map[string]uint64{}
+	for _, d := range ds {
+		if d.Action == ActionSetBalloon {
+			out[d.Workload] = d.Balloon.TargetBytes / mi
+		}
+	}
+	return out
+}
+
+func TestBalloonSoftTakesFromTheMostIdleFirst(t *testing.T) {
+	// Soft: 80 MiB free, 125 MiB wanted: 45 MiB to take. "idle" has 512 -
+	// (100 + 32) = 380 MiB above its floor, "busy" 512 - (450 + 32) = 30.
+	ds, st := Decide(balloonSnap(0, 80, vm("idle", 512, 512, 100), vm("busy", 512, 512, 450)), balloonConfig(), settled(vm("idle", 512, 512, 100), vm("busy", 512, 512, 450)))
+	if st.Balloon.HostState != MemSoft {
+		t.Fatalf("state %s, want soft", st.Balloon.HostState)
+	}
+	if got := targets(ds); len(got) != 1 || got["idle"] != 512-45 {
+		t.Fatalf("targets %v (MiB), want only idle at %d", got, 512-45)
+	}
+	// The balloon has not yet reached its target: what it will return
+	// counts, so nothing more is taken.
+	ds, _ = Decide(balloonSnap(2, 80, vm("idle", 512, 512, 100), vm("busy", 512, 512, 450)), balloonConfig(), st)
+	if got := targets(ds); len(got) != 0 {
+		t.Fatalf("second round targets %v, want none while the first is pending", got)
+	}
+}
+
+func TestBalloonLowTakesEveryGuestToItsFloor(t *testing.T) {
+	ds, _ := Decide(balloonSnap(0, 20, vm("a", 512, 512, 100), vm("b", 512, 512, 300)), balloonConfig(), settled(vm("a", 512, 512, 100), vm("b", 512, 512, 300)))
+	if got := targets(ds); got["a"] != 132 || got["b"] != 332 {
+		t.Fatalf("targets %v (MiB), want a 132 and b 332 (active + 32 MiB)", got)
+	}
+}
+
+func TestBalloonHighDeflates(t *testing.T) {
+	_, st := Decide(balloonSnap(0, 20, vm("a", 512, 512, 100)), balloonConfig(), settled(vm("a", 512, 512, 100)))
+	ds, st := Decide(balloonSnap(5, 600, vm("a", 512, 132, 100)), balloonConfig(), st)
+	if got := targets(ds); got["a"] != 512 || st.Balloon.HostState != MemHigh {
+		t.Fatalf("targets %v in %s, want a back at 512 in high", got, st.Balloon.HostState)
+	}
+}
+
+func TestBalloonGivesAStarvedGuestItsMemoryAtOnce(t *testing.T) {
+	_, st := Decide(balloonSnap(0, 20, vm("a", 512, 512, 100), vm("b", 512, 512, 100)), balloonConfig(), settled(vm("a", 512, 512, 100), vm("b", 512, 512, 100)))
+	// a's workload grew: 10 MiB available (< half its 32 MiB margin), the
+	// host still short.
+	ds, st := Decide(balloonSnap(2, 20, vm("a", 512, 132, 122), vm("b", 512, 132, 100)), balloonConfig(), st)
+	if got := targets(ds); got["a"] != 512 {
+		t.Fatalf("targets %v, want a back at 512 MiB at once", got)
+	}
+	// It is left alone for a while even though the host stays short.
+	ds, _ = Decide(balloonSnap(10, 20, vm("a", 512, 512, 300), vm("b", 512, 132, 100)), balloonConfig(), st)
+	if _, touched := targets(ds)["a"]; touched {
+		t.Fatalf("a ballooned again %v within the hold", targets(ds))
+	}
+}
+
+func TestBalloonFaultingGuestGrows(t *testing.T) {
+	_, st := Decide(balloonSnap(0, 20, vm("a", 512, 512, 100)), balloonConfig(), settled(vm("a", 512, 512, 100)))
+	faulting := vm("a", 512, 132, 60) // plenty available, yet 1000 faults in 1 s
+	faulting.Guest.MajorFaults = 1000
+	ds, _ := Decide(balloonSnap(1, 200, faulting), balloonConfig(), st)
+	if got := targets(ds); got["a"] != 512 {
+		t.Fatalf("targets %v, want a faulting guest back at 512 MiB", got)
+	}
+}
+
+func TestBalloonNeverInflatesWithoutFreshStats(t *testing.T) {
+	stale := vm("a", 512, 512, 100)
+	stale.Guest.AgeSeconds = 10
+	unknown := vm("b", 512, 512, 100)
+	unknown.Guest.AvailableBytes = -1
+	ds, _ := Decide(balloonSnap(0, 20, stale, unknown), balloonConfig(), settled(stale, unknown))
+	if got := targets(ds); len(got) != 0 {
+		t.Fatalf("targets %v for guests whose use is unknown", got)
+	}
+}
+
+func TestBalloonMOM(t *testing.T) {
+	cfg := balloonConfig()
+	cfg.BalloonPolicy = BalloonMOM
+	// 10% of 2 GiB free (< 20%): shrink by 5% a round, every 10 s.
+	ds, st := Decide(balloonSnap(0, 205, vm("a", 512, 512, 100)), cfg, settled(vm("a", 512, 512, 100)))
+	if got := targets(ds); got["a"] != 486 {
+		t.Fatalf("MOM under pressure: %v, want a at 486 MiB", got)
+	}
+	if ds, _ := Decide(balloonSnap(5, 205, vm("a", 512, 486, 100)), cfg, st); len(targets(ds)) != 0 {
+		t.Fatalf("MOM acted %v before its 10 s interval", targets(ds))
+	}
+	// No pressure: grow by 5%.
+	ds, _ = Decide(balloonSnap(10, 1000, vm("a", 512, 400, 100)), cfg, st)
+	if got := targets(ds); got["a"] != 420 {
+		t.Fatalf("MOM without pressure: %v, want a at 420 MiB", got)
+	}
+}
+
+// A guest whose balloon can deflate on OOM keeps its MemTotal (470 of 512
+// MiB, 42 reserved by its kernel) and counts the balloon as used: its
+// floor is still the reserve + what it actively uses + the margin.
+func TestBalloonFloorWithDeflateOnOOM(t *testing.T) {
+	cfg := balloonConfig()
+	for _, g := range []struct {
+		name                   string
+		actual, total, availMi uint64
+	}{
+		{"full", 512, 470, 352},
+		{"ballooned, MemTotal kept", 256, 470, 96},
+		{"ballooned, MemTotal reduced", 256, 214, 96},
+	} {
+		w := vm("a", 512, g.actual, 0)
+		w.Guest.TotalBytes, w.Guest.AvailableBytes = int64(g.total*mi), int64(g.availMi*mi)
+		st := State{}
+		st.Balloon.faults = map[string]guestFaults{}
+		if v := st.Balloon.view(w, cfg, t0); v.floor != (42+118+32)*mi {
+			t.Errorf("%s: floor %d MiB, want %d", g.name, v.floor/mi, 42+118+32)
+		}
+	}
+}
+
+func TestBalloonGrowingGuestGetsItsMemoryBeforeItRunsOut(t *testing.T) {
+	_, st := Decide(balloonSnap(0, 20, vm("a", 512, 512, 100)), balloonConfig(), settled(vm("a", 512, 512, 100)))
+	// The balloon reaches 132 MiB; stats are trusted once it stood still.
+	_, st = Decide(balloonSnap(1, 20, vm("a", 512, 132, 60)), balloonConfig(), st)
+	_, st = Decide(balloonSnap(2, 20, vm("a", 512, 132, 60)), balloonConfig(), st)
+	// Active memory up by 40 MiB in a second, 32 MiB still available.
+	ds, _ := Decide(balloonSnap(3, 20, vm("a", 512, 132, 100)), balloonConfig(), st)
+	if got := targets(ds); got["a"] != 512 || !strings.Contains(ds[0].Reason, "grew") {
+		t.Fatalf("targets %v (%v), want a growing guest back at 512 MiB", got, ds)
+	}
+	// Growth below the threshold (16 MiB) with memory to spare is not need.
+	_, st = Decide(balloonSnap(0, 20, vm("b", 512, 512, 100)), balloonConfig(), settled(vm("b", 512, 512, 100)))
+	_, st = Decide(balloonSnap(1, 20, vm("b", 512, 200, 90)), balloonConfig(), st)
+	_, st = Decide(balloonSnap(2, 20, vm("b", 512, 200, 90)), balloonConfig(), st)
+	if ds, _ := Decide(balloonSnap(3, 20, vm("b", 512, 200, 100)), balloonConfig(), st); targets(ds)["b"] == 512 {
+		t.Fatalf("a guest that grew by 10 MiB with 100 MiB available was given all its memory back")
+	}
+}
+
+// Stats taken before the balloon moved do not match its size now: a guest
+// whose balloon just moved is not judged on them.
+func TestBalloonDistrustsStatsFromBeforeAMove(t *testing.T) {
+	_, st := Decide(balloonSnap(0, 20, vm("a", 512, 512, 100)), balloonConfig(), settled(vm("a", 512, 512, 100)))
+	// The balloon is at 132 MiB but the stats still show 300 MiB available
+	// (taken at 512): active would read as -168 MiB, then jump.
+	stale := vm("a", 512, 132, 0)
+	stale.Guest.AvailableBytes = 300 * mi
+	_, st = Decide(balloonSnap(1, 20, stale), balloonConfig(), st)
+	ds, _ := Decide(balloonSnap(1.25, 20, vm("a", 512, 132, 110)), balloonConfig(), st)
+	if _, touched := targets(ds)["a"]; touched {
+		t.Fatalf("acted on stats from before the balloon moved: %v", ds)
+	}
+}
+
+func TestBalloonGuestThatDeflatedOnOOMGetsItsMemory(t *testing.T) {
+	_, st := Decide(balloonSnap(0, 20, vm("a", 512, 512, 100)), balloonConfig(), settled(vm("a", 512, 512, 100)))
+	_, st = Decide(balloonSnap(1, 20, vm("a", 512, 132, 100)), balloonConfig(), st)
+	// The guest released 40 MiB of balloon on its own.
+	ds, _ := Decide(balloonSnap(2, 20, vm("a", 512, 172, 100)), balloonConfig(), st)
+	if got := targets(ds); got["a"] != 512 {
+		t.Fatalf("targets %v, want a guest that deflated on OOM back at 512 MiB", got)
+	}
+}
+
+func TestBalloonLeavesBootingAndGrowingGuestsAlone(t *testing.T) {
+	// Seen for the first time: it boots; not ballooned even in the low state.
+	if ds, _ := Decide(balloonSnap(0, 20, vm("new", 512, 512, 100)), balloonConfig(), State{}); len(targets(ds)) != 0 {
+		t.Fatalf("a guest seen for the first time was ballooned: %v", targets(ds))
+	}
+	// Settled, then its active memory grows by 10 MiB: left alone for 10 s.
+	st := settled(vm("a", 512, 512, 100))
+	_, st = Decide(balloonSnap(0, 300, vm("a", 512, 512, 110)), balloonConfig(), st)
+	if ds, _ := Decide(balloonSnap(5, 20, vm("a", 512, 512, 110)), balloonConfig(), st); len(targets(ds)) != 0 {
+		t.Fatalf("a guest that grew 5 s ago was ballooned: %v", targets(ds))
+	}
+	if ds, _ := Decide(balloonSnap(11, 20, vm("a", 512, 512, 110)), balloonConfig(), st); targets(ds)["a"] != 142 {
+		t.Fatalf("targets %v 11 s after the growth, want a at its floor (142 MiB)", targets(ds))
+	}
+}
