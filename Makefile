@@ -85,6 +85,7 @@ bench: build
 	bench/vm-touch-rate.sh
 	bench/vm-balloon.sh
 	bench/ksm.sh
+	bench/swap-tiers.sh
 
 clean:
 	rm -rf bin

@@ -3,13 +3,9 @@
 package agent
 
 import (
-	"bufio"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -28,62 +24,12 @@ const (
 
 // startMergeable starts the KSM node's processes and returns once every
 // one has populated its memory.
-func startMergeable(t *testing.T, node *testenv.MemoryCgroup, bin string) {
+func startMergeable(t *testing.T, node *testenv.MemoryCgroup) {
 	t.Helper()
 	for i := range ksmWorkers {
-		cmd := node.Command(bin, "load", "--size", "64Mi", "--content", "dup=0.8", "--mergeable",
+		node.StartLoad(t, "--size", strconv.Itoa(ksmWorkerMi)+"Mi", "--content", "dup=0.8", "--mergeable",
 			"--scan", "none", "--duration", "600s", "--seed", strconv.Itoa(i+1))
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		sc := bufio.NewScanner(out)
-		for sc.Scan() && !strings.HasPrefix(sc.Text(), "populated") {
-		}
-		go func() {
-			for sc.Scan() {
-			}
-		}()
 	}
-}
-
-// ksmAgent runs the agent on the node with the given KSM flags and returns
-// its decisions as they come; stop ends it with SIGTERM and waits.
-func ksmAgent(t *testing.T, node *testenv.MemoryCgroup, bin string, flags ...string) (records <-chan Record, stop func()) {
-	t.Helper()
-	scope := strings.TrimPrefix(node.Path, testenv.CgroupV1MemoryRoot)
-	args := append([]string{"agent", "--scope", scope, "--workloads-dir", t.TempDir(), "--listen", ""}, flags...)
-	cmd := exec.Command(bin, args...)
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	live := make(chan Record, 64)
-	done := make(chan []Record, 1)
-	go readDecisions(stdout, live, done)
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cmd.Process.Signal(syscall.SIGTERM)
-		go func() {
-			for range live {
-			}
-		}()
-		<-done
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("agent: %v", err)
-		}
-	}
-	t.Cleanup(stop)
-	return live, stop
 }
 
 // nextKSM returns the agent's next set_ksm decision.
@@ -126,13 +72,12 @@ func assertKSMRestored(t *testing.T, want host.KSM) {
 func TestSystemKSMGovernor(t *testing.T) {
 	saved := testenv.KSM(t)
 	node := testenv.NewMemoryCgroup(t, ksmNodeRAM)
-	bin := testenv.HeadroomBinary(t)
-	startMergeable(t, node, bin)
+	startMergeable(t, node)
 	mergeable := uint64(ksmWorkers * ksmWorkerMi << 20)
 
 	t.Run("StandbyWhileRAMIsNotNeeded", func(t *testing.T) {
 		// The node is at a quarter of its RAM; merging is wanted from 90%.
-		records, stop := ksmAgent(t, node, bin, "--ksm", "governor", "--ksm-ram-need", "0.9")
+		records, stop := startAgent(t, node, t.TempDir(), "--ksm", "governor", "--ksm-ram-need", "0.9")
 		if s := nextKSM(t, records, 10*time.Second); s.Phase != policy.KSMStandby || s.Run != 0 {
 			t.Fatalf("first decision %+v, want standby with ksmd stopped", s)
 		}
@@ -141,7 +86,7 @@ func TestSystemKSMGovernor(t *testing.T) {
 	})
 
 	t.Run("BurstsThenIdlesAndRestores", func(t *testing.T) {
-		records, stop := ksmAgent(t, node, bin, "--ksm", "governor", "--ksm-ram-need", "0.2")
+		records, stop := startAgent(t, node, t.TempDir(), "--ksm", "governor", "--ksm-ram-need", "0.2")
 		burst := nextKSM(t, records, 10*time.Second)
 		if burst.Phase != policy.KSMBurst || burst.Run != 1 || burst.PagesToScan < 1000 {
 			t.Fatalf("first decision %+v, want a burst of at least 1000 pages a batch", burst)
@@ -181,7 +126,7 @@ func TestSystemKSMGovernor(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(host.KSMDir, "pages_to_scan"), []byte("1234"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		records, stop := ksmAgent(t, node, bin, "--ksm", "advisor")
+		records, stop := startAgent(t, node, t.TempDir(), "--ksm", "advisor")
 		if s := nextKSM(t, records, 10*time.Second); s.Phase != policy.KSMAdvised {
 			t.Fatalf("decision %+v, want the advisor", s)
 		}

@@ -3,9 +3,7 @@
 package agent
 
 import (
-	"bufio"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -31,16 +29,7 @@ func TestSystemZramRAMCountsAgainstTheScope(t *testing.T) {
 		t.Fatal(err)
 	}
 	node := testenv.NewMemoryCgroup(t, 64<<20)
-	cmd := node.Command(testenv.HeadroomBinary(t), "load", "--size", "192Mi", "--content", "compress=4", "--scan", "none", "--duration", "600s")
-	out, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	stop := func() { cmd.Process.Kill(); cmd.Wait() }
-	t.Cleanup(stop)
-	sc := bufio.NewScanner(out)
-	for sc.Scan() && !strings.HasPrefix(sc.Text(), "populated") {
-	}
+	stop := node.StartLoad(t, "--size", "192Mi", "--content", "compress=4", "--scan", "none", "--duration", "600s")
 
 	scope, err := cgroup.OpenAt(cgroup.V1, testenv.CgroupV1MemoryRoot, filepath.Base(node.Path))
 	if err != nil {

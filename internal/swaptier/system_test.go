@@ -3,7 +3,6 @@
 package swaptier
 
 import (
-	"bufio"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,25 +38,7 @@ func upForTest(t *testing.T, spec Spec) (*Setup, string) {
 func swapOut(t *testing.T) (stop func()) {
 	t.Helper()
 	node := testenv.NewMemoryCgroup(t, 64<<20)
-	cmd := node.Command(testenv.HeadroomBinary(t), "load", "--size", "192Mi", "--content", "compress=4",
-		"--scan", "none", "--duration", "600s")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	stop = func() { cmd.Process.Kill(); cmd.Wait() }
-	t.Cleanup(stop)
-	sc := bufio.NewScanner(out)
-	for sc.Scan() && !strings.HasPrefix(sc.Text(), "populated") {
-	}
-	go func() {
-		for sc.Scan() {
-		}
-	}()
-	return stop
+	return node.StartLoad(t, "--size", "192Mi", "--content", "compress=4", "--scan", "none", "--duration", "600s")
 }
 
 func tier(t *testing.T, st Status, kind string) TierStatus {

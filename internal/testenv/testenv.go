@@ -4,6 +4,7 @@
 package testenv
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -359,4 +360,28 @@ func WaitVM(t testing.TB, vm *microvm.VM, d time.Duration) microvm.Exit {
 		t.Fatalf("VM still running after %s; console:\n%s", d, vm.ConsoleTail(20))
 	}
 	return e
+}
+
+// StartLoad runs `headroom load ARGS...` in the cgroup and returns once it
+// has populated its memory; stop (also run at the test's end) kills it.
+func (cg *MemoryCgroup) StartLoad(t testing.TB, args ...string) (stop func()) {
+	t.Helper()
+	cmd := cg.Command(HeadroomBinary(t), append([]string{"load"}, args...)...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stop = func() { cmd.Process.Kill(); cmd.Wait() }
+	t.Cleanup(stop)
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && !strings.HasPrefix(sc.Text(), "populated") {
+	}
+	go func() {
+		for sc.Scan() { // keep the pipe drained
+		}
+	}()
+	return stop
 }
