@@ -86,6 +86,7 @@ bench: build
 	bench/vm-balloon.sh
 	bench/ksm.sh
 	bench/swap-tiers.sh
+	bench/density-balloon.sh
 
 clean:
 	rm -rf bin

@@ -11,7 +11,10 @@
 # For each: seconds to 90% of the saving brute force reaches, ksmd
 # CPU-seconds to get there, MiB saved per ksmd CPU-second, and ksmd's CPU
 # share in steady state (10 s from 5 s after it converged). Then ksmtuned (apt) runs 30 s on the same
-# workload. Needs root; puts KSM back (run 0, unmerged, defaults).
+# workload. WORKERS=vms runs the same loads inside 8 identical micro-VMs
+# of 384 MiB (their QEMUs in a 4 GiB node): QEMU marks guest RAM mergeable,
+# and the guests' kernels and initramfs merge too. Needs root; puts KSM
+# back (run 0, unmerged, defaults).
 source "$(dirname "$0")/lib.sh"
 [ "$(id -u)" = 0 ] || { echo "ksm.sh needs root" >&2; exit 2; }
 K=/sys/kernel/mm/ksm
@@ -33,13 +36,22 @@ profit_mib() { echo $(( $(cat $K/general_profit) >> 20 )); }
 # STRATEGIES="brute governor" runs only those (and ksmtuned if named).
 only() { [ -z "${STRATEGIES:-}" ] || [[ " $STRATEGIES " == *" $1 "* ]]; }
 
+WORKERS=${WORKERS:-processes}
+[ "$WORKERS" = vms ] && "$HEADROOM" vm image > /dev/null
 pids=()
 start_loads() {
-  mkdir -p $NODE && echo $((3 << 30)) > $NODE/memory.limit_in_bytes
+  local limit=$((3 << 30))
+  [ "$WORKERS" = vms ] && limit=$((4 << 30))
+  mkdir -p $NODE && echo $limit > $NODE/memory.limit_in_bytes
   pids=()
   for i in 1 2 3 4 5 6 7 8; do
-    sh -c 'echo $$ > '$NODE'/cgroup.procs && exec "$@"' sh "$HEADROOM" load --size 256Mi --content dup=0.8 --mergeable \
-      --scan none --duration 3600s --seed $i > "$BENCH_TMP/load$i.out" &
+    if [ "$WORKERS" = vms ]; then
+      "$HEADROOM" vm run --memory 384Mi --cgroup headroom-bench-ksm -- load --size 256Mi --content dup=0.8 \
+        --scan none --duration 3600s --seed $i > "$BENCH_TMP/load$i.out" 2>&1 &
+    else
+      sh -c 'echo $$ > '$NODE'/cgroup.procs && exec "$@"' sh "$HEADROOM" load --size 256Mi --content dup=0.8 --mergeable \
+        --scan none --duration 3600s --seed $i > "$BENCH_TMP/load$i.out" &
+    fi
     pids+=($!)
   done
   for i in 1 2 3 4 5 6 7 8; do
@@ -81,7 +93,7 @@ echo 1000000000 > $K/pages_to_scan; echo 1 > $K/run
 prev=-1; while :; do sleep 1; p=$(profit_mib); [ "$p" = "$prev" ] && [ "$p" -gt 0 ] && break; prev=$p; done
 REF=$p
 ksm_reset
-echo "reference saving (brute force, converged): $REF MiB of 8 × 256 MiB (dup=0.8)"
+echo "reference saving (brute force, converged): $REF MiB of 8 × 256 MiB (dup=0.8, $WORKERS)"
 printf '%-9s %8s %9s %11s %11s\n' strategy to90%_s cpu_s MiB/cpu_s cpu_after
 
 if only defaults; then

@@ -40,7 +40,11 @@ it (request = vm-memory × 100 / overcommit-percent + overhead).
 small node inside a big machine); --swap SIZE creates a swap file for the run
 and removes it afterwards (--swap existing uses the machine's swap);
 --swap-tier zram:SIZE (or zswap) adds a compressed tier in front; --agent runs headroom
-agent on the node for the whole run.
+agent on the node for the whole run, and --balloon has it drive the VMs'
+balloons too. --guest-cache SIZE gives every guest that much clean page
+cache beside its workload (memory a balloon reclaims without I/O, which host
+swap must write out): run the same ramp with and without --balloon to see
+what ballooning buys.
 
 Results go to --out (default ./results/<timestamp>-density): run.json,
 steps.csv, timeline.jsonl, workers.jsonl (and agent.jsonl with --agent).
@@ -64,6 +68,8 @@ type densityFlags struct {
 	swap        string
 	swapTier    string
 	agent       bool
+	balloon     string
+	guestCache  bytesValue
 	out         string
 	label       string
 	seed        uint64
@@ -103,6 +109,9 @@ func newDensityCommand() *cobra.Command {
 	fl.StringVar(&f.swap, "swap", "", "swap for the run: a size (a swap file created and removed), existing, or none")
 	fl.StringVar(&f.swapTier, "swap-tier", "", "compressed tier in front of the swap: "+density.SwapTierForm)
 	fl.BoolVar(&f.agent, "agent", false, "run headroom agent on the node for the whole run")
+	fl.StringVar(&f.balloon, "balloon", "", "qemu backend with --agent: the agent also drives the VMs' balloons, with policy headroom (--balloon alone) or mom")
+	fl.Lookup("balloon").NoOptDefVal = "headroom"
+	fl.Var(&f.guestCache, "guest-cache", "qemu backend: clean page cache each guest holds beside its workload (it reads this much of a disk at boot)")
 	fl.StringVar(&f.out, "out", "", "results directory (default ./results/<timestamp>-density)")
 	fl.StringVar(&f.label, "label", "", "name of this run in reports (default: scan and size)")
 	fl.Uint64Var(&f.seed, "seed", f.seed, "base seed of the workers' random scans and contents")
@@ -142,7 +151,7 @@ func runDensity(cmd *cobra.Command, f *densityFlags) error {
 		Content: memload.Content(f.content), WorkloadRuntime: f.runtime, OvercommitPercent: f.overcommit,
 		OverheadBytes: uint64(f.overhead), Repeat: f.repeat, StopOnFailure: f.stopOnFail,
 		NodeMemoryBytes: uint64(f.nodeMemory), Swap: swapMode, SwapFileBytes: swapBytes, Zram: zram, Zswap: zswap,
-		Agent: f.agent, Out: f.out, Label: f.label, Seed: f.seed, Interval: time.Second, Executable: exe, Accel: accel,
+		Agent: f.agent, Balloon: f.balloon, GuestCacheBytes: uint64(f.guestCache), Out: f.out, Label: f.label, Seed: f.seed, Interval: time.Second, Executable: exe, Accel: accel,
 	}
 	if err := p.Validate(); err != nil {
 		return usageError{err}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/headroom-dev/headroom/internal/results"
 )
 
 // startAgent runs `headroom agent` on the run's node for the whole run;
@@ -15,7 +17,7 @@ import (
 func (h *Harness) startAgent() (stop func(), err error) {
 	mount := filepath.Dir(h.backend.Scope().Path())
 	scope := strings.TrimPrefix(h.backend.Scope().Path(), mount)
-	out, err := os.Create(filepath.Join(h.dir, "agent.jsonl"))
+	out, err := os.Create(filepath.Join(h.dir, results.AgentFile))
 	if err != nil {
 		return nil, err
 	}
@@ -24,7 +26,11 @@ func (h *Harness) startAgent() (stop func(), err error) {
 		out.Close()
 		return nil, err
 	}
-	cmd := exec.Command(h.p.Executable, "agent", "--scope", scope, "--workloads-dir", h.metaDir, "--listen", "")
+	args := []string{"agent", "--scope", scope, "--workloads-dir", h.metaDir, "--listen", ""}
+	if h.p.Balloon != "" {
+		args = append(args, "--balloon", "--balloon-policy", h.p.Balloon)
+	}
+	cmd := exec.Command(h.p.Executable, args...)
 	cmd.Stdout, cmd.Stderr = out, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -3,6 +3,7 @@ package density
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,6 +50,9 @@ type qemuBackend struct {
 	overheadBytes uint64
 	// runDir holds each VM's sockets and console; removed by Close.
 	runDir string
+	// cacheDisk is the disk every guest reads into its page cache at boot
+	// ("": none); removed by Close.
+	cacheDisk string
 }
 
 func newQEMUBackend(p Params, nodeSwapBytes uint64) (*qemuBackend, error) {
@@ -68,7 +72,39 @@ func newQEMUBackend(p Params, nodeSwapBytes uint64) (*qemuBackend, error) {
 	if accel == "" || accel == microvm.AccelAuto {
 		accel, _ = microvm.DetectAccel()
 	}
-	return &qemuBackend{scope: g, image: *p.Image, accel: accel, overheadBytes: p.OverheadBytes, runDir: dir}, nil
+	b := &qemuBackend{scope: g, image: *p.Image, accel: accel, overheadBytes: p.OverheadBytes, runDir: dir}
+	if p.GuestCacheBytes > 0 {
+		if b.cacheDisk, err = createCacheDisk(p.GuestCacheBytes, p.Seed); err != nil {
+			b.Close()
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// createCacheDisk writes the disk the guests read into their page cache:
+// random content, so neither a zero-page shortcut nor compression makes
+// swapping it cheaper than it is, on a real file system (the guests read
+// it with direct I/O, which tmpfs lacks).
+func createCacheDisk(sizeBytes, seed uint64) (string, error) {
+	f, err := os.CreateTemp("/var/tmp", "headroom-density-cache-")
+	if err != nil {
+		return "", fmt.Errorf("guest cache disk: %w", err)
+	}
+	rng := rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8), byte(seed >> 16), byte(seed >> 24)})
+	buf := make([]byte, 1<<20)
+	for written := uint64(0); written < sizeBytes && err == nil; written += uint64(len(buf)) {
+		rng.Read(buf)
+		_, err = f.Write(buf)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", fmt.Errorf("guest cache disk: %w", err)
+	}
+	return f.Name(), nil
 }
 
 func (b *qemuBackend) Scope() cgroup.Group { return b.scope }
@@ -77,6 +113,11 @@ func (b *qemuBackend) Close() error {
 	err := cgroup.Remove(b.scope, 30*time.Second)
 	if rerr := os.RemoveAll(b.runDir); rerr != nil && err == nil {
 		err = rerr
+	}
+	if b.cacheDisk != "" {
+		if rerr := os.Remove(b.cacheDisk); rerr != nil && err == nil {
+			err = rerr
+		}
 	}
 	return err
 }
@@ -111,6 +152,7 @@ func (b *qemuBackend) StartWorker(name string, memoryBytes uint64, loadArgs []st
 	vm, err := microvm.Start(ctx, microvm.Config{
 		Image: b.image, Name: name, MemoryBytes: memoryBytes, Args: args, Dir: b.vmDir(name),
 		QMPSocket: b.qmpSocket(name), Cgroup: g.Path(), Controller: socket, Accel: b.accel, GraceSeconds: 5,
+		CacheDisk: b.cacheDisk,
 	})
 	if err != nil {
 		cgroup.Remove(g, 10*time.Second)

@@ -40,13 +40,19 @@ type Params struct {
 	Swap          string
 	SwapFileBytes uint64
 	// Zram or Zswap is a compressed tier in front of the swap (nil: none).
-	Zram     *swaptier.ZramSpec
-	Zswap    *swaptier.ZswapSpec
-	Agent    bool
-	Out      string
-	Label    string
-	Seed     uint64
-	Interval time.Duration
+	Zram  *swaptier.ZramSpec
+	Zswap *swaptier.ZswapSpec
+	Agent bool
+	// Balloon runs the agent's balloon controller with this policy
+	// (headroom or mom; "": off).
+	Balloon string
+	// GuestCacheBytes is clean page cache each guest holds beside its
+	// workload (qemu backend): it reads that much of a disk at boot.
+	GuestCacheBytes uint64
+	Out             string
+	Label           string
+	Seed            uint64
+	Interval        time.Duration
 	// Executable is the headroom binary that runs the workers and agent.
 	Executable string
 	// Image is the guest image (qemu backend) and Accel its accelerator.
@@ -162,9 +168,15 @@ func (p Params) Validate() error {
 		return fmt.Errorf("--backend %q is not available: want cgroup or qemu (kubevirt comes later)", p.Backend)
 	case p.Backend == "qemu" && p.VMMemoryBytes < microvm.MinMemoryBytes:
 		return fmt.Errorf("--vm-memory %s is too small to boot a guest: the minimum is %s", units.FormatBytes(p.VMMemoryBytes), units.FormatBytes(microvm.MinMemoryBytes))
-	case p.Backend == "qemu" && p.MemorySizeBytes+GuestFootprintBytes > p.VMMemoryBytes:
-		return fmt.Errorf("--memory-size %s leaves the guest too little of --vm-memory %s: keep %s for its kernel and initramfs",
-			units.FormatBytes(p.MemorySizeBytes), units.FormatBytes(p.VMMemoryBytes), units.FormatBytes(GuestFootprintBytes))
+	case p.Backend == "qemu" && p.MemorySizeBytes+p.GuestCacheBytes+GuestFootprintBytes > p.VMMemoryBytes:
+		return fmt.Errorf("--memory-size %s (and --guest-cache %s) leaves the guest too little of --vm-memory %s: keep %s for its kernel and initramfs",
+			units.FormatBytes(p.MemorySizeBytes), units.FormatBytes(p.GuestCacheBytes), units.FormatBytes(p.VMMemoryBytes), units.FormatBytes(GuestFootprintBytes))
+	case p.GuestCacheBytes > 0 && p.Backend != "qemu":
+		return fmt.Errorf("--guest-cache needs --backend qemu: only a guest has a page cache of its own")
+	case p.Balloon != "" && p.Balloon != "headroom" && p.Balloon != "mom":
+		return fmt.Errorf("--balloon %q: want headroom or mom", p.Balloon)
+	case p.Balloon != "" && (p.Backend != "qemu" || !p.Agent):
+		return fmt.Errorf("--balloon needs --backend qemu and --agent: the agent's balloon controller drives the VMs' balloons")
 	case len(p.Deployments) == 0:
 		return fmt.Errorf("--deployments is empty")
 	case p.MemorySizeBytes == 0 || p.MemorySizeBytes > p.VMMemoryBytes:
@@ -193,6 +205,7 @@ func (p Params) AsMap() map[string]any {
 		"overhead_bytes": p.OverheadBytes, "request_bytes": p.RequestBytes(), "repeat": p.Repeat,
 		"stop_on_failure": p.StopOnFailure, "node_memory_bytes": p.NodeMemoryBytes, "swap": p.Swap,
 		"swap_file_bytes": p.SwapFileBytes, "agent": p.Agent, "seed": p.Seed,
+		"balloon": p.Balloon, "guest_cache_bytes": p.GuestCacheBytes,
 	}
 	if p.Zram != nil {
 		m["zram"] = p.Zram

@@ -120,6 +120,10 @@ func TestValidate(t *testing.T) {
 		"--repeat":             func(p *Params) { p.Repeat = 0 },
 		"--swap-tier":          func(p *Params) { p.Zram = &swaptier.ZramSpec{SizeBytes: 1 << 30} },
 		"--agent":              func(p *Params) { p.Agent = true },
+		"--guest-cache":        func(p *Params) { p.GuestCacheBytes = 64 << 20 },
+		"and --guest-cache":    func(p *Params) { p.Backend, p.GuestCacheBytes = "qemu", 192<<20 },
+		"--balloon \"x\"":      func(p *Params) { p.Backend, p.Agent, p.NodeMemoryBytes, p.Balloon = "qemu", true, 1<<30, "x" },
+		"--balloon needs":      func(p *Params) { p.Backend, p.Balloon = "qemu", "mom" },
 	}
 	for flag, f := range bad {
 		p := valid()

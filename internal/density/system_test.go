@@ -289,3 +289,56 @@ func TestSystemQEMUVMKilledMidStep(t *testing.T) {
 		t.Fatalf("the surviving VM: %+v", w2)
 	}
 }
+
+// With --balloon the agent reclaims the guests' idle page cache
+// (--guest-cache) through their balloons on a node too small for all of
+// it: memory states and balloon targets in agent.jsonl, granted memory
+// below the VMs' size in the timeline, no failed step, nothing left.
+func TestSystemQEMUBalloonReclaimsGuestCache(t *testing.T) {
+	p := qemuNode(t)
+	p.Deployments, p.VMMemoryBytes, p.MemorySizeBytes, p.GuestCacheBytes = []int{3}, 512<<20, 128<<20, 192<<20
+	p.NodeMemoryBytes, p.OvercommitPercent, p.WorkloadRuntime = 1<<30, 400, 20*time.Second
+	p.Agent, p.Balloon = true, "headroom"
+	dir, run, err := Run(context.Background(), p, testReporter{t: t})
+	assertRestored(t)
+	assertNoVMsLeft(t)
+	if disks, _ := filepath.Glob("/var/tmp/headroom-density-cache-*"); len(disks) > 0 {
+		t.Errorf("cache disks left: %v", disks)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := run.Steps[0]; s.Failed || s.OOMKills > 0 {
+		t.Fatalf("step %+v", s)
+	}
+	decisions, err := results.ReadDecisions(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	states, inflations := 0, 0
+	for _, d := range decisions {
+		switch {
+		case d.Action == "memory_state":
+			states++
+		case d.Action == "set_balloon" && d.Balloon.TargetBytes < d.Balloon.MaxBytes:
+			inflations++
+		}
+	}
+	timeline, err := results.ReadTimeline(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	least := uint64(p.VMMemoryBytes)
+	for _, s := range timeline {
+		for _, w := range s.Workers {
+			if w.Guest != nil && w.Guest.BalloonActualBytes > 0 {
+				least = min(least, w.Guest.BalloonActualBytes)
+			}
+		}
+	}
+	if states == 0 || inflations == 0 || least > p.VMMemoryBytes-64<<20 {
+		t.Fatalf("%d memory_state and %d inflating set_balloon lines; least granted %d MiB", states, inflations, least>>20)
+	}
+	t.Logf("%d state changes, %d inflations; least memory granted to a VM %d MiB of %d; %.0f pages/s", states, inflations,
+		least>>20, p.VMMemoryBytes>>20, run.Steps[0].AggregatePagesPerSec)
+}

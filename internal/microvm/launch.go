@@ -57,6 +57,10 @@ type Config struct {
 	Controller string
 	// GuestSwap gives the guest a swap disk.
 	GuestSwap *SwapDisk
+	// CacheDisk is a host file the guest gets as a read-only disk and
+	// reads whole into its page cache before its command starts ("":
+	// none). Several VMs may share one file.
+	CacheDisk string
 	// ExtraFiles are added to the initramfs (guest path → host path).
 	ExtraFiles map[string]string
 	// KernelArgs are appended to the kernel command line.
@@ -255,8 +259,14 @@ func (vm *VM) qemuArgs(initrd string) []string {
 	if c.GraceSeconds > 0 {
 		append_ = append(append_, guest.GraceKey+"="+strconv.Itoa(c.GraceSeconds))
 	}
+	// virtio-blk disks are named in the order of their devices.
+	disks := 0
+	diskName := func() string { disks++; return "vd" + string(rune('a'+disks-1)) }
 	if vm.swapFile != "" {
-		append_ = append(append_, guest.SwapKey+"=vda")
+		append_ = append(append_, guest.SwapKey+"="+diskName())
+	}
+	if c.CacheDisk != "" {
+		append_ = append(append_, guest.CacheKey+"="+diskName())
 	}
 	accel := string(vm.accel)
 	if vm.accel == AccelTCG {
@@ -297,6 +307,13 @@ func (vm *VM) qemuArgs(initrd string) []string {
 		}
 		args = append(args, "-drive", "file="+vm.swapFile+",if=none,id=swap0,format=raw,cache="+cacheMode,
 			"-device", "virtio-blk-pci,drive=swap0")
+	}
+	if c.CacheDisk != "" {
+		// Direct I/O: the content reaches each guest from the disk, not
+		// from one copy in the host's page cache charged to whichever VM
+		// read it first.
+		args = append(args, "-drive", "file="+c.CacheDisk+",if=none,id=cache0,format=raw,readonly=on,cache=none",
+			"-device", "virtio-blk-pci,drive=cache0")
 	}
 	append_ = append(append_, guest.PortsKey+"="+strconv.Itoa(nports))
 	append_ = append(append_, c.KernelArgs...)

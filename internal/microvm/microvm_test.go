@@ -238,3 +238,34 @@ func TestExtractVmlinuxRefusesGarbage(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 }
+
+// Disks are named in the order of their devices: the guest must be told
+// the name its swap and cache disks get.
+func TestDiskNamesFollowDeviceOrder(t *testing.T) {
+	for _, tc := range []struct {
+		swap, cache string
+		want        []string
+	}{
+		{"", "", nil},
+		{"/var/tmp/swap", "", []string{"headroom.swap=vda"}},
+		{"", "/var/tmp/cache", []string{"headroom.cache=vda"}},
+		{"/var/tmp/swap", "/var/tmp/cache", []string{"headroom.swap=vda", "headroom.cache=vdb"}},
+	} {
+		vm := &VM{cfg: Config{Args: []string{"load"}, CacheDisk: tc.cache, GuestSwap: &SwapDisk{}}, swapFile: tc.swap, accel: AccelTCG}
+		args := vm.qemuArgs("initrd")
+		cmdline := args[len(args)-1]
+		var got []string
+		for _, f := range strings.Fields(cmdline) {
+			if strings.HasPrefix(f, "headroom.swap=") || strings.HasPrefix(f, "headroom.cache=") {
+				got = append(got, f)
+			}
+		}
+		if strings.Join(got, " ") != strings.Join(tc.want, " ") {
+			t.Errorf("swap %q cache %q: kernel args %v, want %v", tc.swap, tc.cache, got, tc.want)
+		}
+		drives := strings.Count(strings.Join(args, " "), "virtio-blk-pci")
+		if drives != len(tc.want) {
+			t.Errorf("swap %q cache %q: %d virtio-blk devices, want %d", tc.swap, tc.cache, drives, len(tc.want))
+		}
+	}
+}

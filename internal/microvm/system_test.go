@@ -179,13 +179,13 @@ func TestSystemVMInItsCgroup(t *testing.T) {
 		h.RSSBytes>>20, h.GuestRAMBytes>>20, h.OverheadBytes>>20, h.FileBytes>>20)
 }
 
-// memAvailableWatcher runs a guest loop printing MemAvailable (kB) every 50 ms and
-// returns a function giving the latest value.
-func memAvailableWatcher(t *testing.T, cfg microvm.Config) (*microvm.VM, func() int64) {
+// meminfoWatcher runs a guest loop printing one /proc/meminfo field (kB)
+// every 50 ms and returns a function giving its latest value in bytes.
+func meminfoWatcher(t *testing.T, cfg microvm.Config, field string) (*microvm.VM, func() int64) {
 	t.Helper()
 	pr, pw := io.Pipe()
 	cfg.Stdout = pw
-	cfg.Args = []string{"/bin/sh", "-c", "while :; do grep MemAvailable /proc/meminfo; usleep 50000; done"}
+	cfg.Args = []string{"/bin/sh", "-c", "while :; do grep '^" + field + ":' /proc/meminfo; usleep 50000; done"}
 	vm := startVM(t, cfg)
 	var mu sync.Mutex
 	var latest int64
@@ -214,7 +214,7 @@ func memAvailableWatcher(t *testing.T, cfg microvm.Config) (*microvm.VM, func() 
 // than leaving MemTotal) and QEMU reports the balloon's progress;
 // deflating gives the memory back.
 func TestSystemBalloonSeenInsideGuest(t *testing.T) {
-	vm, memAvailable := memAvailableWatcher(t, microvm.Config{MemoryBytes: 512 << 20})
+	vm, memAvailable := meminfoWatcher(t, microvm.Config{MemoryBytes: 512 << 20}, "MemAvailable")
 	waitFor(t, 60*time.Second, func() bool { return memAvailable() > 0 })
 	before := memAvailable()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -295,5 +295,50 @@ func TestSystemStartFailureLeavesNothing(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); err == nil {
 		t.Errorf("%s left behind", dir)
+	}
+}
+
+// A cache disk is in the guest's page cache before its command starts, and
+// a balloon takes that clean cache back without killing anything.
+func TestSystemBalloonReclaimsGuestPageCache(t *testing.T) {
+	const cacheBytes = 96 << 20
+	f, err := os.CreateTemp("/var/tmp", "headroom-test-cache-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(f.Name()) })
+	buf := make([]byte, 1<<20)
+	for i := 0; i < cacheBytes>>20; i++ {
+		for j := range buf {
+			buf[j] = byte(i*31 + j*7 + j>>8)
+		}
+		if _, err := f.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Close()
+	vm, buffers := meminfoWatcher(t, microvm.Config{MemoryBytes: 384 << 20, CacheDisk: f.Name()}, "Buffers")
+	t.Cleanup(func() {
+		if t.Failed() {
+			actual, err := vm.QMP().QueryBalloon(context.Background())
+			t.Logf("balloon at %d MiB (%v), Buffers %d MiB; console:\n%s", actual>>20, err, buffers()>>20, vm.ConsoleTail(20))
+		}
+	})
+	waitFor(t, 60*time.Second, func() bool { return buffers() > 0 })
+	before := buffers()
+	if before < cacheBytes {
+		t.Fatalf("Buffers %d MiB after reading a %d MiB cache disk", before>>20, cacheBytes>>20)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := vm.QMP().Balloon(ctx, 128<<20); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, func() bool { return buffers() <= before-48<<20 })
+	t.Logf("guest page cache %d → %d MiB under a balloon to 128 MiB", before>>20, buffers()>>20)
+	select {
+	case <-vm.Exited():
+		t.Fatalf("the guest ended: %+v", vm.Exit())
+	default:
 	}
 }

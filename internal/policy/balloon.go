@@ -99,6 +99,15 @@ type BalloonSetting struct {
 	FreeBytes uint64 `json:"free_bytes"`
 }
 
+// MemoryStateChange is memory_state's payload: the scope moved from one
+// memory state to another ("" before the first round).
+type MemoryStateChange struct {
+	From         string `json:"from"`
+	To           string `json:"to"`
+	FreeBytes    uint64 `json:"free_bytes"`
+	MinFreeBytes uint64 `json:"min_free_bytes"`
+}
+
 // BalloonState is what the balloon controller remembers between rounds.
 type BalloonState struct {
 	HostState    string    `json:"host_state"`
@@ -187,13 +196,18 @@ func decideBalloon(snap Snapshot, cfg Config, st *State) []Decision {
 		}
 	}
 
+	var out []Decision
 	if next := nextMemState(b.HostState, free, b.MinFreeBytes); next != b.HostState {
+		// A line per change, so a report can draw the states over time.
+		out = append(out, Decision{Time: now, Action: ActionMemoryState,
+			Reason:      fmt.Sprintf("%d B free, minFree %d B: %s", free, b.MinFreeBytes, next),
+			MemoryState: &MemoryStateChange{From: b.HostState, To: next, FreeBytes: free, MinFreeBytes: b.MinFreeBytes}})
 		b.HostState, b.Since = next, now
 	}
 	if cfg.BalloonPolicy == BalloonMOM {
-		return b.decideMOM(vms, free, scope.RAMBytes, now, cfg)
+		return append(out, b.decideMOM(vms, free, scope.RAMBytes, now, cfg)...)
 	}
-	return b.decideStates(vms, free, now)
+	return append(out, b.decideStates(vms, free, now)...)
 }
 
 // view reads one VM's guest stats: its floor (what its kernel reserved,

@@ -266,6 +266,14 @@ func checkDecisions(t *testing.T, snap Snapshot, cfg Config, prev State, decisio
 				t.Fatalf("MOM shrank %s by more than 5%%: %d → %d B", d.Workload, b.FromBytes, b.TargetBytes)
 			}
 			ballooned[d.Workload] = true
+		case ActionMemoryState:
+			m := d.MemoryState
+			switch {
+			case !cfg.Balloon:
+				t.Fatal("memory_state with the balloon controller off")
+			case m == nil || m.From == m.To || m.From != prev.Balloon.HostState || m.To != next.Balloon.HostState:
+				t.Fatalf("memory_state %+v: not the change from %q to %q", m, prev.Balloon.HostState, next.Balloon.HostState)
+			}
 		case ActionAbandon:
 			if _, ok := prev.Evicting[d.Workload]; !ok {
 				t.Fatalf("gave up on %s, which was not being evicted", d.Workload)

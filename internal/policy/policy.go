@@ -294,6 +294,9 @@ const (
 	ActionSetKSM = "set_ksm"
 	// ActionSetBalloon sets a VM's balloon target.
 	ActionSetBalloon = "set_balloon"
+	// ActionMemoryState records that the scope's memory state changed
+	// (nothing to carry out).
+	ActionMemoryState = "memory_state"
 	// ActionNone records why a firing signal led to no eviction.
 	ActionNone = "none"
 )
@@ -317,6 +320,8 @@ type Decision struct {
 	KSM *KSMSetting `json:"ksm,omitempty"`
 	// Balloon is set_balloon's target.
 	Balloon *BalloonSetting `json:"balloon,omitempty"`
+	// MemoryState is memory_state's change.
+	MemoryState *MemoryStateChange `json:"memory_state,omitempty"`
 }
 
 // SwapSetting is a workload's swap allowance.

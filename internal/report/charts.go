@@ -94,6 +94,16 @@ func drawCharts(runs []Run) ([]chart, error) {
 	if hasVMs(runs) {
 		charts = append(charts, vmPhasesChart(runs), vmMemoryChart(runs))
 	}
+	guests := false
+	for i, r := range runs {
+		if hasBalloon(r) {
+			charts = append(charts, balloonChart(i, r))
+		}
+		guests = guests || hasGuestStats(r)
+	}
+	if guests {
+		charts = append(charts, guestPageInsChart(runs))
+	}
 	return charts, nil
 }
 

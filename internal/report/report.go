@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/headroom-dev/headroom/internal/policy"
 	"github.com/headroom-dev/headroom/internal/results"
 	"github.com/headroom-dev/headroom/internal/units"
 )
@@ -46,6 +47,10 @@ type Run struct {
 	Dir string
 	*results.Run
 	Regimes results.Regimes
+	// Timeline is the node once a second; Decisions the agent's lines
+	// (both empty where the run has none).
+	Timeline  []results.Sample
+	Decisions []policy.Decision
 }
 
 // Load reads result directories.
@@ -56,7 +61,15 @@ func Load(dirs []string) ([]Run, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, Run{Dir: d, Run: r, Regimes: results.DetectRegimes(r.Points())})
+		timeline, err := results.ReadTimeline(d)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", d, err)
+		}
+		decisions, err := results.ReadDecisions(d)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", d, err)
+		}
+		out = append(out, Run{Dir: d, Run: r, Regimes: results.DetectRegimes(r.Points()), Timeline: timeline, Decisions: decisions})
 	}
 	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"image"
+	"image/color"
 	"image/png"
 	"math"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/headroom-dev/headroom/internal/policy"
 	"github.com/headroom-dev/headroom/internal/results"
 	"github.com/headroom-dev/headroom/internal/testenv"
 )
@@ -145,5 +147,95 @@ func TestReportRendersInChromium(t *testing.T) {
 	}
 	if n := distinctColors(img); n < 20 {
 		t.Fatalf("the rendered page has %d colours: blank or broken", n)
+	}
+}
+
+// bandPixels counts pixels showing a memory state's band over white.
+func bandPixels(img image.Image, c color.NRGBA) int {
+	a := float64(c.A) / 255
+	want := [3]float64{255 - (255-float64(c.R))*a, 255 - (255-float64(c.G))*a, 255 - (255-float64(c.B))*a}
+	n := 0
+	b := img.Bounds()
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			r, g, bl, _ := img.At(x, y).RGBA()
+			got := [3]float64{float64(r >> 8), float64(g >> 8), float64(bl >> 8)}
+			if math.Abs(got[0]-want[0]) <= 2 && math.Abs(got[1]-want[1]) <= 2 && math.Abs(got[2]-want[2]) <= 2 {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// The seed's Figure 7: a run whose agent drove balloons gets a chart of
+// each VM's granted memory and target over the node's memory states, drawn
+// from the agent's decision lines and the timeline; every run with guest
+// stats gets the guests' page-ins.
+func TestBalloonChartFromAgentLines(t *testing.T) {
+	dir := syntheticRun(t, "balloon-run", 1)
+	t0 := time.Unix(1000, 0).UTC()
+	timeline, err := results.AppendLines(filepath.Join(dir, results.TimelineFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s := 0; s <= 20; s++ {
+		granted := uint64(512 << 20)
+		if s >= 7 && s < 15 {
+			granted = 300 << 20
+		}
+		timeline.Write(results.Sample{Time: t0.Add(time.Duration(s) * time.Second), Step: 2, Workers: []results.WorkerSample{
+			{Name: "w0", Guest: &results.GuestView{MajorFaults: int64(100 * s), BalloonActualBytes: granted}},
+			{Name: "w1", Guest: &results.GuestView{MajorFaults: int64(10 * s), BalloonActualBytes: 512 << 20}},
+		}})
+	}
+	if err := timeline.Close(); err != nil {
+		t.Fatal(err)
+	}
+	agent, err := results.AppendLines(filepath.Join(dir, results.AgentFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	for _, d := range []policy.Decision{
+		{Time: at(0), Action: policy.ActionMemoryState, MemoryState: &policy.MemoryStateChange{To: policy.MemClear}},
+		{Time: at(5), Action: policy.ActionMemoryState, MemoryState: &policy.MemoryStateChange{From: policy.MemClear, To: policy.MemSoft}},
+		{Time: at(6), Action: policy.ActionSetBalloon, Workload: "w0", Balloon: &policy.BalloonSetting{TargetBytes: 300 << 20, MaxBytes: 512 << 20}},
+		{Time: at(14), Action: policy.ActionMemoryState, MemoryState: &policy.MemoryStateChange{From: policy.MemSoft, To: policy.MemHigh}},
+		{Time: at(14), Action: policy.ActionSetBalloon, Workload: "w0", Balloon: &policy.BalloonSetting{TargetBytes: 512 << 20, MaxBytes: 512 << 20}},
+	} {
+		agent.Write(d)
+	}
+	if err := agent.Close(); err != nil {
+		t.Fatal(err)
+	}
+	runs, err := Load([]string{dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	charts, err := Write(runs, filepath.Join(t.TempDir(), "report.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]string{}
+	for _, c := range charts {
+		found[c.Name] = c.PNG
+	}
+	if found["balloon-1"] == "" || found["guest-page-ins"] == "" {
+		t.Fatalf("charts %v: want balloon-1 and guest-page-ins", found)
+	}
+	b, _ := os.ReadFile(found["balloon-1"])
+	img, err := png.Decode(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	soft := memStateColors[policy.MemSoft].(color.NRGBA)
+	low := memStateColors[policy.MemLow].(color.NRGBA)
+	// The soft band spans 9 of the 20 s: a large share of the plot area.
+	if n, all := bandPixels(img, soft), img.Bounds().Dx()*img.Bounds().Dy(); n < all/10 {
+		t.Errorf("soft band covers %d of %d pixels", n, all)
+	}
+	if n := bandPixels(img, low); n > 0 {
+		t.Errorf("a low band (%d pixels) in a run that never was low", n)
 	}
 }

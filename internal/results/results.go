@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/headroom-dev/headroom/internal/policy"
 )
 
 // SchemaVersion names the layout; readers refuse other versions.
@@ -24,7 +26,9 @@ const (
 	RunFile      = "run.json"
 	StepsCSV     = "steps.csv"
 	TimelineFile = "timeline.jsonl"
-	WorkersFile  = "workers.jsonl"
+	// AgentFile holds the agent's decision lines (runs with --agent).
+	AgentFile   = "agent.jsonl"
+	WorkersFile = "workers.jsonl"
 )
 
 // Run is run.json.
@@ -319,6 +323,31 @@ func ReadTimeline(dir string) ([]Sample, error) {
 			return nil, fmt.Errorf("%s: %w", TimelineFile, err)
 		}
 		out = append(out, s)
+	}
+	return out, sc.Err()
+}
+
+// ReadDecisions reads the agent's decision lines (missing file: none).
+// Lines that are not decisions (a truncated last line of an interrupted
+// run) end the list.
+func ReadDecisions(dir string) ([]policy.Decision, error) {
+	f, err := os.Open(filepath.Join(dir, AgentFile))
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []policy.Decision
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		var d policy.Decision
+		if err := json.Unmarshal(sc.Bytes(), &d); err != nil || d.Action == "" {
+			break
+		}
+		out = append(out, d)
 	}
 	return out, sc.Err()
 }

@@ -43,6 +43,10 @@ const (
 	PortsKey = "headroom.ports"
 	// SwapKey names a block device /init enables as swap ("vda").
 	SwapKey = "headroom.swap"
+	// CacheKey names a block device /init reads whole before the command
+	// starts, so the guest begins with that much clean page cache (memory
+	// it can drop at once, the kind a balloon reclaims for free).
+	CacheKey = "headroom.cache"
 	// GraceKey is how many seconds the command gets between SIGTERM (on a
 	// power-down request) and SIGKILL.
 	GraceKey = "headroom.grace"

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Does ballooning let a node hold more VMs at the same per-VM throughput
+# than swap alone? One density ramp of micro-VMs three times, the agent on
+# the node each time:
+#   swap      swap allowances and eviction only
+#   headroom  plus --balloon (memory states, guest-aware targets)
+#   mom       plus --balloon mom (oVirt MOM's balloon.rules)
+# Each 512 MiB guest runs a 128 MiB random-access workload beside 192 MiB
+# of clean page cache (--guest-cache: memory a balloon reclaims without
+# I/O, which host swap must write out); a 1.5 GiB node, a 2 GiB swap file.
+# Per step: aggregate and mean per-VM pages/s, the ratio to the swap-only
+# run, swap-outs/s, evictions and OOM kills; per run: the most VMs whose
+# mean per-VM rate stays at least half the one-VM rate. Needs root; removes
+# all it made. RESULTS=dir keeps the results (for `headroom report`).
+source "$(dirname "$0")/lib.sh"
+[ "$(id -u)" = 0 ] || { echo "density-balloon.sh needs root" >&2; exit 2; }
+OUT=${RESULTS:-$BENCH_TMP/results}
+mkdir -p "$OUT"
+DEPLOY=${DEPLOYMENTS:-1,3,5,7}
+RUNTIME=${RUNTIME:-20s}
+
+for setup in swap headroom mom; do
+  balloon=()
+  [ "$setup" != swap ] && balloon=(--balloon "$setup")
+  "$HEADROOM" density --backend qemu --agent "${balloon[@]}" --node-memory 1536Mi --swap 2Gi \
+    --vm-memory 512Mi --memory-size 128Mi --guest-cache 192Mi --overcommit-percent 400 \
+    --deployments "$DEPLOY" --workload-runtime "$RUNTIME" --memory-scan random --stop-on-failure=false \
+    --label "$setup" --out "$OUT/$setup" > "$BENCH_TMP/$setup.log" 2>&1 || true
+  tail -n +2 "$OUT/$setup/steps.csv" | awk -F, -v s="$setup" '{print s, $2, $6, $9, $16, $17, ($4=="true"?"failed":"ok")}'
+done > "$BENCH_TMP/rows"
+
+printf '%-9s %7s %12s %12s %8s %11s %9s %4s %s\n' setup VMs agg_pages/s per_VM vs_swap swapouts/s evictions oom status
+awk '
+  {rows[++n]=$0; if ($1=="swap") base[$2]=$3}
+  END {for (i=1;i<=n;i++) {split(rows[i],f," "); r=(base[f[2]]>0)?f[3]/base[f[2]]:0;
+       printf "%-9s %7s %12.0f %12.0f %8.2f %11.0f %9s %4s %s\n", f[1], f[2], f[3], f[3]/f[2], r, f[4], f[5], f[6], f[7]}}' "$BENCH_TMP/rows"
+echo
+# The most VMs held at half the one-VM rate or better (per VM, mean).
+awk '
+  $2==1 {one[$1]=$3}
+  {rows[++n]=$0}
+  END {for (i=1;i<=n;i++) {split(rows[i],f," "); if (f[7]=="ok" && f[3]/f[2] >= 0.5*one[f[1]] && f[2]>held[f[1]]) held[f[1]]=f[2]}
+       for (s in one) printf "%-9s holds %s VMs at >= half the one-VM rate\n", s, held[s]+0}' "$BENCH_TMP/rows" | sort
+echo "results: $OUT (headroom report $OUT/swap $OUT/headroom $OUT/mom)"
