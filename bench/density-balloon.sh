@@ -19,13 +19,17 @@ mkdir -p "$OUT"
 DEPLOY=${DEPLOYMENTS:-1,3,5,7}
 RUNTIME=${RUNTIME:-20s}
 
-for setup in swap headroom mom; do
+# SETUPS="headroom mom" reruns only those (the others' results stay in RESULTS).
+for setup in ${SETUPS:-swap headroom mom}; do
   balloon=()
-  [ "$setup" != swap ] && balloon=(--balloon "$setup")
+  [ "$setup" != swap ] && balloon=(--balloon="$setup")
   "$HEADROOM" density --backend qemu --agent "${balloon[@]}" --node-memory 1536Mi --swap 2Gi \
     --vm-memory 512Mi --memory-size 128Mi --guest-cache 192Mi --overcommit-percent 400 \
     --deployments "$DEPLOY" --workload-runtime "$RUNTIME" --memory-scan random --stop-on-failure=false \
-    --label "$setup" --out "$OUT/$setup" > "$BENCH_TMP/$setup.log" 2>&1 || true
+    --label "$setup" --out "$OUT/$setup" > "$BENCH_TMP/$setup.log" 2>&1 || { echo "$setup run failed:"; tail -3 "$BENCH_TMP/$setup.log"; }
+done
+for setup in swap headroom mom; do
+  [ -f "$OUT/$setup/steps.csv" ] || continue
   tail -n +2 "$OUT/$setup/steps.csv" | awk -F, -v s="$setup" '{print s, $2, $6, $9, $16, $17, ($4=="true"?"failed":"ok")}'
 done > "$BENCH_TMP/rows"
 

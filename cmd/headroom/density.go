@@ -68,7 +68,8 @@ type densityFlags struct {
 	swap        string
 	swapTier    string
 	agent       bool
-	balloon     string
+	balloon     bool
+	balloonPol  string
 	guestCache  bytesValue
 	out         string
 	label       string
@@ -109,8 +110,8 @@ func newDensityCommand() *cobra.Command {
 	fl.StringVar(&f.swap, "swap", "", "swap for the run: a size (a swap file created and removed), existing, or none")
 	fl.StringVar(&f.swapTier, "swap-tier", "", "compressed tier in front of the swap: "+density.SwapTierForm)
 	fl.BoolVar(&f.agent, "agent", false, "run headroom agent on the node for the whole run")
-	fl.StringVar(&f.balloon, "balloon", "", "qemu backend with --agent: the agent also drives the VMs' balloons, with policy headroom (--balloon alone) or mom")
-	fl.Lookup("balloon").NoOptDefVal = "headroom"
+	fl.BoolVar(&f.balloon, "balloon", false, "qemu backend with --agent: the agent also drives the VMs' balloons")
+	fl.StringVar(&f.balloonPol, "balloon-policy", "headroom", "with --balloon: headroom (memory states, guest-aware targets) or mom (oVirt MOM's rules)")
 	fl.Var(&f.guestCache, "guest-cache", "qemu backend: clean page cache each guest holds beside its workload (it reads this much of a disk at boot)")
 	fl.StringVar(&f.out, "out", "", "results directory (default ./results/<timestamp>-density)")
 	fl.StringVar(&f.label, "label", "", "name of this run in reports (default: scan and size)")
@@ -145,13 +146,19 @@ func runDensity(cmd *cobra.Command, f *densityFlags) error {
 	if f.backend == "qemu" && !cmd.Flags().Changed("overhead") {
 		f.overhead = density.DefaultVMOverheadBytes
 	}
+	balloon := ""
+	if f.balloon {
+		balloon = f.balloonPol
+	} else if cmd.Flags().Changed("balloon-policy") {
+		return usagef("--balloon-policy needs --balloon")
+	}
 	p := density.Params{
 		Backend: f.backend, Deployments: deployments, VMMemoryBytes: uint64(f.vmMemory), MemorySizeBytes: uint64(f.memorySize),
 		Scan: memload.Scan(f.scan), WriteFraction: float64(f.writes), RatePagesPerSec: float64(f.rate),
 		Content: memload.Content(f.content), WorkloadRuntime: f.runtime, OvercommitPercent: f.overcommit,
 		OverheadBytes: uint64(f.overhead), Repeat: f.repeat, StopOnFailure: f.stopOnFail,
 		NodeMemoryBytes: uint64(f.nodeMemory), Swap: swapMode, SwapFileBytes: swapBytes, Zram: zram, Zswap: zswap,
-		Agent: f.agent, Balloon: f.balloon, GuestCacheBytes: uint64(f.guestCache), Out: f.out, Label: f.label, Seed: f.seed, Interval: time.Second, Executable: exe, Accel: accel,
+		Agent: f.agent, Balloon: balloon, GuestCacheBytes: uint64(f.guestCache), Out: f.out, Label: f.label, Seed: f.seed, Interval: time.Second, Executable: exe, Accel: accel,
 	}
 	if err := p.Validate(); err != nil {
 		return usageError{err}
@@ -270,9 +277,12 @@ func (r *densityReporter) finish(dir string, run *results.Run) {
 		json.NewEncoder(r.out).Encode(run)
 		return
 	}
-	reg := results.DetectRegimes(run.Points())
+	reg := run.Regimes()
 	fmt.Fprintf(r.out, "stopped: %s\n", run.StopReason)
 	fmt.Fprintf(r.out, "peak %s pages/s at %d workers; last step in RAM: %d workers", units.FormatRate(reg.PeakPagesPerSec), reg.PeakWorkers, reg.KneeWorkers)
+	if reg.KneeEvidence != "" {
+		fmt.Fprintf(r.out, " (%s)", reg.KneeEvidence)
+	}
 	if reg.PlateauStartWorkers > 0 {
 		fmt.Fprintf(r.out, "; plateau %s pages/s from %d workers (%.0fx below the peak)", units.FormatRate(reg.PlateauPagesPerSec),
 			reg.PlateauStartWorkers, reg.PeakPagesPerSec/reg.PlateauPagesPerSec)

@@ -174,7 +174,7 @@ func (p Params) Validate() error {
 	case p.GuestCacheBytes > 0 && p.Backend != "qemu":
 		return fmt.Errorf("--guest-cache needs --backend qemu: only a guest has a page cache of its own")
 	case p.Balloon != "" && p.Balloon != "headroom" && p.Balloon != "mom":
-		return fmt.Errorf("--balloon %q: want headroom or mom", p.Balloon)
+		return fmt.Errorf("--balloon-policy %q: want headroom or mom", p.Balloon)
 	case p.Balloon != "" && (p.Backend != "qemu" || !p.Agent):
 		return fmt.Errorf("--balloon needs --backend qemu and --agent: the agent's balloon controller drives the VMs' balloons")
 	case len(p.Deployments) == 0:

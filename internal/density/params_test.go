@@ -111,19 +111,19 @@ func TestValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := map[string]func(*Params){
-		"--backend":            func(p *Params) { p.Backend = "kubevirt" },
-		"--vm-memory":          func(p *Params) { p.Backend, p.VMMemoryBytes, p.MemorySizeBytes = "qemu", 128<<20, 16<<20 },
-		"keep 128.0 MiB":       func(p *Params) { p.Backend, p.MemorySizeBytes = "qemu", 448<<20 },
-		"--memory-size":        func(p *Params) { p.MemorySizeBytes = 1 << 30 },
-		"--overcommit-percent": func(p *Params) { p.OvercommitPercent = 50 },
-		"--workload-runtime":   func(p *Params) { p.WorkloadRuntime = 0 },
-		"--repeat":             func(p *Params) { p.Repeat = 0 },
-		"--swap-tier":          func(p *Params) { p.Zram = &swaptier.ZramSpec{SizeBytes: 1 << 30} },
-		"--agent":              func(p *Params) { p.Agent = true },
-		"--guest-cache":        func(p *Params) { p.GuestCacheBytes = 64 << 20 },
-		"and --guest-cache":    func(p *Params) { p.Backend, p.GuestCacheBytes = "qemu", 192<<20 },
-		"--balloon \"x\"":      func(p *Params) { p.Backend, p.Agent, p.NodeMemoryBytes, p.Balloon = "qemu", true, 1<<30, "x" },
-		"--balloon needs":      func(p *Params) { p.Backend, p.Balloon = "qemu", "mom" },
+		"--backend":              func(p *Params) { p.Backend = "kubevirt" },
+		"--vm-memory":            func(p *Params) { p.Backend, p.VMMemoryBytes, p.MemorySizeBytes = "qemu", 128<<20, 16<<20 },
+		"keep 128.0 MiB":         func(p *Params) { p.Backend, p.MemorySizeBytes = "qemu", 448<<20 },
+		"--memory-size":          func(p *Params) { p.MemorySizeBytes = 1 << 30 },
+		"--overcommit-percent":   func(p *Params) { p.OvercommitPercent = 50 },
+		"--workload-runtime":     func(p *Params) { p.WorkloadRuntime = 0 },
+		"--repeat":               func(p *Params) { p.Repeat = 0 },
+		"--swap-tier":            func(p *Params) { p.Zram = &swaptier.ZramSpec{SizeBytes: 1 << 30} },
+		"--agent":                func(p *Params) { p.Agent = true },
+		"--guest-cache":          func(p *Params) { p.GuestCacheBytes = 64 << 20 },
+		"and --guest-cache":      func(p *Params) { p.Backend, p.GuestCacheBytes = "qemu", 192<<20 },
+		"--balloon-policy \"x\"": func(p *Params) { p.Backend, p.Agent, p.NodeMemoryBytes, p.Balloon = "qemu", true, 1<<30, "x" },
+		"--balloon needs":        func(p *Params) { p.Backend, p.Balloon = "qemu", "mom" },
 	}
 	for flag, f := range bad {
 		p := valid()

@@ -2,6 +2,8 @@ package density
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -9,20 +11,65 @@ import (
 	"github.com/headroom-dev/headroom/internal/results"
 )
 
-// nodeCounters are the cumulative counters step rates are computed from.
+// nodeCounters are the cumulative counters step rates are computed from;
+// vmstatErr and psiErr say why a read failed (its counters are zero).
 type nodeCounters struct {
 	at                        time.Time
 	pswpin, pswpout, pgmajflt uint64
 	psi                       host.PSI
+	vmstatErr, psiErr         error
 }
 
 func (h *Harness) readCounters() nodeCounters {
 	c := nodeCounters{at: time.Now()}
-	if v, err := host.ReadVMStat(); err == nil {
+	var v host.VMStat
+	if v, c.vmstatErr = host.ReadVMStat(); c.vmstatErr == nil {
 		c.pswpin, c.pswpout, c.pgmajflt = v.PswpIn, v.PswpOut, v.PgMajFault
 	}
-	c.psi, _ = h.readPSI()
+	c.psi, c.psiErr = h.readPSI()
 	return c
+}
+
+// nodeRates are a step's node rates between two reads of the counters.
+type nodeRates struct {
+	swapInPerSec, swapOutPerSec, majorFaultsPerSec float64
+	psiSomePercent, psiFullPercent                 float64
+	// problem says which rates are unknown and why ("": none).
+	problem string
+}
+
+// ratesBetween computes the node rates; a rate is left at zero and named
+// in problem when a read failed or its counter went backwards (a wrap or
+// reset), instead of recording an absurd difference.
+func ratesBetween(before, after nodeCounters) nodeRates {
+	var r nodeRates
+	secs := after.at.Sub(before.at).Seconds()
+	var problems []string
+	if secs <= 0 {
+		return nodeRates{problem: "no time between the counter reads"}
+	}
+	rate := func(name string, b, a uint64) float64 {
+		if a < b {
+			problems = append(problems, name+" went backwards")
+			return 0
+		}
+		return float64(a-b) / secs
+	}
+	if err := errors.Join(before.vmstatErr, after.vmstatErr); err != nil {
+		problems = append(problems, "vmstat unreadable: "+err.Error())
+	} else {
+		r.swapInPerSec = rate("pswpin", before.pswpin, after.pswpin)
+		r.swapOutPerSec = rate("pswpout", before.pswpout, after.pswpout)
+		r.majorFaultsPerSec = rate("pgmajfault", before.pgmajflt, after.pgmajflt)
+	}
+	if err := errors.Join(before.psiErr, after.psiErr); err != nil {
+		problems = append(problems, "memory pressure unreadable: "+err.Error())
+	} else {
+		r.psiSomePercent = rate("PSI some", before.psi.SomeMicros, after.psi.SomeMicros) / 1e4
+		r.psiFullPercent = rate("PSI full", before.psi.FullMicros, after.psi.FullMicros) / 1e4
+	}
+	r.problem = strings.Join(problems, "; ")
+	return r
 }
 
 func (h *Harness) readPSI() (host.PSI, error) {

@@ -101,14 +101,10 @@ func (h *Harness) summarize(step *results.Step, res []loadctl.Result, workers []
 	step.CreateP99Seconds = results.Quantile(create, 0.99)
 	step.CreatePhases = phaseQuantiles(step.PerWorker)
 	step.CreationRatePerMinute = creationRate(workers, byName)
-	secs := after.at.Sub(before.at).Seconds()
-	if secs > 0 {
-		step.SwapInPagesPerSec = float64(after.pswpin-before.pswpin) / secs
-		step.SwapOutPagesPerSec = float64(after.pswpout-before.pswpout) / secs
-		step.MajorFaultsPerSec = float64(after.pgmajflt-before.pgmajflt) / secs
-		step.PSISomePercent = float64(after.psi.SomeMicros-before.psi.SomeMicros) / 1e4 / secs
-		step.PSIFullPercent = float64(after.psi.FullMicros-before.psi.FullMicros) / 1e4 / secs
-	}
+	r := ratesBetween(before, after)
+	step.SwapInPagesPerSec, step.SwapOutPagesPerSec, step.MajorFaultsPerSec = r.swapInPerSec, r.swapOutPerSec, r.majorFaultsPerSec
+	step.PSISomePercent, step.PSIFullPercent = r.psiSomePercent, r.psiFullPercent
+	step.NodeCountersProblem = r.problem
 }
 
 // phaseQuantiles summarises the VMs' start-up phases; ready (the

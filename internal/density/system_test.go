@@ -241,7 +241,7 @@ func TestSystemQEMURampShowsRegimes(t *testing.T) {
 			}
 		}
 	}
-	reg := results.DetectRegimes(run.Points())
+	reg := run.Regimes()
 	last := run.Steps[len(run.Steps)-1]
 	if reg.KneeWorkers < 1 || reg.KneeWorkers >= 6 || last.AggregatePagesPerSec > reg.PeakPagesPerSec/2 || last.SwapInPagesPerSec <= 0 {
 		t.Errorf("regimes %+v; last step %.0f pages/s, %.0f swap-ins/s", reg, last.AggregatePagesPerSec, last.SwapInPagesPerSec)

@@ -52,16 +52,25 @@ func balloonChart(i int, r Run) chart {
 	p.Legend.Top = false // the lines start at the top: the VMs' full memory
 	t0 := runStart(r)
 	sec := func(t time.Time) float64 { return t.Sub(t0).Seconds() }
-	granted := map[string]plotter.XYs{}
+	// granted holds each VM name's line segments: a new segment per step
+	// (a step's VMs are new guests that reuse the names).
+	granted := map[string][]plotter.XYs{}
+	lastStep := map[string]int{}
 	end, top := 0.0, 0.0
 	for _, s := range r.Timeline {
 		end = math.Max(end, sec(s.Time))
 		for _, w := range s.Workers {
-			if w.Guest != nil && w.Guest.BalloonActualBytes > 0 {
-				mib := float64(w.Guest.BalloonActualBytes) / (1 << 20)
-				granted[w.Name] = append(granted[w.Name], plotter.XY{X: sec(s.Time), Y: mib})
-				top = math.Max(top, mib)
+			if w.Guest == nil || w.Guest.BalloonActualBytes == 0 {
+				continue
 			}
+			mib := float64(w.Guest.BalloonActualBytes) / (1 << 20)
+			segs := granted[w.Name]
+			if step, ok := lastStep[w.Name]; !ok || step != s.Step {
+				segs = append(segs, nil)
+			}
+			segs[len(segs)-1] = append(segs[len(segs)-1], plotter.XY{X: sec(s.Time), Y: mib})
+			granted[w.Name], lastStep[w.Name] = segs, s.Step
+			top = math.Max(top, mib)
 		}
 	}
 	targets := map[string]plotter.XYs{}
@@ -75,7 +84,7 @@ func balloonChart(i int, r Run) chart {
 				pts = append(pts, plotter.XY{X: sec(d.Time), Y: pts[n-1].Y})
 			} else if g := granted[d.Workload]; len(g) > 0 { // no balloon before the first target
 				max := float64(d.Balloon.MaxBytes) / (1 << 20)
-				pts = plotter.XYs{{X: g[0].X, Y: max}, {X: sec(d.Time), Y: max}}
+				pts = plotter.XYs{{X: g[0][0].X, Y: max}, {X: sec(d.Time), Y: max}}
 			}
 			targets[d.Workload] = append(pts, plotter.XY{X: sec(d.Time), Y: mib})
 			top = math.Max(top, float64(d.Balloon.MaxBytes)/(1<<20))
@@ -97,7 +106,13 @@ func balloonChart(i int, r Run) chart {
 	sort.Strings(names)
 	for j, name := range names {
 		c := runColor(j)
-		addTimeLine(p, name+" granted", granted[name], c, nil)
+		for k, seg := range granted[name] {
+			label := name + " granted"
+			if k > 0 {
+				label = "" // one legend entry per name
+			}
+			addTimeLine(p, label, seg, c, nil)
+		}
 		if pts := targets[name]; len(pts) > 0 {
 			pts = append(pts, plotter.XY{X: end, Y: pts[len(pts)-1].Y})
 			addTimeLine(p, name+" target", pts, c, []vg.Length{vg.Points(5), vg.Points(3)})
@@ -191,5 +206,7 @@ func addTimeLine(p *plot.Plot, label string, pts plotter.XYs, c color.Color, das
 	}
 	l.Color, l.Dashes = c, dashes
 	p.Add(l)
-	p.Legend.Add(label, l)
+	if label != "" {
+		p.Legend.Add(label, l)
+	}
 }

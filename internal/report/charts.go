@@ -25,6 +25,17 @@ type chart struct {
 const chartWidth, chartHeight = 10 * vg.Inch, 5.5 * vg.Inch
 
 func (c chart) render(format string) ([]byte, error) {
+	if _, ok := c.p.Y.Scale.(plot.LogScale); ok {
+		// A log axis needs a positive range of some width: no data, or
+		// every value equal (all at the floor), leaves none.
+		// (An empty plot's range is +Inf..-Inf.)
+		if !(c.p.Y.Min >= logFloor) || math.IsInf(c.p.Y.Min, 1) {
+			c.p.Y.Min = logFloor
+		}
+		if !(c.p.Y.Max > c.p.Y.Min) || math.IsInf(c.p.Y.Max, 0) {
+			c.p.Y.Max = 10 * c.p.Y.Min
+		}
+	}
 	w, err := c.p.WriterTo(chartWidth, chartHeight, format)
 	if err != nil {
 		return nil, fmt.Errorf("render %s chart: %w", c.name, err)

@@ -29,9 +29,11 @@ type Summary struct {
 	PlateauPagesPerSec  float64 `json:"plateau_pages_per_sec"`
 	PlateauStartWorkers int     `json:"plateau_start_workers"`
 	KneeWorkers         int     `json:"knee_workers"`
-	StopReason          string  `json:"stop_reason"`
-	Steps               int     `json:"steps"`
-	FailedSteps         int     `json:"failed_steps"`
+	// KneeEvidence says why the step after the knee is not in RAM.
+	KneeEvidence string `json:"knee_evidence,omitempty"`
+	StopReason   string `json:"stop_reason"`
+	Steps        int    `json:"steps"`
+	FailedSteps  int    `json:"failed_steps"`
 	// PlateauPageInsPerSec is the node's mean swap-in rate over the
 	// plateau, and PlateauPageInFraction that rate over the swap device's
 	// measured 4 KiB random-read rate (how close to the hardware it is).
@@ -69,7 +71,7 @@ func Load(dirs []string) ([]Run, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", d, err)
 		}
-		out = append(out, Run{Dir: d, Run: r, Regimes: results.DetectRegimes(r.Points()), Timeline: timeline, Decisions: decisions})
+		out = append(out, Run{Dir: d, Run: r, Regimes: r.Regimes(), Timeline: timeline, Decisions: decisions})
 	}
 	return out, nil
 }
@@ -80,7 +82,7 @@ func Summarize(runs []Run) []Summary {
 	for _, r := range runs {
 		s := Summary{Dir: r.Dir, Label: r.Label, Kind: r.Kind, PeakPagesPerSec: r.Regimes.PeakPagesPerSec, PeakWorkers: r.Regimes.PeakWorkers,
 			PlateauPagesPerSec: r.Regimes.PlateauPagesPerSec, PlateauStartWorkers: r.Regimes.PlateauStartWorkers,
-			KneeWorkers: r.Regimes.KneeWorkers, StopReason: r.StopReason, Steps: len(r.Steps), SwapReadIOPS: r.Node.SwapReadIOPS}
+			KneeWorkers: r.Regimes.KneeWorkers, KneeEvidence: r.Regimes.KneeEvidence, StopReason: r.StopReason, Steps: len(r.Steps), SwapReadIOPS: r.Node.SwapReadIOPS}
 		var in float64
 		var n int
 		for _, st := range r.Steps {
@@ -185,11 +187,13 @@ td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right} th{background:#
 </style></head><body>
 <h1>headroom density report</h1>
 <p>Aggregate and per-worker pages/second as the number of workers grows: everything in RAM, a sharp fall as swap
-takes over, then a level plateau. Regime boundaries are marked on the aggregate chart; the dotted line is the swap
+takes over, then a level plateau. A step has left RAM when it pages (page-ins at 5% of the swap device's
+random-read rate, or its slowest worker 10× slower than its fastest) or its aggregate fell below half the peak; the
+evidence shows on the knee's cell. Regime boundaries are marked on the aggregate chart; the dotted line is the swap
 device's measured 4 KiB random-read rate, the physical limit of page-ins.</p>
 <table id="summary"><tr><th class="l">run</th><th>peak pages/s</th><th>at workers</th><th>last step in RAM</th>
 <th>plateau pages/s</th><th>from workers</th><th>peak / plateau</th><th>plateau page-ins / device read rate</th><th class="l">stopped</th></tr>
-{{range .Summaries}}<tr><td class="l">{{.Label}} ({{.Kind}})</td><td>{{rate .PeakPagesPerSec}}</td><td>{{.PeakWorkers}}</td><td>{{.KneeWorkers}}</td>
+{{range .Summaries}}<tr><td class="l">{{.Label}} ({{.Kind}})</td><td>{{rate .PeakPagesPerSec}}</td><td>{{.PeakWorkers}}</td><td title="{{.KneeEvidence}}">{{.KneeWorkers}}</td>
 <td>{{if .PlateauStartWorkers}}{{rate .PlateauPagesPerSec}}{{else}}–{{end}}</td><td>{{if .PlateauStartWorkers}}{{.PlateauStartWorkers}}{{else}}–{{end}}</td>
 <td>{{if .PlateauRatio}}{{f1 .PlateauRatio}}×{{else}}–{{end}}</td>
 <td>{{if .PlateauPageInFraction}}{{rate .PlateauPageInsPerSec}} / {{rate .SwapReadIOPS}} = {{pct .PlateauPageInFraction}}{{else}}–{{end}}</td>

@@ -29,8 +29,12 @@ func syntheticRun(t *testing.T, label string, scale float64) string {
 		Node: results.Node{MemoryBytes: 2 << 30, SwapBytes: 6 << 30, SwapReadIOPS: 40000, RequestBytes: 80 << 20}, StopReason: "completed"}
 	for i, a := range aggregate {
 		n := i + 1
-		s := results.Step{Index: n, Workers: n, AggregatePagesPerSec: a * scale, SwapInPagesPerSec: 20000,
-			SwapOutPagesPerSec: 21000, MajorFaultsPerSec: 15000, PSISomePercent: float64(n) * 5, PSIFullPercent: float64(n) * 3,
+		swapIn := 0.0 // nothing pages in RAM
+		if n > 4 {
+			swapIn = 20000
+		}
+		s := results.Step{Index: n, Workers: n, AggregatePagesPerSec: a * scale, SwapInPagesPerSec: swapIn,
+			SwapOutPagesPerSec: swapIn, MajorFaultsPerSec: swapIn * 0.75, PSISomePercent: float64(n) * 5, PSIFullPercent: float64(n) * 3,
 			CreateP50Seconds: 0.1 * float64(n), CreateP95Seconds: 0.2 * float64(n), CreateP99Seconds: 0.3 * float64(n)}
 		for w := 1; w <= n; w++ {
 			s.PerWorker = append(s.PerWorker, results.WorkerResult{Name: "w", PagesPerSec: a * scale / float64(n) * (0.5 + float64(w)/float64(n))})
@@ -209,13 +213,45 @@ func TestBalloonChartFromAgentLines(t *testing.T) {
 	if err := agent.Close(); err != nil {
 		t.Fatal(err)
 	}
-	runs, err := Load([]string{dir})
+	// Beside it, runs whose guests do not report major faults or never
+	// fault (nothing, or a flat line at the floor, on a log axis).
+	quiet := syntheticRun(t, "quiet-run", 1)
+	l, err := results.AppendLines(filepath.Join(quiet, results.TimelineFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s := 0; s <= 3; s++ {
+		l.Write(results.Sample{Time: t0.Add(time.Duration(s) * time.Second), Workers: []results.WorkerSample{{Name: "w0", Guest: &results.GuestView{MajorFaults: -1, BalloonActualBytes: 512 << 20}}}})
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	flat := syntheticRun(t, "flat-run", 1)
+	if l, err = results.AppendLines(filepath.Join(flat, results.TimelineFile)); err != nil {
+		t.Fatal(err)
+	}
+	for s := 0; s <= 3; s++ {
+		l.Write(results.Sample{Time: t0.Add(time.Duration(s) * time.Second), Workers: []results.WorkerSample{{Name: "w0", Guest: &results.GuestView{BalloonActualBytes: 512 << 20}}}})
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	runs, err := Load([]string{dir, quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	charts, err := Write(runs, filepath.Join(t.TempDir(), "report.html"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, alone := range []string{quiet, flat} {
+		r, err := Load([]string{alone})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Write(r, filepath.Join(t.TempDir(), "alone.html")); err != nil {
+			t.Fatal(err)
+		}
 	}
 	found := map[string]string{}
 	for _, c := range charts {

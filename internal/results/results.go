@@ -101,6 +101,9 @@ type Step struct {
 	MajorFaultsPerSec  float64 `json:"major_faults_per_sec"`
 	PSISomePercent     float64 `json:"psi_some_percent"`
 	PSIFullPercent     float64 `json:"psi_full_percent"`
+	// NodeCountersProblem names node rates left at zero because a read
+	// failed or a counter went backwards.
+	NodeCountersProblem string `json:"node_counters_problem,omitempty"`
 	// Creation-to-ready latency quantiles over this step's workers (exact).
 	CreateP50Seconds float64 `json:"create_p50_seconds"`
 	CreateP95Seconds float64 `json:"create_p95_seconds"`

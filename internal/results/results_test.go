@@ -1,6 +1,7 @@
 package results
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -60,7 +61,7 @@ func TestTimelineRoundTrip(t *testing.T) {
 func curve(rates ...float64) []Point {
 	var ps []Point
 	for i, r := range rates {
-		ps = append(ps, Point{i + 1, r})
+		ps = append(ps, Point{Workers: i + 1, PagesPerSec: r})
 	}
 	return ps
 }
@@ -81,13 +82,16 @@ func TestDetectRegimes(t *testing.T) {
 			Regimes{PeakPagesPerSec: 3e6, PeakWorkers: 3, KneeWorkers: 3}},
 		{"falls on the last step: no plateau yet", curve(1e6, 2e6, 1e4),
 			Regimes{PeakPagesPerSec: 2e6, PeakWorkers: 2, KneeWorkers: 2}},
-		{"repeats are averaged", []Point{{1, 4e6}, {1, 6e6}, {2, 1e6}, {3, 1e4}, {3, 3e4}, {4, 2e4}},
+		{"repeats are averaged", []Point{{Workers: 1, PagesPerSec: 4e6}, {Workers: 1, PagesPerSec: 6e6}, {Workers: 2, PagesPerSec: 1e6},
+			{Workers: 3, PagesPerSec: 1e4}, {Workers: 3, PagesPerSec: 3e4}, {Workers: 4, PagesPerSec: 2e4}},
 			Regimes{PeakPagesPerSec: 5e6, PeakWorkers: 1, KneeWorkers: 1, PlateauStartWorkers: 3, PlateauPagesPerSec: 2e4}},
 		{"empty", nil, Regimes{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := DetectRegimes(tt.pts); got != tt.want {
+			got := DetectRegimes(tt.pts, 0)
+			got.KneeEvidence = ""
+			if got != tt.want {
 				t.Fatalf("DetectRegimes = %+v, want %+v", got, tt.want)
 			}
 		})
@@ -99,15 +103,27 @@ func FuzzDetectRegimes(f *testing.F) {
 	f.Add([]byte{255, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var pts []Point
-		for i, x := range b {
-			pts = append(pts, Point{i%7 + 1, math.Pow(1.2, float64(x))})
+		// Bytes in threes: a rate, page-ins, and the slowest worker's share.
+		paging := false
+		for i := 0; i+2 < len(b); i += 3 {
+			rate := math.Pow(1.2, float64(b[i]))
+			p := Point{Workers: i/3%7 + 1, PagesPerSec: rate, PageInsPerSec: float64(b[i+1]) * 100}
+			if b[i+2] > 0 {
+				p.MaxWorkerPagesPerSec, p.MinWorkerPagesPerSec = rate/2, rate/2/float64(b[i+2])
+			}
+			paging = paging || p.PageInsPerSec > 0 || b[i+2] > 0
+			pts = append(pts, p)
 		}
-		r := DetectRegimes(pts)
+		r := DetectRegimes(pts, 40000)
 		if len(pts) == 0 {
 			return
 		}
-		if r.KneeWorkers < r.PeakWorkers && r.KneeWorkers != 0 || (r.PlateauStartWorkers != 0 && r.PlateauStartWorkers <= r.KneeWorkers) {
+		knee := r.KneeWorkers
+		if knee < r.PeakWorkers && knee != 0 && !paging || (r.PlateauStartWorkers != 0 && r.PlateauStartWorkers <= knee) {
 			t.Fatalf("inconsistent regimes %+v", r)
+		}
+		if last := Curve(pts)[len(Curve(pts))-1].Workers; knee != last && r.KneeEvidence == "" || knee == last && r.KneeEvidence != "" {
+			t.Fatalf("knee %d of %d workers with evidence %q", knee, last, r.KneeEvidence)
 		}
 		if r.PlateauPagesPerSec > r.PeakPagesPerSec {
 			t.Fatalf("plateau above peak: %+v", r)
@@ -144,7 +160,8 @@ func TestDetectRegimesOnMeasuredCurves(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := DetectRegimes(curve(tt.rates...))
+			got := DetectRegimes(curve(tt.rates...), 0)
+			got.KneeEvidence = ""
 			if got != tt.want {
 				t.Fatalf("DetectRegimes = %+v, want %+v", got, tt.want)
 			}
@@ -152,5 +169,72 @@ func TestDetectRegimesOnMeasuredCurves(t *testing.T) {
 				t.Fatalf("plateau only %.1fx below the peak", got.PeakPagesPerSec/got.PlateauPagesPerSec)
 			}
 		})
+	}
+}
+
+// measuredStep is one row of a density table: workers, aggregate, the
+// slowest and fastest worker, swap-ins/s and major faults/s.
+type measuredStep struct {
+	workers                    int
+	aggregate, minW, maxW      float64
+	swapInPerSec, majFltPerSec float64
+}
+
+func measuredRun(device float64, rows []measuredStep) *Run {
+	r := &Run{Node: Node{SwapReadIOPS: device}}
+	for i, m := range rows {
+		s := Step{Index: i + 1, Workers: m.workers, AggregatePagesPerSec: m.aggregate, SwapInPagesPerSec: m.swapInPerSec, MajorFaultsPerSec: m.majFltPerSec}
+		for w := 0; w < m.workers; w++ {
+			rate := m.minW
+			if w == m.workers-1 {
+				rate = m.maxW
+			}
+			s.PerWorker = append(s.PerWorker, WorkerResult{Name: fmt.Sprintf("w%d", w), PagesPerSec: rate})
+		}
+		r.Steps = append(r.Steps, s)
+	}
+	return r
+}
+
+// The knee comes from paging evidence, the throughput fall second: make
+// demo's measured run (README) was once called "in RAM" at 4 workers with
+// 7.2k swap-ins/s and one worker at 120k pages/s against 28M for another;
+// the micro-VM ramp's 4th step (519 swap-ins/s, 1.3% of its device, VMs
+// within 1.4x of each other) is in RAM.
+func TestKneeFromPagingEvidence(t *testing.T) {
+	demo := measuredRun(34362, []measuredStep{
+		{1, 72.24e6, 72.24e6, 72.24e6, 0, 0}, {2, 141.39e6, 66.16e6, 75.23e6, 0, 0}, {3, 125.59e6, 40.97e6, 42.76e6, 0, 0},
+		{4, 77.38e6, 119.7e3, 28.23e6, 7232, 6043}, {5, 56.02e6, 13.9e3, 29.85e6, 18.2e3, 18.1e3}, {6, 14.07e6, 8869, 14.01e6, 26.1e3, 26.1e3},
+		{7, 79.1e3, 7054, 20.5e3, 30.9e3, 30.9e3}, {8, 67.1e3, 6251, 10.6e3, 32.9e3, 32.9e3}, {9, 57.6e3, 4901, 8335, 31.5e3, 31.5e3},
+		{10, 57.8e3, 4627, 7283, 34.5e3, 34.5e3}})
+	vms := measuredRun(41123, []measuredStep{
+		{1, 16.90e6, 16.90e6, 16.90e6, 0, 0}, {2, 28.42e6, 13.84e6, 14.58e6, 0, 0}, {3, 26.28e6, 7.80e6, 10.49e6, 0, 0},
+		{4, 27.01e6, 5.69e6, 7.62e6, 519, 324}, {5, 9.66e6, 6708, 3.94e6, 13.3e3, 11.7e3}, {6, 90.7e3, 5252, 27.7e3, 23.2e3, 22.6e3}})
+	for _, tt := range []struct {
+		name         string
+		run          *Run
+		knee         int
+		evidence     string
+		plateauStart int
+	}{
+		{"make demo, 1 GiB node", demo, 3, "at 4 workers pages in 7232 pages/s, 21% of the swap device's random-read rate", 7},
+		{"micro-VMs, 1.5 GiB node", vms, 4, "at 5 workers pages in 13300 pages/s, 32% of the swap device's random-read rate", 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := tt.run.Regimes()
+			if r.KneeWorkers != tt.knee || r.KneeEvidence != tt.evidence || r.PlateauStartWorkers != tt.plateauStart {
+				t.Fatalf("regimes %+v, want knee %d (%q), plateau from %d", r, tt.knee, tt.evidence, tt.plateauStart)
+			}
+		})
+	}
+	// Without paging figures the fall alone decides: the demo's old answer.
+	if r := DetectRegimes(curve(72.24e6, 141.39e6, 125.59e6, 77.38e6, 56.02e6, 14.07e6, 79.1e3, 67.1e3, 57.6e3, 57.8e3), 0); r.KneeWorkers != 4 {
+		t.Fatalf("rates only: knee %d, want 4", r.KneeWorkers)
+	}
+	// A spread alone (no device rate, few page-ins) is evidence too.
+	spread := []Point{{Workers: 1, PagesPerSec: 1e7, MinWorkerPagesPerSec: 1e7, MaxWorkerPagesPerSec: 1e7},
+		{Workers: 2, PagesPerSec: 1.9e7, MinWorkerPagesPerSec: 5e5, MaxWorkerPagesPerSec: 1.85e7, PageInsPerSec: 200}}
+	if r := DetectRegimes(spread, 0); r.KneeWorkers != 1 || !strings.Contains(r.KneeEvidence, "37x slower") {
+		t.Fatalf("spread: %+v", r)
 	}
 }
