@@ -22,7 +22,7 @@ RUNTIME=${RUNTIME:-20s}
 # SETUPS="headroom mom" reruns only those (the others' results stay in RESULTS).
 for setup in ${SETUPS:-swap headroom mom}; do
   balloon=()
-  [ "$setup" != swap ] && balloon=(--balloon="$setup")
+  [ "$setup" != swap ] && balloon=(--balloon --balloon-policy "$setup")
   "$HEADROOM" density --backend qemu --agent "${balloon[@]}" --node-memory 1536Mi --swap 2Gi \
     --vm-memory 512Mi --memory-size 128Mi --guest-cache 192Mi --overcommit-percent 400 \
     --deployments "$DEPLOY" --workload-runtime "$RUNTIME" --memory-scan random --stop-on-failure=false \
