@@ -118,6 +118,13 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"agent", "--window", "0"}, "averageWindowSizeSeconds"},
 		{[]string{"agent", "--cooldown", "soon"}, `"--cooldown"`},
 		{[]string{"agent", "calibrate", "--fraction", "2"}, "--fraction"},
+		{[]string{"sim", "--memory-size", "20Gi"}, "larger than --vm-memory"},
+		{[]string{"sim", "--swap", "1Ti", "--swap-read-iops", "0"}, "--swap-read-iops"},
+		{[]string{"sim", "--swap-tier", "zswap:1Gi"}, "zram:SIZE[,ratio=R]"},
+		{[]string{"sim", "--find", "min-cost"}, "--find"},
+		{[]string{"sim", "--scenario", "testdata/sim-unknown-key.yaml"}, `key "swap-iops" does not exist`},
+		{[]string{"sim", "--scenario", "testdata/sim-bad-value.yaml"}, "node-memory"},
+		{[]string{"sim", "--scenario", "/nonexistent.yaml"}, "--scenario"},
 	}
 	for _, tt := range tests {
 		r := runHeadroom(t, tt.args...)
@@ -358,5 +365,36 @@ func TestWorkerExitsWhenControllerGoesAway(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("worker kept running without its controller")
+	}
+}
+
+// A scenario sets the flags it names; flags on the command line win; the
+// shipped scenarios load.
+func TestSimScenario(t *testing.T) {
+	dir := t.TempDir()
+	scenario := filepath.Join(dir, "s.yaml")
+	os.WriteFile(scenario, []byte("node-memory: 8Gi\nsystem-reserve: 0\ncpus: 4\nswap: 8Gi\nvm-memory: 2Gi\nmemory-size: 1536Mi\n"+
+		"guest-overhead: 256Mi\ndeployments: \"1,2\"\nworkload-runtime: 5s\n"), 0o644)
+	r := runHeadroom(t, "sim", "--scenario", scenario, "--deployments", "3", "--json", "--out", filepath.Join(dir, "out"))
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	var run struct {
+		Kind string `json:"kind"`
+		Node struct {
+			MemoryBytes uint64 `json:"memory_bytes"`
+		} `json:"node"`
+		Steps []struct{ Workers int } `json:"steps"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &run); err != nil {
+		t.Fatalf("%v: %q", err, r.stdout)
+	}
+	if run.Kind != "sim" || run.Node.MemoryBytes != 8<<30 || len(run.Steps) != 1 || run.Steps[0].Workers != 3 {
+		t.Fatalf("run %+v: want the scenario's 8 GiB node and the command line's 3 VMs", run)
+	}
+	for _, s := range []string{"../../scenarios/paper-192g-nvme.yaml", "../../scenarios/this-machine.yaml"} {
+		if r := runHeadroom(t, "sim", "--scenario", s, "--deployments", "1,2", "--workload-runtime", "5s", "--out", filepath.Join(dir, filepath.Base(s))); r.code != 0 {
+			t.Errorf("%s: exit %d: %s", s, r.code, r.stderr)
+		}
 	}
 }

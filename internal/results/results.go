@@ -101,6 +101,9 @@ type Step struct {
 	MajorFaultsPerSec  float64 `json:"major_faults_per_sec"`
 	PSISomePercent     float64 `json:"psi_some_percent"`
 	PSIFullPercent     float64 `json:"psi_full_percent"`
+	// SwapUsedBytes is the node's swap in use at the end of the measured
+	// phase (0: not recorded).
+	SwapUsedBytes uint64 `json:"swap_used_bytes,omitempty"`
 	// NodeCountersProblem names node rates left at zero because a read
 	// failed or a counter went backwards.
 	NodeCountersProblem string `json:"node_counters_problem,omitempty"`

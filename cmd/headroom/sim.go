@@ -1,0 +1,322 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"sigs.k8s.io/yaml"
+
+	"github.com/headroom-dev/headroom/internal/density"
+	"github.com/headroom-dev/headroom/internal/memload"
+	"github.com/headroom-dev/headroom/internal/policy"
+	"github.com/headroom-dev/headroom/internal/results"
+	"github.com/headroom-dev/headroom/internal/sim"
+	"github.com/headroom-dev/headroom/internal/units"
+)
+
+const simLong = `Simulate a density ramp on a node this machine cannot be: RAM, cores and
+a swap device (and a compressed tier in front) shared by VMs that run the
+workload of headroom load, started 1, 2, 3 ... at a time like headroom
+density. The model keeps page counts per VM (resident, compressed, on the
+device), a second-chance LRU across VMs, swap readahead for sequential
+faults, and the device as a queue: see docs/sim.md for what it
+approximates and ignores. --agent runs the agent's real policy on
+simulated snapshots; its decisions (swap allowances, evictions) change the
+simulation.
+
+It takes density's flags plus the node's and device's figures; --scenario
+FILE.yaml holds the same keys (flag names without the dashes), and flags
+given on the command line override it. Results use density's schema (kind
+sim): headroom report draws a simulated and a measured run on one chart.
+
+--find max-vms answers the planner's question directly: the largest VM
+count whose mean per-VM rate stays at least --min-per-vm-fraction of the
+one-VM rate (and, with --max-swap-utilization, whose swap use stays under
+that share of the swap).`
+
+type simFlags struct {
+	deployments                     string
+	vmMemory, memorySize            bytesValue
+	scan                            scanValue
+	writes                          fractionValue
+	rate                            rateValue
+	content                         contentValue
+	runtime                         time.Duration
+	overcommit                      float64
+	overhead, guestOverhead         bytesValue
+	nodeMemory, systemReserve, swap bytesValue
+	cpus, touchRate                 float64
+	readIOPS, writeIOPS             float64
+	latency                         time.Duration
+	swapTier                        string
+	agent                           bool
+	out, label, scenario, find      string
+	minPerVM, maxSwapUtil           float64
+	seed                            uint64
+	json, stopOnFail                bool
+}
+
+func newSimCommand() *cobra.Command {
+	f := &simFlags{deployments: "1:20:1", vmMemory: 16 << 30, memorySize: 14 << 30, scan: scanValue(memload.ScanSeq), writes: 1,
+		content: contentValue(memload.Content{Kind: memload.ContentRandom}), runtime: 180 * time.Second, overcommit: 100,
+		overhead: 256 << 20, guestOverhead: 1 << 30, nodeMemory: 192 << 30, systemReserve: 8 << 30, swap: 0, cpus: 64,
+		touchRate: 20e6, readIOPS: 1.3e6, writeIOPS: 215e3, latency: 80 * time.Microsecond, minPerVM: 0.5, seed: 1}
+	cmd := &cobra.Command{
+		Use:   "sim",
+		Short: "Simulate a density ramp on a modelled node (RAM, cores, swap devices, the agent's policy)",
+		Long:  simLong,
+		Example: `  headroom sim --scenario scenarios/paper-192g-nvme.yaml --memory-scan random
+  headroom sim --node-memory 192Gi --swap 1Ti --vm-memory 16Gi --memory-size 14Gi --deployments 1:100:1 --find max-vms`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runSim(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.scenario, "scenario", "", "YAML file of these flags' values (keys: flag names); flags given override it")
+	fl.StringVar(&f.deployments, "deployments", f.deployments, "VM counts: start:end:step or a list such as 1,2,4,8")
+	fl.Var(&f.vmMemory, "vm-memory", "declared memory of each VM")
+	fl.Var(&f.memorySize, "memory-size", "each workload's block")
+	fl.Var(&f.scan, "memory-scan", "access pattern: seq, random or none")
+	fl.Var(&f.writes, "writes", "fraction of touches that write, in [0,1]")
+	fl.Var(&f.rate, "rate", "per-VM cap on pages/s (0: as fast as possible)")
+	fl.Var(&f.content, "content", "page content: random, zero, dup=F, compress=R (sets the compressed tier's ratio)")
+	fl.DurationVar(&f.runtime, "workload-runtime", f.runtime, "measured phase of each step (simulated time)")
+	fl.Float64Var(&f.overcommit, "overcommit-percent", f.overcommit, "request = vm-memory × 100 / percent (+ overhead)")
+	fl.Var(&f.overhead, "overhead", "host memory per VM beyond its guest RAM (QEMU), also added to its request")
+	fl.Var(&f.guestOverhead, "guest-overhead", "guest memory besides the workload that stays resident (kernel, caches)")
+	fl.Var(&f.nodeMemory, "node-memory", "the node's RAM")
+	fl.Var(&f.systemReserve, "system-reserve", "RAM the VMs never get (host kernel, daemons, reservations)")
+	fl.Float64Var(&f.cpus, "cpus", f.cpus, "the node's cores")
+	fl.Float64Var(&f.touchRate, "touch-rate", f.touchRate, "pages/s one core touches in RAM (headroom load's rate in a VM)")
+	fl.Var(&f.swap, "swap", "swap device size (0: none)")
+	fl.Float64Var(&f.readIOPS, "swap-read-iops", f.readIOPS, "the swap device's 4 KiB random-read rate")
+	fl.Float64Var(&f.writeIOPS, "swap-write-iops", f.writeIOPS, "the swap device's 4 KiB random-write rate")
+	fl.DurationVar(&f.latency, "swap-latency", f.latency, "one 4 KiB read's latency at queue depth 1")
+	fl.StringVar(&f.swapTier, "swap-tier", "", "compressed tier in front of the device: zram:SIZE[,ratio=R]")
+	fl.BoolVar(&f.agent, "agent", false, "run the agent's policy on the node (calibrated to half the device's rates)")
+	fl.StringVar(&f.find, "find", "", "max-vms: print the largest VM count that keeps --min-per-vm-fraction (and --max-swap-utilization)")
+	fl.Float64Var(&f.minPerVM, "min-per-vm-fraction", f.minPerVM, "with --find: the least mean per-VM rate, as a fraction of the one-VM rate")
+	fl.Float64Var(&f.maxSwapUtil, "max-swap-utilization", 0, "with --find: the most swap in use at the end of a step, as a fraction of the swap (0: any)")
+	fl.BoolVar(&f.stopOnFail, "stop-on-failure", true, "stop the ramp at the first failed step (an OOM kill or eviction)")
+	fl.StringVar(&f.out, "out", "", "results directory (default ./results/<timestamp>-sim)")
+	fl.StringVar(&f.label, "label", "", "name of this run in reports (default: sim, scan and size)")
+	fl.Uint64Var(&f.seed, "seed", f.seed, "seed of the VMs' start times")
+	fl.BoolVar(&f.json, "json", false, "print run.json's content at the end instead of a table")
+	return cmd
+}
+
+// applyScenario sets every flag the scenario names that the command line
+// did not; an unknown key is an error naming it and the accepted keys.
+func applyScenario(fl *pflag.FlagSet, path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return usagef("--scenario: %v", err)
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(b, &m); err != nil {
+		return usagef("--scenario %s: %v", path, err)
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		flag := fl.Lookup(k)
+		if flag == nil || k == "scenario" {
+			var known []string
+			fl.VisitAll(func(f *pflag.Flag) {
+				if f.Name != "scenario" && f.Name != "help" {
+					known = append(known, f.Name)
+				}
+			})
+			return usagef("--scenario %s: key %q does not exist; keys are the flags' names: %s", path, k, strings.Join(known, ", "))
+		}
+		if flag.Changed {
+			continue
+		}
+		v := fmt.Sprint(m[k])
+		if err := flag.Value.Set(v); err != nil {
+			return usagef("--scenario %s: %s: %v (want the form of --%s: %s)", path, k, err, k, flag.Usage)
+		}
+	}
+	return nil
+}
+
+// simParams turns the flags into the model's parameters.
+func simParams(f *simFlags) (sim.Params, error) {
+	deployments, err := density.ParseDeployments(f.deployments)
+	if err != nil {
+		return sim.Params{}, usagef("--deployments: %v; want %s", err, density.DeploymentsForm)
+	}
+	if f.overcommit < 100 {
+		return sim.Params{}, usagef("--overcommit-percent must be at least 100, got %g", f.overcommit)
+	}
+	if f.runtime <= 0 {
+		return sim.Params{}, usagef("--workload-runtime must be positive")
+	}
+	content := memload.Content(f.content)
+	ratio := contentRatio(content)
+	node := sim.Node{RAMBytes: uint64(f.nodeMemory), SystemReserveBytes: uint64(f.systemReserve), CPUs: f.cpus,
+		TouchRatePerCore: f.touchRate, PageCluster: 3,
+		Swap: sim.Device{SizeBytes: uint64(f.swap), ReadIOPS: f.readIOPS, WriteIOPS: f.writeIOPS, LatencySeconds: f.latency.Seconds()}}
+	if f.swapTier != "" {
+		tier, err := parseSimTier(f.swapTier, ratio)
+		if err != nil {
+			return sim.Params{}, usageError{err}
+		}
+		node.Tier = tier
+	}
+	vm := sim.VMSpec{MemoryBytes: uint64(f.vmMemory), GuestOverheadBytes: uint64(f.guestOverhead), HostOverheadBytes: uint64(f.overhead),
+		RequestBytes: uint64(float64(f.vmMemory)*100/f.overcommit) + uint64(f.overhead),
+		Workload: sim.Workload{SizeBytes: uint64(f.memorySize), Scan: memload.Scan(f.scan), WriteFraction: float64(f.writes),
+			RatePagesPerSec: float64(f.rate), CompressRatio: ratio}}
+	if err := sim.Validate(node, vm); err != nil {
+		return sim.Params{}, usageError{err}
+	}
+	label := f.label
+	if label == "" {
+		label = fmt.Sprintf("sim %s %s", f.scan, units.FormatBytes(uint64(f.memorySize)))
+	}
+	p := sim.Params{Node: node, VM: vm, Deployments: deployments, RuntimeSeconds: f.runtime.Seconds(), Seed: f.seed,
+		StopOnFailure: f.stopOnFail, Label: label}
+	if f.agent {
+		cfg := policy.DefaultConfig()
+		cfg.MaxAverageSwapInPagesPerSecond = 0.5 * f.readIOPS
+		cfg.MaxAverageSwapOutPagesPerSecond = 0.5 * f.writeIOPS
+		p.Agent = &cfg
+	}
+	return p, nil
+}
+
+// contentRatio is how well a content class compresses (zram's ratio).
+func contentRatio(c memload.Content) float64 {
+	switch c.Kind {
+	case memload.ContentZero:
+		return 50 // same-filled pages cost zram a few bytes
+	case memload.ContentCompress:
+		return c.CompressRatio
+	case memload.ContentDup:
+		return 1 / max(1-c.DupFraction, 0.02)
+	}
+	return 1
+}
+
+// parseSimTier parses --swap-tier zram:SIZE[,ratio=R].
+func parseSimTier(s string, contentRatio float64) (*sim.Tier, error) {
+	kind, opts, _ := strings.Cut(s, ":")
+	if kind != "zram" || opts == "" {
+		return nil, fmt.Errorf("--swap-tier %q: want zram:SIZE[,ratio=R]", s)
+	}
+	parts := strings.Split(opts, ",")
+	size, err := units.ParseBytes(parts[0])
+	if err != nil || size == 0 {
+		return nil, fmt.Errorf("--swap-tier %q: want zram:SIZE[,ratio=R]", s)
+	}
+	t := &sim.Tier{SizeBytes: size, Ratio: contentRatio, CPUSecondsPerPage: 3e-6}
+	for _, o := range parts[1:] {
+		k, v, _ := strings.Cut(o, "=")
+		var r float64
+		if _, err := fmt.Sscanf(v, "%g", &r); k != "ratio" || err != nil || r < 1 {
+			return nil, fmt.Errorf("--swap-tier %q: want zram:SIZE[,ratio=R] with R >= 1", s)
+		}
+		t.Ratio = r
+	}
+	return t, nil
+}
+
+func runSim(cmd *cobra.Command, f *simFlags) error {
+	if f.scenario != "" {
+		if err := applyScenario(cmd.Flags(), f.scenario); err != nil {
+			return err
+		}
+	}
+	if f.find != "" && f.find != "max-vms" {
+		return usagef("--find %q: want max-vms", f.find)
+	}
+	if !(f.minPerVM > 0 && f.minPerVM <= 1) || f.maxSwapUtil < 0 || f.maxSwapUtil > 1 {
+		return usagef("--min-per-vm-fraction must be in (0,1] and --max-swap-utilization in [0,1]")
+	}
+	p, err := simParams(f)
+	if err != nil {
+		return err
+	}
+	if f.find != "" {
+		p.StopOnFailure = false
+	}
+	dir := f.out
+	if dir == "" {
+		dir = filepath.Join("results", time.Now().Format("20060102-150405")+"-sim")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	rep := newDensityReporter(cmd.OutOrStdout(), cmd.ErrOrStderr(), f.json)
+	began := time.Now()
+	run, decisions, err := sim.Run(cmd.Context(), p, rep.StepDone)
+	if err != nil {
+		return usageError{err}
+	}
+	run.Params = simParamsMap(f)
+	if err := results.WriteRun(dir, run); err != nil {
+		return err
+	}
+	if len(decisions) > 0 {
+		l, err := results.AppendLines(filepath.Join(dir, results.AgentFile))
+		if err != nil {
+			return err
+		}
+		for _, d := range decisions {
+			l.Write(d)
+		}
+		if err := l.Close(); err != nil {
+			return err
+		}
+	}
+	rep.finish(dir, run)
+	if !f.json {
+		var simulated float64
+		for _, s := range run.Steps {
+			simulated += s.Seconds
+		}
+		wall := time.Since(began).Seconds()
+		fmt.Fprintf(cmd.OutOrStdout(), "simulated %.0f s in %.2f s of wall time (%.0f simulated s per s); peak RSS %s\n",
+			simulated, wall, simulated/max(wall, 1e-9), units.FormatBytes(peakRSSBytes()))
+	}
+	if f.find != "" {
+		fmt.Fprintln(cmd.OutOrStdout(), sim.FindMaxVMs(run, f.minPerVM, f.maxSwapUtil))
+	}
+	return nil
+}
+
+// simParamsMap records the flags as given, for run.json.
+func simParamsMap(f *simFlags) map[string]any {
+	return map[string]any{"deployments": f.deployments, "vm_memory_bytes": uint64(f.vmMemory), "memory_size_bytes": uint64(f.memorySize),
+		"memory_scan": string(f.scan), "writes": float64(f.writes), "rate_pages_per_sec": float64(f.rate),
+		"content": memload.Content(f.content).String(), "workload_runtime_seconds": f.runtime.Seconds(), "overcommit_percent": f.overcommit,
+		"overhead_bytes": uint64(f.overhead), "guest_overhead_bytes": uint64(f.guestOverhead), "node_memory_bytes": uint64(f.nodeMemory),
+		"system_reserve_bytes": uint64(f.systemReserve), "cpus": f.cpus, "touch_rate": f.touchRate, "swap_bytes": uint64(f.swap),
+		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(),
+		"swap_tier": f.swapTier, "agent": f.agent, "seed": f.seed, "scenario": f.scenario}
+}
+
+// peakRSSBytes is this process's peak resident set (VmHWM).
+func peakRSSBytes() uint64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb uint64
+			fmt.Sscanf(strings.TrimSpace(rest), "%d", &kb)
+			return kb << 10
+		}
+	}
+	return 0
+}

@@ -1,0 +1,425 @@
+package sim
+
+import (
+	"math"
+	"math/rand/v2"
+
+	"github.com/headroom-dev/headroom/internal/memload"
+)
+
+// Model constants. Each is a property of Linux or of the workload, not a
+// fit to a measured curve.
+const (
+	// faultCPUSeconds is the CPU a major fault costs besides the read
+	// (the fault path, the swap cache, mapping the page).
+	faultCPUSeconds = 5e-6
+	// populateCost is how many touches' time a first touch takes (the
+	// page is allocated and zeroed).
+	populateCost = 4.0
+	// writeMergePages is how many dirty pages one write to the swap device
+	// carries: reclaim writes a batch of LRU-tail pages to consecutive swap
+	// slots and the block layer merges them.
+	writeMergePages = 8.0
+	// maxWaitSeconds bounds a read's modelled wait (a device that cannot
+	// keep up at all).
+	maxWaitSeconds = 10.0
+)
+
+// agelessShare is the share of reclaim that falls on every VM in
+// proportion to its resident pages whatever their age: each VM is its own
+// memory cgroup, and reclaim from their parent scans each child's LRU in
+// proportion to its size (get_scan_count), deactivating hot pages too.
+const agelessShare = 0.5
+
+type phase int
+
+const (
+	phaseBooting phase = iota
+	phasePopulating
+	phaseReady // populated, waiting for the step's start
+	phaseRunning
+	phaseGone
+)
+
+// vmState is one VM's pages, in pages (fractional: a group of pages,
+// never a page).
+type vmState struct {
+	name     string
+	startAt  float64 // when its workload starts populating
+	phase    phase
+	pages    float64 // the workload's pages
+	overhead float64 // pages always resident (guest and host overhead)
+	// populated pages have been touched once; each is resident, in the
+	// tier or on the device.
+	populated, resident, tier, disk float64
+	// clean resident pages still have a valid copy in swap: evicting one
+	// writes nothing.
+	clean float64
+	// rate is its touches/s in the last tick (pages/s), for reclaim.
+	rate float64
+	// stall is the share of the last tick it waited on swap-ins.
+	stall float64
+	// allowance is the most pages it may have swapped (+Inf: no limit).
+	allowance float64
+	// measured phase counters.
+	touches, faults float64
+	readyAt         float64
+	gone            string
+}
+
+func (v *vmState) live() bool { return v.phase != phaseGone }
+
+func (v *vmState) swapped() float64 { return v.tier + v.disk }
+
+// node is the shared state of one simulated step.
+type node struct {
+	n         Node
+	w         Workload
+	vms       []*vmState
+	rng       *rand.Rand
+	dtSeconds float64
+	// capacityPages is RAM the VMs' pages may use: RAM minus the reserve.
+	capacityPages float64
+	tierCapPages  float64
+	diskCapPages  float64
+	// readWait is the last tick's time a swap-in read takes.
+	readWait float64
+	// cumulative counters, like /proc/vmstat and PSI.
+	swapIns, swapOuts, majorFaults float64
+	psiSome, psiFull               float64 // seconds
+}
+
+func pagesOf(b uint64) float64 { return float64(b) / PageBytes }
+
+func newNode(nd Node, spec VMSpec, count int, dt float64, seed uint64) *node {
+	s := &node{n: nd, w: spec.Workload, rng: rand.New(rand.NewPCG(seed, 0x5eed)), dtSeconds: dt,
+		capacityPages: pagesOf(nd.RAMBytes - nd.SystemReserveBytes), diskCapPages: pagesOf(nd.Swap.SizeBytes),
+		readWait: nd.Swap.LatencySeconds}
+	if nd.Tier != nil {
+		s.tierCapPages = pagesOf(nd.Tier.SizeBytes)
+	}
+	for i := range count {
+		// VMs are created one after another and boot in 2 s give or take
+		// a fifth: their workloads start populating at different times.
+		start := 2.0*(0.8+0.4*s.rng.Float64()) + 0.05*float64(i)
+		s.vms = append(s.vms, &vmState{name: workerName(i), startAt: start, pages: pagesOf(spec.Workload.SizeBytes),
+			overhead: pagesOf(spec.GuestOverheadBytes + spec.HostOverheadBytes), allowance: math.Inf(1)})
+	}
+	return s
+}
+
+// readahead is the pages one swap-in read brings for this scan.
+func (s *node) readahead() float64 {
+	if s.w.Scan == memload.ScanSeq {
+		return math.Pow(2, float64(s.n.PageCluster))
+	}
+	return 1
+}
+
+// hit is the chance a touch finds its page resident.
+func (s *node) hit(v *vmState) float64 {
+	if v.pages <= 0 {
+		return 1
+	}
+	f := v.resident / v.pages
+	if s.w.Scan == memload.ScanSeq && f < 0.999 {
+		return 0 // LRU evicts exactly the pages the scan needs next
+	}
+	return min(f, 1)
+}
+
+// tierShare is the share of a VM's swapped pages in the compressed tier.
+func tierShare(v *vmState) float64 {
+	if sw := v.swapped(); sw > 0 {
+		return v.tier / sw
+	}
+	return 0
+}
+
+// touchTime is the seconds one touch takes on average, and the part of it
+// spent waiting for the device, at a given CPU share and read wait.
+func (s *node) touchTime(v *vmState, cpuShare, readWait float64) (total, waiting float64) {
+	cpu := 1 / (s.n.TouchRatePerCore * cpuShare)
+	miss := 1 - s.hit(v)
+	if miss <= 0 {
+		return cpu, 0
+	}
+	z := tierShare(v)
+	var tierCPU float64
+	if s.n.Tier != nil {
+		tierCPU = s.n.Tier.CPUSecondsPerPage
+	}
+	k := s.readahead()
+	// A sequential scan faults once per readahead window (the rest of the
+	// window is then resident); a random one on every miss.
+	faultsPerMiss := z + (1-z)/k
+	waiting = miss * (1 - z) / k * readWait
+	total = cpu + miss*(faultsPerMiss*faultCPUSeconds+z*tierCPU) + waiting
+	return total, waiting
+}
+
+// rateAt is a running VM's touches/s at a given CPU share and read wait,
+// capped by its rate limit.
+func (s *node) rateAt(v *vmState, cpuShare, readWait float64) float64 {
+	t, _ := s.touchTime(v, cpuShare, readWait)
+	r := 1 / t
+	if s.w.RatePagesPerSec > 0 {
+		r = min(r, s.w.RatePagesPerSec)
+	}
+	return r
+}
+
+// dirtyShare is the share of a VM's evicted pages that must be written.
+func (s *node) dirtyShare(v *vmState) float64 {
+	if s.w.WriteFraction > 0 || v.resident <= 0 {
+		return 1
+	}
+	return 1 - min(v.clean/v.resident, 1)
+}
+
+// deviceLoad is the share of the swap device's capacity the running VMs
+// use at a given read wait: their reads plus the writes of the pages
+// evicted to make room for what they read (in steady state, as many).
+func (s *node) deviceLoad(cpuShare, readWait float64) float64 {
+	if s.n.Swap.ReadIOPS <= 0 {
+		return 0
+	}
+	var load float64
+	for _, v := range s.vms {
+		if v.phase != phaseRunning {
+			continue
+		}
+		miss := 1 - s.hit(v)
+		if miss <= 0 {
+			continue
+		}
+		r := s.rateAt(v, cpuShare, readWait)
+		z := tierShare(v)
+		// Readahead reads a sequential window's pages in parallel, but
+		// each is its own I/O: swap slots of pages evicted from many VMs
+		// at once are not adjacent, so nothing merges.
+		reads := r * miss * (1 - z)
+		writes := r * miss * s.dirtyShare(v) * (1 - s.tierRoomShare()) / writeMergePages
+		load += reads/s.n.Swap.ReadIOPS + writes/s.n.Swap.WriteIOPS
+	}
+	return load
+}
+
+// tierRoomShare is 1 while the compressed tier has room (evictions go
+// there, not to the device), else 0.
+func (s *node) tierRoomShare() float64 {
+	if s.tierCapPages <= 0 {
+		return 0
+	}
+	var used float64
+	for _, v := range s.vms {
+		used += v.tier
+	}
+	if used < s.tierCapPages {
+		return 1
+	}
+	return 0
+}
+
+// solveReadWait finds how long a swap-in read waits: its latency while
+// the demand fits the device, else the wait at which the closed loop of
+// faulting VMs slows down to exactly the device's rate.
+func (s *node) solveReadWait(cpuShare float64) float64 {
+	base := s.n.Swap.LatencySeconds
+	if base <= 0 || s.deviceLoad(cpuShare, base) <= 1 {
+		return base
+	}
+	lo, hi := base, maxWaitSeconds
+	if s.deviceLoad(cpuShare, hi) > 1 {
+		return hi
+	}
+	for range 40 {
+		mid := math.Sqrt(lo * hi) // the wait spans orders of magnitude
+		if s.deviceLoad(cpuShare, mid) > 1 {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return hi
+}
+
+// cpuShare is the share of a core each busy VM gets: all of one while the
+// VMs' CPU demand fits the node's cores.
+func (s *node) cpuShare() float64 {
+	var demand float64
+	for _, v := range s.vms {
+		switch v.phase {
+		case phasePopulating:
+			demand++
+		case phaseRunning:
+			t, wait := s.touchTime(v, 1, s.readWait)
+			demand += (t - wait) / t
+		}
+	}
+	if demand <= s.n.CPUs {
+		return 1
+	}
+	return s.n.CPUs / demand
+}
+
+// tick advances the node by one time step at simulated time now; measuring
+// says whether the running VMs' touches count.
+func (s *node) tick(now float64, measuring bool) {
+	dt := s.dtSeconds
+	share := s.cpuShare()
+	s.readWait = s.solveReadWait(share)
+	var stalledAll, anyStalled = 1.0, 0.0
+	running := 0
+	for _, v := range s.vms {
+		switch v.phase {
+		case phaseBooting:
+			if now >= v.startAt {
+				v.phase = phasePopulating
+			}
+		case phasePopulating:
+			n := min(v.pages-v.populated, s.n.TouchRatePerCore*share/populateCost*dt)
+			v.populated += n
+			v.resident += n
+			v.rate = s.n.TouchRatePerCore * share / populateCost
+			if v.populated >= v.pages {
+				v.phase, v.readyAt, v.rate = phaseReady, now, 0
+			}
+		case phaseRunning:
+			running++
+			r := s.rateAt(v, share, s.readWait)
+			t, wait := s.touchTime(v, share, s.readWait)
+			v.rate, v.stall = r, wait/t
+			touches := r * dt
+			miss := touches * (1 - s.hit(v))
+			z := tierShare(v)
+			in := min(miss, v.swapped())
+			fromTier := in * z
+			v.tier -= fromTier
+			v.disk -= in - fromTier
+			v.resident += in
+			if s.w.WriteFraction == 0 {
+				v.clean += in
+			}
+			faults := miss * (z + (1-z)/s.readahead())
+			s.swapIns += in
+			s.majorFaults += faults
+			if measuring {
+				v.touches += touches
+				v.faults += faults
+			}
+			stalledAll *= v.stall
+			anyStalled = 1 - (1-anyStalled)*(1-v.stall)
+		}
+	}
+	if running > 0 {
+		s.psiSome += anyStalled * dt
+		s.psiFull += stalledAll * dt
+	}
+	s.reclaim(dt)
+}
+
+// usedPages is what the VMs hold in RAM: resident pages, overheads, and
+// the compressed tier's pool.
+func (s *node) usedPages() float64 {
+	var used, tier float64
+	for _, v := range s.vms {
+		if v.live() {
+			used += v.resident + v.overhead
+			tier += v.tier
+		}
+	}
+	if s.n.Tier != nil {
+		used += tier / s.n.Tier.Ratio
+	}
+	return used
+}
+
+// reclaim evicts what does not fit, by second-chance LRU across VMs, to
+// the compressed tier while it has room and then to the device; with no
+// room left anywhere it OOM-kills the largest VM, as the kernel would.
+func (s *node) reclaim(dt float64) {
+	for range 4 {
+		over := s.usedPages() - s.capacityPages
+		if over <= 1e-6 {
+			return
+		}
+		toTier := s.tierRoomShare() > 0 && s.n.Tier != nil && s.n.Tier.Ratio > 1.05
+		if toTier {
+			// Every page put in the pool takes 1/ratio of a page back.
+			over /= 1 - 1/s.n.Tier.Ratio
+		}
+		var resident, tierUsed, diskUsed float64
+		for _, v := range s.vms {
+			if v.live() {
+				resident += v.resident
+				tierUsed += v.tier
+				diskUsed += v.disk
+			}
+		}
+		room := s.diskCapPages - diskUsed
+		if toTier {
+			room = s.tierCapPages - tierUsed
+		}
+		if room <= 1e-6 || resident <= 0 {
+			if toTier {
+				continue // the tier is full: the device next
+			}
+			s.oomKill()
+			continue
+		}
+		evict := min(over, room)
+		// scanSeconds: how long reclaim takes to cross the inactive half
+		// of the LRU at this eviction rate; a page touched in that time is
+		// spared.
+		scanSeconds := (resident / 2) / (evict / dt)
+		weights := make([]float64, len(s.vms))
+		var sum float64
+		for i, v := range s.vms {
+			if !v.live() || v.resident <= 0 || v.swapped() >= v.allowance {
+				continue
+			}
+			perPage := v.rate / v.pages
+			weights[i] = v.resident * (agelessShare + (1-agelessShare)*math.Exp(-min(scanSeconds*perPage, 50)))
+			sum += weights[i]
+		}
+		if sum <= 0 {
+			s.oomKill()
+			continue
+		}
+		for i, v := range s.vms {
+			if weights[i] == 0 {
+				continue
+			}
+			e := min(evict*weights[i]/sum, v.resident, v.allowance-v.swapped())
+			if e <= 0 {
+				continue
+			}
+			cleanShare := 0.0
+			if v.resident > 0 {
+				cleanShare = min(v.clean/v.resident, 1)
+			}
+			v.resident -= e
+			v.clean -= e * cleanShare
+			if toTier {
+				v.tier += e
+			} else {
+				v.disk += e
+			}
+			s.swapOuts += e
+		}
+	}
+}
+
+// oomKill ends the live VM holding the most memory.
+func (s *node) oomKill() {
+	var victim *vmState
+	for _, v := range s.vms {
+		if v.live() && (victim == nil || v.resident+v.swapped() > victim.resident+victim.swapped()) {
+			victim = v
+		}
+	}
+	if victim != nil {
+		victim.phase, victim.gone = phaseGone, "OOM-killed"
+	}
+}

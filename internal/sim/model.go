@@ -1,0 +1,132 @@
+// Package sim is the node simulator behind `headroom sim`: a time-stepped
+// model of a host's RAM, CPUs and swap devices shared by VMs that run the
+// workload of `headroom load`, ramped like `headroom density`, optionally
+// with the agent's real policy (internal/policy) deciding on simulated
+// snapshots. State is kept per VM as page counts (resident, in the
+// compressed tier, on the device), never per page or per touch, so a run
+// of 100 VMs of 16 GiB costs the same as one of 1 MiB.
+//
+// The approximations (see docs/sim.md):
+//   - Random access hits with the probability of its resident fraction;
+//     a sequential scan larger than its resident set misses every page
+//     (LRU evicts exactly what the scan needs next) but each device read
+//     brings vm.page-cluster's 8 pages, which the scan then uses.
+//   - Reclaim is a second-chance LRU over all VMs: a resident page is
+//     evicted when reclaim's scan finds it untouched, so a VM loses pages
+//     in proportion to resident × exp(−T × its per-page touch rate), T
+//     being the time reclaim takes to cross the inactive list. Slow VMs'
+//     pages age and go first, which slows them further: the lucky and
+//     unlucky VMs of the transition come from this feedback and from
+//     staggered starts, not from painted-on noise.
+//   - The swap device is a closed queue: each faulting VM waits for one
+//     read at a time; while the demand stays under the device's rate a
+//     read takes its latency, beyond it the latency grows until the
+//     demand (reads plus the writes of dirty evictions) fits the rate.
+//   - CPUs are shared fairly; a VM waiting on the device uses none.
+//   - Ignored: THP, NUMA, the guest's own page cache and reclaim, KSM,
+//     balloons, swap slot fragmentation, readahead of random faults.
+package sim
+
+import (
+	"fmt"
+
+	"github.com/headroom-dev/headroom/internal/memload"
+	"github.com/headroom-dev/headroom/internal/units"
+)
+
+// PageBytes is the page size the model counts in.
+const PageBytes = 4096
+
+// Node is the simulated host.
+type Node struct {
+	RAMBytes uint64
+	// SystemReserveBytes is RAM the VMs never get (the host's kernel,
+	// daemons, the kubelet's reservations).
+	SystemReserveBytes uint64
+	CPUs               float64
+	// TouchRatePerCore is the pages/s one core touches in RAM (headroom
+	// load's rate, or a VM's: a guest's touches pay for the EPT or, under
+	// TCG, QEMU's software MMU).
+	TouchRatePerCore float64
+	Swap             Device
+	// Tier is a compressed tier in front of the device (nil: none).
+	Tier *Tier
+	// PageCluster is log2 of the pages a sequential swap-in reads at once
+	// (vm.page-cluster, 3: 8 pages).
+	PageCluster int
+}
+
+// Device is a block device holding swap.
+type Device struct {
+	SizeBytes uint64
+	// ReadIOPS and WriteIOPS are 4 KiB random rates at the device's best
+	// queue depth; LatencySeconds is one read's time at queue depth 1.
+	ReadIOPS, WriteIOPS float64
+	LatencySeconds      float64
+}
+
+// Tier is a compressed RAM tier (zram, zswap) in front of the device.
+type Tier struct {
+	SizeBytes uint64 // uncompressed capacity
+	// Ratio is uncompressed : compressed (random content: 1).
+	Ratio float64
+	// CPUSecondsPerPage is the cost of compressing or decompressing a page.
+	CPUSecondsPerPage float64
+}
+
+// VMSpec is one VM and its workload.
+type VMSpec struct {
+	MemoryBytes uint64
+	// GuestOverheadBytes is guest memory besides the workload that stays
+	// resident (the guest's kernel, its caches); HostOverheadBytes is the
+	// host memory its hypervisor process holds beyond the guest RAM.
+	GuestOverheadBytes uint64
+	HostOverheadBytes  uint64
+	// RequestBytes is what the scheduler reserves for it.
+	RequestBytes uint64
+	Workload     Workload
+}
+
+// Workload is `headroom load`'s parameters as the model needs them.
+type Workload struct {
+	SizeBytes       uint64
+	Scan            memload.Scan
+	WriteFraction   float64
+	RatePagesPerSec float64 // 0: as fast as possible
+	// CompressRatio is how well its pages compress (from --content).
+	CompressRatio float64
+}
+
+// Validate checks a node and a VM against each other, naming the flag.
+func Validate(n Node, v VMSpec) error {
+	switch {
+	case n.RAMBytes == 0:
+		return fmt.Errorf("--node-memory must be positive")
+	case n.SystemReserveBytes >= n.RAMBytes:
+		return fmt.Errorf("--system-reserve %s leaves nothing of --node-memory %s", units.FormatBytes(n.SystemReserveBytes), units.FormatBytes(n.RAMBytes))
+	case !(n.CPUs > 0):
+		return fmt.Errorf("--cpus must be positive")
+	case !(n.TouchRatePerCore > 0):
+		return fmt.Errorf("--touch-rate must be positive (pages/s one core touches in RAM)")
+	case n.Swap.SizeBytes > 0 && !(n.Swap.ReadIOPS > 0):
+		return fmt.Errorf("--swap-read-iops must be positive with --swap")
+	case n.Swap.SizeBytes > 0 && !(n.Swap.WriteIOPS > 0):
+		return fmt.Errorf("--swap-write-iops must be positive with --swap")
+	case n.Swap.SizeBytes > 0 && !(n.Swap.LatencySeconds > 0):
+		return fmt.Errorf("--swap-latency must be positive with --swap (e.g. 100us)")
+	case n.Tier != nil && !(n.Tier.Ratio >= 1):
+		return fmt.Errorf("--swap-tier ratio must be at least 1")
+	case n.PageCluster < 0 || n.PageCluster > 10:
+		return fmt.Errorf("page cluster %d: want 0..10", n.PageCluster)
+	case v.Workload.SizeBytes == 0:
+		return fmt.Errorf("--memory-size must be positive")
+	case v.Workload.SizeBytes+v.GuestOverheadBytes > v.MemoryBytes:
+		return fmt.Errorf("--memory-size %s plus --guest-overhead %s is larger than --vm-memory %s",
+			units.FormatBytes(v.Workload.SizeBytes), units.FormatBytes(v.GuestOverheadBytes), units.FormatBytes(v.MemoryBytes))
+	case v.Workload.WriteFraction < 0 || v.Workload.WriteFraction > 1:
+		return fmt.Errorf("--writes must be in [0,1]")
+	case v.Workload.Scan != memload.ScanSeq && v.Workload.Scan != memload.ScanRandom && v.Workload.Scan != memload.ScanNone:
+		return fmt.Errorf("--memory-scan %q: want seq, random or none", v.Workload.Scan)
+	}
+	return nil
+}
