@@ -17,6 +17,7 @@ import (
 	"github.com/headroom-dev/headroom/internal/policy"
 	"github.com/headroom-dev/headroom/internal/results"
 	"github.com/headroom-dev/headroom/internal/sim"
+	"github.com/headroom-dev/headroom/internal/swaptier"
 	"github.com/headroom-dev/headroom/internal/units"
 )
 
@@ -38,7 +39,13 @@ sim): headroom report draws a simulated and a measured run on one chart.
 --find max-vms answers the planner's question directly: the largest VM
 count whose mean per-VM rate stays at least --min-per-vm-fraction of the
 one-VM rate (and, with --max-swap-utilization, whose swap use stays under
-that share of the swap).`
+that share of the swap).
+
+--machine this measures this machine first — its RAM, cores, the touch
+rate of one headroom load worker, and the active swap device as headroom
+agent calibrate probes it (or, with no swap active, the file system where
+density --swap SIZE puts its swap file) — prints the figures, and uses
+them where neither the command line nor the scenario gave a value.`
 
 type simFlags struct {
 	deployments                     string
@@ -51,12 +58,13 @@ type simFlags struct {
 	overcommit                      float64
 	overhead, guestOverhead         bytesValue
 	nodeMemory, systemReserve, swap bytesValue
-	cpus, touchRate                 float64
+	cpus, touchRate, populateRate   float64
 	readIOPS, writeIOPS             float64
 	latency                         time.Duration
 	swapTier                        string
 	agent                           bool
 	out, label, scenario, find      string
+	machine                         string
 	minPerVM, maxSwapUtil           float64
 	seed                            uint64
 	json, stopOnFail                bool
@@ -78,6 +86,7 @@ func newSimCommand() *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.scenario, "scenario", "", "YAML file of these flags' values (keys: flag names); flags given override it")
+	fl.StringVar(&f.machine, "machine", "", "this: measure this machine's RAM, cores, touch rate and swap device for the node's figures (flags and the scenario override them)")
 	fl.StringVar(&f.deployments, "deployments", f.deployments, "VM counts: start:end:step or a list such as 1,2,4,8")
 	fl.Var(&f.vmMemory, "vm-memory", "declared memory of each VM")
 	fl.Var(&f.memorySize, "memory-size", "each workload's block")
@@ -93,6 +102,7 @@ func newSimCommand() *cobra.Command {
 	fl.Var(&f.systemReserve, "system-reserve", "RAM the VMs never get (host kernel, daemons, reservations)")
 	fl.Float64Var(&f.cpus, "cpus", f.cpus, "the node's cores")
 	fl.Float64Var(&f.touchRate, "touch-rate", f.touchRate, "pages/s one core touches in RAM (headroom load's rate in a VM)")
+	fl.Float64Var(&f.populateRate, "populate-rate", 0, "pages/s one core fills a new block at (0: a quarter of --touch-rate)")
 	fl.Var(&f.swap, "swap", "swap device size (0: none)")
 	fl.Float64Var(&f.readIOPS, "swap-read-iops", f.readIOPS, "the swap device's 4 KiB random-read rate")
 	fl.Float64Var(&f.writeIOPS, "swap-write-iops", f.writeIOPS, "the swap device's 4 KiB random-write rate")
@@ -141,9 +151,43 @@ func applyScenario(fl *pflag.FlagSet, path string) error {
 			continue
 		}
 		v := fmt.Sprint(m[k])
-		if err := flag.Value.Set(v); err != nil {
+		// Set through the flag set: the value counts as given, so
+		// --machine does not measure over it.
+		if err := fl.Set(k, v); err != nil {
 			return usagef("--scenario %s: %s: %v (want the form of --%s: %s)", path, k, err, k, flag.Usage)
 		}
+	}
+	return nil
+}
+
+// applyMachine measures this machine and fills the node's figures the
+// command line and the scenario left unset.
+func applyMachine(cmd *cobra.Command, f *simFlags) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	fig, err := sim.MeasureMachine(cmd.Context(), sim.MeasureOptions{Headroom: exe, Scan: memload.Scan(f.scan),
+		SwapFileDir: swaptier.DefaultFileDir, Duration: 2 * time.Second})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(cmd.ErrOrStderr(), fig)
+	fl := cmd.Flags()
+	set := func(name, value string) {
+		if !fl.Changed(name) {
+			fl.Set(name, value)
+		}
+	}
+	set("node-memory", fmt.Sprint(fig.RAMBytes))
+	set("cpus", fmt.Sprint(fig.CPUs))
+	set("touch-rate", fmt.Sprint(fig.TouchRatePerCore))
+	set("populate-rate", fmt.Sprint(fig.PopulateRatePerCore))
+	set("swap-read-iops", fmt.Sprint(fig.ReadIOPS))
+	set("swap-write-iops", fmt.Sprint(fig.WriteIOPS))
+	set("swap-latency", time.Duration(fig.LatencySeconds*float64(time.Second)).String())
+	if fig.SwapSizeBytes > 0 {
+		set("swap", fmt.Sprint(fig.SwapSizeBytes))
 	}
 	return nil
 }
@@ -163,7 +207,7 @@ func simParams(f *simFlags) (sim.Params, error) {
 	content := memload.Content(f.content)
 	ratio := contentRatio(content)
 	node := sim.Node{RAMBytes: uint64(f.nodeMemory), SystemReserveBytes: uint64(f.systemReserve), CPUs: f.cpus,
-		TouchRatePerCore: f.touchRate, PageCluster: 3,
+		TouchRatePerCore: f.touchRate, PopulateRatePerCore: f.populateRate, PageCluster: 3,
 		Swap: sim.Device{SizeBytes: uint64(f.swap), ReadIOPS: f.readIOPS, WriteIOPS: f.writeIOPS, LatencySeconds: f.latency.Seconds()}}
 	if f.swapTier != "" {
 		tier, err := parseSimTier(f.swapTier, ratio)
@@ -236,6 +280,15 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 			return err
 		}
 	}
+	switch f.machine {
+	case "":
+	case "this":
+		if err := applyMachine(cmd, f); err != nil {
+			return err
+		}
+	default:
+		return usagef("--machine %q: want this", f.machine)
+	}
 	if f.find != "" && f.find != "max-vms" {
 		return usagef("--find %q: want max-vms", f.find)
 	}
@@ -300,9 +353,9 @@ func simParamsMap(f *simFlags) map[string]any {
 		"memory_scan": string(f.scan), "writes": float64(f.writes), "rate_pages_per_sec": float64(f.rate),
 		"content": memload.Content(f.content).String(), "workload_runtime_seconds": f.runtime.Seconds(), "overcommit_percent": f.overcommit,
 		"overhead_bytes": uint64(f.overhead), "guest_overhead_bytes": uint64(f.guestOverhead), "node_memory_bytes": uint64(f.nodeMemory),
-		"system_reserve_bytes": uint64(f.systemReserve), "cpus": f.cpus, "touch_rate": f.touchRate, "swap_bytes": uint64(f.swap),
+		"system_reserve_bytes": uint64(f.systemReserve), "cpus": f.cpus, "touch_rate": f.touchRate, "populate_rate": f.populateRate, "swap_bytes": uint64(f.swap),
 		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(),
-		"swap_tier": f.swapTier, "agent": f.agent, "seed": f.seed, "scenario": f.scenario}
+		"swap_tier": f.swapTier, "agent": f.agent, "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
 }
 
 // peakRSSBytes is this process's peak resident set (VmHWM).

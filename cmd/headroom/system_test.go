@@ -189,3 +189,35 @@ func leftovers(t *testing.T) string {
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "headroom-vm-*"))
 	return "qemu " + strings.Join(strings.Fields(string(q)), ",") + "; dirs " + strings.Join(dirs, ",")
 }
+
+// sim --machine this measures this machine: its RAM, cores, touch rate and
+// the active swap file, which fill the node's figures unless given.
+func TestSystemSimMachineThis(t *testing.T) {
+	swap := testenv.SwapFile(t, 512<<20)
+	dir := t.TempDir()
+	r := runHeadroom(t, "sim", "--machine", "this", "--cpus", "3", "--vm-memory", "320Mi", "--memory-size", "256Mi",
+		"--guest-overhead", "0", "--system-reserve", "0", "--deployments", "1", "--workload-runtime", "2s", "--json", "--out", dir)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "this machine: ") || !strings.Contains(r.stderr, swap) {
+		t.Fatalf("figures line %q: want the swap file %s", r.stderr, swap)
+	}
+	run, err := results.ReadRun(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var memTotal uint64
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		f := strings.Fields(strings.SplitN(string(b), "\n", 2)[0])
+		kb, _ := strconv.ParseUint(f[1], 10, 64)
+		memTotal = kb << 10
+	}
+	p := run.Params
+	// /proc/swaps leaves out the swap header's page.
+	if run.Node.MemoryBytes != memTotal || run.Node.SwapBytes < 511<<20 || run.Node.SwapBytes > 512<<20 || run.Node.SwapReadIOPS <= 0 || p["cpus"] != 3.0 ||
+		p["touch_rate"].(float64) < 1e6 {
+		t.Fatalf("node %+v, params %v: want this machine's RAM (%d B), the 512 MiB swap file, a measured device and touch rate, and the given 3 CPUs",
+			run.Node, p, memTotal)
+	}
+}

@@ -362,7 +362,9 @@ func (st State) Firing() bool { return firstFiring(st.Signals) != nil }
 func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 	st = st.clone()
 	now := snap.Sample.Time
-	st.Window = appendToWindow(st.Window, snap.Sample, cfg, st.LastEviction)
+	sample := snap.Sample
+	sample.Scope.SwapBytes = usableSwap(snap, st)
+	st.Window = appendToWindow(st.Window, sample, cfg, st.LastEviction)
 
 	var out []Decision
 	present := map[string]Workload{}
@@ -550,6 +552,28 @@ func SwapAllowance(w Workload, scope Scope) uint64 {
 	}
 	share := float64(w.RequestBytes) / float64(scope.RAMBytes)
 	return uint64(min(share, 1) * float64(scope.SwapBytes))
+}
+
+// usableSwap is the swap the scope's workloads may use: the scope's, or
+// less when every workload has an allowance in force and they add up to
+// less. Then the scope's OOM point is its RAM plus those allowances, and
+// swap utilization is measured against them: against the whole swap, the
+// workloads would reach their allowances, and the node its OOM point,
+// before the threshold is crossed (found with headroom sim).
+func usableSwap(snap Snapshot, st State) uint64 {
+	swap := snap.Sample.Scope.SwapBytes
+	if len(snap.Workloads) == 0 {
+		return swap
+	}
+	var allowed uint64
+	for _, w := range snap.Workloads {
+		a, ok := st.SwapAllowance[w.Name]
+		if !ok {
+			return swap
+		}
+		allowed += a
+	}
+	return min(allowed, swap)
 }
 
 func swapAllowances(snap Snapshot, st *State) []Decision {

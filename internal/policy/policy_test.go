@@ -384,3 +384,23 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// When the allowances in force add up to less than the swap, the scope's
+// OOM point is its RAM plus the allowances: swap utilization is measured
+// against them (4 GiB RAM, 4 GiB swap, two workloads allowed 0.5 GiB each:
+// 4.9 GiB in use is past RAM + 0.8 × 1 GiB, far below RAM + 0.8 × 4 GiB).
+func TestSwapUtilizationCountsOnlyTheAllowedSwap(t *testing.T) {
+	cfg := DefaultConfig()
+	ws := []Workload{wl("a", 0, 0.5, 2.2, 0.45), wl("b", 1, 0.5, 1.8, 0.45)}
+	snap := Snapshot{Sample: sample(0, 4, 0.9), Workloads: ws}
+	st := State{SwapAllowance: map[string]uint64{"a": gi / 2, "b": gi / 2}}
+	ds, _ := Decide(snap, cfg, st)
+	if e := evictions(ds); len(e) != 1 || e[0].Workload != "a" || e[0].Trigger.Signal != SignalSwapUtilization {
+		t.Fatalf("decisions %+v: want workload a evicted on swap utilization", ds)
+	}
+	// Without allowances in force for every workload the whole swap counts.
+	delete(st.SwapAllowance, "b")
+	if ds, _ := Decide(snap, cfg, st); len(evictions(ds)) != 0 {
+		t.Fatalf("evicted with the whole swap to use: %+v", ds)
+	}
+}

@@ -152,7 +152,7 @@ func aggregateChart(runs []Run) chart {
 			pts = append(pts, plotter.XY{X: float64(pt.Workers), Y: floor(pt.PagesPerSec)})
 		}
 		c := runColor(i)
-		addLine(p, r.Label, pts, c, nil, i)
+		addLine(p, r.Label, pts, c, runDashes(r), i)
 		// The knee is only a boundary if the curve went on past it.
 		if k := r.Regimes.KneeWorkers; k > 0 && len(curve) > 0 && k < curve[len(curve)-1].Workers {
 			vline(p, float64(k)+0.5, lo, hi, c, fmt.Sprintf("%s: RAM | transition", r.Label))
@@ -197,11 +197,23 @@ func perWorkerChart(runs []Run) chart {
 		}
 		sc.Color = runColor(i)
 		sc.Shape = draw.CircleGlyph{}
+		if r.Kind == "sim" {
+			sc.Shape = draw.RingGlyph{} // simulated: hollow, measured: filled
+		}
 		sc.Radius = vg.Points(2.5)
 		p.Add(sc)
 		p.Legend.Add(r.Label, sc)
 	}
 	return chart{name: "per-worker", title: "Per-worker pages/s spread per step", p: p}
+}
+
+// runDashes draws a simulated run dashed and a measured one solid, so the
+// two overlay on one chart.
+func runDashes(r Run) []vg.Length {
+	if r.Kind == "sim" {
+		return []vg.Length{vg.Points(6), vg.Points(4)}
+	}
+	return nil
 }
 
 // series is one per-step value drawn for every run.

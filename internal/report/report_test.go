@@ -275,3 +275,10 @@ func TestBalloonChartFromAgentLines(t *testing.T) {
 		t.Errorf("a low band (%d pixels) in a run that never was low", n)
 	}
 }
+
+// A simulated run overlays a measured one: dashed beside solid.
+func TestSimulatedRunsAreDashed(t *testing.T) {
+	if runDashes(Run{Run: &results.Run{Kind: "sim"}}) == nil || runDashes(Run{Run: &results.Run{Kind: "density"}}) != nil {
+		t.Fatal("want simulated runs dashed and measured ones solid")
+	}
+}

@@ -14,7 +14,7 @@ const (
 	// (the fault path, the swap cache, mapping the page).
 	faultCPUSeconds = 5e-6
 	// populateCost is how many touches' time a first touch takes (the
-	// page is allocated and zeroed).
+	// page is allocated and zeroed) when the populate rate is not given.
 	populateCost = 4.0
 	// writeMergePages is how many dirty pages one write to the swap device
 	// carries: reclaim writes a batch of LRU-tail pages to consecutive swap
@@ -278,10 +278,14 @@ func (s *node) tick(now float64, measuring bool) {
 				v.phase = phasePopulating
 			}
 		case phasePopulating:
-			n := min(v.pages-v.populated, s.n.TouchRatePerCore*share/populateCost*dt)
+			rate := s.n.PopulateRatePerCore * share
+			if rate <= 0 {
+				rate = s.n.TouchRatePerCore * share / populateCost
+			}
+			n := min(v.pages-v.populated, rate*dt)
 			v.populated += n
 			v.resident += n
-			v.rate = s.n.TouchRatePerCore * share / populateCost
+			v.rate = rate
 			if v.populated >= v.pages {
 				v.phase, v.readyAt, v.rate = phaseReady, now, 0
 			}

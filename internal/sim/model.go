@@ -48,7 +48,11 @@ type Node struct {
 	// load's rate, or a VM's: a guest's touches pay for the EPT or, under
 	// TCG, QEMU's software MMU).
 	TouchRatePerCore float64
-	Swap             Device
+	// PopulateRatePerCore is the pages/s one core fills a new block at
+	// (allocating, zeroing and writing each page's content; 0: a quarter
+	// of the touch rate).
+	PopulateRatePerCore float64
+	Swap                Device
 	// Tier is a compressed tier in front of the device (nil: none).
 	Tier *Tier
 	// PageCluster is log2 of the pages a sequential swap-in reads at once

@@ -182,25 +182,24 @@ func TestPaperScenario(t *testing.T) {
 
 // The policy in the loop: an overcommitted node without the agent ends in
 // an OOM kill; with it, the agent evicts first and no VM is OOM-killed.
-// (The requests are large enough that the swap allowances, each VM's
-// request's share of the swap, add up to the swap: with smaller ones the
-// VMs reach their allowances, and the node its OOM point, before the
-// scope's swap use crosses the utilization threshold — a gap the
-// simulator shows in the policy, noted in docs/sim.md.)
+// The requests are small (400% overcommit): the swap allowances, each VM's
+// request's share of the swap, add up to less than the swap, so the VMs
+// reach their allowances, and the node its OOM point, before the scope's
+// swap use reaches RAM + 0.8 × swap. The policy measures utilization
+// against the allowed swap for that reason; this simulation found it.
 func TestAgentEvictsBeforeTheOOMPoint(t *testing.T) {
 	// Slow touches: the VMs populate at 20 MB/s each, so the node fills
 	// over seconds, as VMs starting up do, not at once.
 	p := Params{Node: Node{RAMBytes: 4 << 30, CPUs: 8, TouchRatePerCore: 2e4, PageCluster: 3,
 		Swap: Device{SizeBytes: 2 << 30, ReadIOPS: 40000, WriteIOPS: 30000, LatencySeconds: 100e-6}},
-		VM: VMSpec{MemoryBytes: 1280 << 20, GuestOverheadBytes: 100 << 20, RequestBytes: 640 << 20,
-			Workload: Workload{SizeBytes: 1000 << 20, Scan: memload.ScanRandom, WriteFraction: 1}},
-		Deployments: []int{6}, RuntimeSeconds: 30, Seed: 1}
+		VM:          VMSpec{MemoryBytes: 1 << 30, RequestBytes: 256 << 20, Workload: Workload{SizeBytes: 900 << 20, Scan: memload.ScanRandom, WriteFraction: 1}},
+		Deployments: []int{7}, RuntimeSeconds: 30, Seed: 1}
 	without, _, err := Run(context.Background(), p, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s := without.Steps[0]; s.OOMKills == 0 {
-		t.Fatalf("without the agent: %+v; want an OOM kill (6 × 1.1 GiB on 4 GiB + 2 GiB)", s)
+		t.Fatalf("without the agent: %+v; want an OOM kill (7 × 900 MiB on 4 GiB + 2 GiB)", s)
 	}
 	cfg := policy.DefaultConfig()
 	cfg.MaxAverageSwapInPagesPerSecond, cfg.MaxAverageSwapOutPagesPerSecond = 20000, 15000

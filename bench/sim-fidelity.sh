@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The simulator against this machine: the same density ramp measured
+# (headroom density, cgroup backend) and simulated (headroom sim --machine
+# this, no other calibration), for seq and random access on two node
+# sizes. Prints per step the measured and simulated aggregate pages/s and
+# their ratio, and per ramp both knees. Targets: within 15% per step in RAM
+# and on the plateau, the knee within one worker. Needs root (density);
+# removes all it made. RESULTS=dir keeps both runs per case (for
+# `headroom report`, measured solid and simulated dashed).
+source "$(dirname "$0")/lib.sh"
+[ "$(id -u)" = 0 ] || { echo "sim-fidelity.sh needs root" >&2; exit 2; }
+OUT=${RESULTS:-$BENCH_TMP/results}
+mkdir -p "$OUT"
+RUNTIME=${RUNTIME:-8s}
+# node, swap file, deployments
+CASES=${CASES:-"1Gi,3Gi,1:10:1 2Gi,6Gi,1:16:1"}
+
+for c in $CASES; do
+  IFS=, read -r node swap deploy <<<"$c"
+  for scan in seq random; do
+    common=(--node-memory "$node" --swap "$swap" --vm-memory 320Mi --memory-size 256Mi --overcommit-percent 400
+      --deployments "$deploy" --workload-runtime "$RUNTIME" --memory-scan "$scan" --stop-on-failure=false)
+    "$HEADROOM" density "${common[@]}" --label "measured $scan $node" --out "$OUT/measured-$scan-$node" \
+      > "$BENCH_TMP/d.log" 2>&1 || { echo "density $scan $node failed:"; tail -3 "$BENCH_TMP/d.log"; continue; }
+    # A worker is a process: no guest overhead, its runtime beside the block.
+    "$HEADROOM" sim "${common[@]}" --machine this --system-reserve 0 --guest-overhead 0 --overhead 16Mi \
+      --label "sim $scan $node" --out "$OUT/sim-$scan-$node" > "$BENCH_TMP/s.log" 2> "$BENCH_TMP/s.err" || { cat "$BENCH_TMP/s.err"; continue; }
+    echo "== $scan, $node node, $swap swap: $(cat "$BENCH_TMP/s.err")"
+    printf '%7s %14s %14s %7s\n' workers measured simulated ratio
+    paste -d, <(tail -n +2 "$OUT/measured-$scan-$node/steps.csv" | cut -d, -f2,6) <(tail -n +2 "$OUT/sim-$scan-$node/steps.csv" | cut -d, -f6) |
+      awk -F, '{r=($2>0)?$3/$2:0; printf "%7s %14.0f %14.0f %7.2f\n", $1, $2, $3, r}'
+    for kind in measured sim; do
+      "$HEADROOM" report "$OUT/$kind-$scan-$node" -o "$BENCH_TMP/r.html" --json | grep -E '"knee_workers"|"plateau_start_workers"' |
+        tr -d ' ,"' | tr '\n' ' ' | sed "s/^/  $kind: /"; echo
+    done
+  done
+done
+echo "results: $OUT"

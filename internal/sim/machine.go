@@ -1,0 +1,99 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/headroom-dev/headroom/internal/agent"
+	"github.com/headroom-dev/headroom/internal/host"
+	"github.com/headroom-dev/headroom/internal/memload"
+	"github.com/headroom-dev/headroom/internal/probe"
+	"github.com/headroom-dev/headroom/internal/units"
+)
+
+// MachineFigures are this machine's figures for the model, measured
+// (`headroom sim --machine this`).
+type MachineFigures struct {
+	RAMBytes uint64 `json:"ram_bytes"`
+	CPUs     int    `json:"cpus"`
+	// TouchRatePerCore is one `headroom load` worker's pages/s in RAM.
+	TouchRatePerCore float64 `json:"touch_rate_per_core"`
+	// PopulateRatePerCore is its pages/s filling its block.
+	PopulateRatePerCore float64 `json:"populate_rate_per_core"`
+	// SwapDevice is the active swap area probed, or the directory where
+	// `density --swap SIZE` puts its swap file when none is active;
+	// SwapSizeBytes is the active area's size (0: none active).
+	SwapDevice     string  `json:"swap_device"`
+	SwapSizeBytes  uint64  `json:"swap_size_bytes"`
+	ReadIOPS       float64 `json:"swap_read_iops"`
+	WriteIOPS      float64 `json:"swap_write_iops"`
+	LatencySeconds float64 `json:"swap_latency_seconds"`
+}
+
+// MeasureOptions say how to measure.
+type MeasureOptions struct {
+	// Headroom is the headroom binary whose `load` measures the touch rate.
+	Headroom string
+	Scan     memload.Scan
+	// SwapFileDir is probed when no swap area is active.
+	SwapFileDir string
+	// Seconds of each measurement.
+	Duration time.Duration
+}
+
+// probeJobs is the queue depth of the device probe: the model's read
+// latency is a read's time at this depth.
+const probeJobs = 4
+
+// MeasureMachine measures RAM, cores, the touch rate of `headroom load`,
+// and the swap device as the agent's calibration does.
+func MeasureMachine(ctx context.Context, o MeasureOptions) (MachineFigures, error) {
+	var f MachineFigures
+	mem, err := host.ReadMemory()
+	if err != nil {
+		return f, err
+	}
+	f.RAMBytes, f.CPUs = mem.TotalBytes, runtime.NumCPU()
+	out, err := exec.CommandContext(ctx, o.Headroom, "load", "--size", "256Mi", "--scan", string(o.Scan),
+		"--duration", o.Duration.String(), "--json").Output()
+	if err != nil {
+		return f, fmt.Errorf("measure the touch rate (headroom load): %w", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	var s memload.Summary
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &s); err != nil || s.PagesPerSec <= 0 {
+		return f, fmt.Errorf("measure the touch rate: no summary from headroom load")
+	}
+	f.TouchRatePerCore = s.PagesPerSec
+	if s.Populate.Seconds > 0 {
+		f.PopulateRatePerCore = float64(s.Populate.Pages) / s.Populate.Seconds
+	}
+	var res probe.Result
+	if dev, err := agent.PickSwapDevice(""); err == nil {
+		c, err := agent.Calibrate(ctx, dev, agent.CalibrateOptions{Duration: o.Duration, Jobs: probeJobs, Fraction: 1})
+		if err != nil {
+			return f, fmt.Errorf("probe swap %s: %w", dev.Path, err)
+		}
+		res, f.SwapDevice, f.SwapSizeBytes = c.Probe, dev.Path, dev.SizeBytes
+	} else {
+		res, err = probe.Run(ctx, probe.Options{Dir: o.SwapFileDir, ScratchBytes: 256 << 20, Duration: o.Duration, Jobs: probeJobs})
+		if err != nil {
+			return f, fmt.Errorf("probe %s: %w", o.SwapFileDir, err)
+		}
+		f.SwapDevice = o.SwapFileDir + " (no swap active: where density puts its swap file)"
+	}
+	f.ReadIOPS, f.WriteIOPS, f.LatencySeconds = res.ReadIOPS, res.WriteIOPS, res.ReadLatencyUs/1e6
+	return f, nil
+}
+
+// String is the one-line account `sim --machine this` prints.
+func (f MachineFigures) String() string {
+	return fmt.Sprintf("this machine: %s RAM, %d cores, %s pages/s per core touching and %s filling (headroom load); swap %s: 4 KiB random read %s IOPS, write %s IOPS, %.0f µs a read at queue depth %d",
+		units.FormatBytes(f.RAMBytes), f.CPUs, units.FormatRate(f.TouchRatePerCore), units.FormatRate(f.PopulateRatePerCore), f.SwapDevice, units.FormatRate(f.ReadIOPS),
+		units.FormatRate(f.WriteIOPS), f.LatencySeconds*1e6, probeJobs)
+}
