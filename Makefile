@@ -87,6 +87,7 @@ bench: build
 	bench/ksm.sh
 	bench/swap-tiers.sh
 	bench/density-balloon.sh
+	bench/sim-fidelity.sh
 
 clean:
 	rm -rf bin
