@@ -20,16 +20,13 @@ const (
 	// carries: reclaim writes a batch of LRU-tail pages to consecutive swap
 	// slots and the block layer merges them.
 	writeMergePages = 8.0
+	// reclaimBatchPages is how many pages reclaim takes from one cgroup at
+	// a time (SWAP_CLUSTER_MAX).
+	reclaimBatchPages = 32.0
 	// maxWaitSeconds bounds a read's modelled wait (a device that cannot
 	// keep up at all).
 	maxWaitSeconds = 10.0
 )
-
-// agelessShare is the share of reclaim that falls on every VM in
-// proportion to its resident pages whatever their age: each VM is its own
-// memory cgroup, and reclaim from their parent scans each child's LRU in
-// proportion to its size (get_scan_count), deactivating hot pages too.
-const agelessShare = 0.5
 
 type phase int
 
@@ -373,10 +370,12 @@ func (s *node) reclaim(dt float64) {
 			continue
 		}
 		evict := min(over, room)
-		// scanSeconds: how long reclaim takes to cross the inactive half
-		// of the LRU at this eviction rate; a page touched in that time is
-		// spared.
-		scanSeconds := (resident / 2) / (evict / dt)
+		// scanSeconds: how long reclaim takes to cross the inactive list
+		// at this eviction rate; a page touched in that time is spared.
+		// The kernel keeps 1/(1+sqrt(10 × GiB of RAM)) of anonymous
+		// memory inactive (inactive_ratio).
+		inactive := resident / (1 + math.Sqrt(10*s.capacityPages*PageBytes/(1<<30)))
+		scanSeconds := inactive / (evict / dt)
 		weights := make([]float64, len(s.vms))
 		var sum float64
 		for i, v := range s.vms {
@@ -384,18 +383,37 @@ func (s *node) reclaim(dt float64) {
 				continue
 			}
 			perPage := v.rate / v.pages
-			weights[i] = v.resident * (agelessShare + (1-agelessShare)*math.Exp(-min(scanSeconds*perPage, 50)))
+			weights[i] = v.resident * math.Exp(-min(scanSeconds*perPage, 50))
 			sum += weights[i]
 		}
 		if sum <= 0 {
 			s.oomKill()
 			continue
 		}
-		for i, v := range s.vms {
+		// Reclaim takes pages in batches of reclaimBatchPages from one
+		// cgroup at a time: which VM a batch comes from is a draw, so the
+		// shares vary around their expectation (a multinomial, here in its
+		// normal approximation). This randomness is what lets identical
+		// VMs drift apart.
+		batches := evict / reclaimBatchPages
+		shares := make([]float64, len(s.vms))
+		var drawn float64
+		for i := range s.vms {
 			if weights[i] == 0 {
 				continue
 			}
-			e := min(evict*weights[i]/sum, v.resident, v.allowance-v.swapped())
+			q := weights[i] / sum
+			shares[i] = max(batches*q+math.Sqrt(batches*q*(1-q))*s.rng.NormFloat64(), 0)
+			drawn += shares[i]
+		}
+		if drawn <= 0 {
+			continue
+		}
+		for i, v := range s.vms {
+			if shares[i] == 0 {
+				continue
+			}
+			e := min(evict*shares[i]/drawn, v.resident, v.allowance-v.swapped())
 			if e <= 0 {
 				continue
 			}
