@@ -51,38 +51,30 @@ steps.csv, timeline.jsonl, workers.jsonl (and agent.jsonl with --agent).
 Draw them with headroom report. Needs root (cgroups, swap).`
 
 type densityFlags struct {
-	backend     string
-	deployments string
-	vmMemory    bytesValue
-	memorySize  bytesValue
-	scan        scanValue
-	writes      fractionValue
-	rate        rateValue
-	content     contentValue
-	runtime     time.Duration
-	overcommit  float64
-	overhead    bytesValue
-	repeat      int
-	stopOnFail  bool
-	nodeMemory  bytesValue
-	swap        string
-	swapTier    string
-	agent       bool
-	balloon     bool
-	balloonPol  string
-	guestCache  bytesValue
-	out         string
-	label       string
-	seed        uint64
-	json        bool
-	image       imageFlags
-	accel       string
+	rampFlags
+	backend    string
+	repeat     int
+	stopOnFail bool
+	nodeMemory bytesValue
+	swap       string
+	swapTier   string
+	agent      bool
+	balloon    bool
+	balloonPol string
+	guestCache bytesValue
+	out        string
+	label      string
+	seed       uint64
+	json       bool
+	image      imageFlags
+	accel      string
 }
 
 func newDensityCommand() *cobra.Command {
-	f := &densityFlags{backend: "cgroup", deployments: "1:8:1", vmMemory: 512 << 20, memorySize: 256 << 20,
-		scan: scanValue(memload.ScanSeq), writes: 1, content: contentValue(memload.Content{Kind: memload.ContentRandom}),
-		runtime: 30 * time.Second, overcommit: 100, overhead: density.DefaultOverheadBytes, repeat: 1, stopOnFail: true, seed: 1}
+	f := &densityFlags{backend: "cgroup", repeat: 1, stopOnFail: true, seed: 1, rampFlags: rampFlags{deployments: "1:8:1",
+		vmMemory: 512 << 20, memorySize: 256 << 20, scan: scanValue(memload.ScanSeq), writes: 1,
+		content: contentValue(memload.Content{Kind: memload.ContentRandom}), runtime: 30 * time.Second, overcommit: 100,
+		overhead: density.DefaultOverheadBytes}}
 	cmd := &cobra.Command{
 		Use:   "density",
 		Short: "Ramp workers on a node until it fails; measure per-worker and aggregate pages/s",
@@ -94,16 +86,7 @@ func newDensityCommand() *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.backend, "backend", f.backend, "worker backend: cgroup (a memory cgroup per worker) or qemu (a micro-VM per worker)")
-	fl.StringVar(&f.deployments, "deployments", f.deployments, "worker counts: start:end:step or a list such as 1,2,4,8")
-	fl.Var(&f.vmMemory, "vm-memory", "declared memory of each worker (its cgroup memory limit)")
-	fl.Var(&f.memorySize, "memory-size", "each workload's block (at most --vm-memory)")
-	fl.Var(&f.scan, "memory-scan", "access pattern: seq, random or none")
-	fl.Var(&f.writes, "writes", "fraction of touches that write, in [0,1]")
-	fl.Var(&f.rate, "rate", "per-worker cap on pages/s (0: as fast as possible)")
-	fl.Var(&f.content, "content", "page content: random, zero, dup=F, compress=R")
-	fl.DurationVar(&f.runtime, "workload-runtime", f.runtime, "measured phase of each step")
-	fl.Float64Var(&f.overcommit, "overcommit-percent", f.overcommit, "memory overcommit: request = vm-memory × 100 / percent (+ overhead)")
-	fl.Var(&f.overhead, "overhead", "per-worker request overhead beyond its memory (default: 16Mi for cgroup, the measured 48Mi for qemu)")
+	f.rampFlags.register(fl, "worker", "per-worker request overhead beyond its memory (default: 16Mi for cgroup, the measured 48Mi for qemu)")
 	fl.IntVar(&f.repeat, "repeat", f.repeat, "runs of each step")
 	fl.BoolVar(&f.stopOnFail, "stop-on-failure", f.stopOnFail, "stop the ramp at the first failed step")
 	fl.Var(&f.nodeMemory, "node-memory", "put the workers in one node cgroup with this memory limit (default: the whole host)")

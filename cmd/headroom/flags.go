@@ -2,6 +2,9 @@ package main
 
 import (
 	"fmt"
+	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/units"
@@ -86,4 +89,33 @@ func (v *hugePagesValue) Set(s string) error {
 		return nil
 	}
 	return fmt.Errorf("unknown hugepages mode %q; want never or madvise", s)
+}
+
+// rampFlags are the flags headroom density and headroom sim share: the
+// ramp, each worker's declared memory and request, and its workload.
+type rampFlags struct {
+	deployments          string
+	vmMemory, memorySize bytesValue
+	scan                 scanValue
+	writes               fractionValue
+	rate                 rateValue
+	content              contentValue
+	runtime              time.Duration
+	overcommit           float64
+	overhead             bytesValue
+}
+
+// register adds the flags with their current values as defaults; worker
+// names what the command ramps, overheadUsage what --overhead means to it.
+func (r *rampFlags) register(fl *pflag.FlagSet, worker, overheadUsage string) {
+	fl.StringVar(&r.deployments, "deployments", r.deployments, worker+" counts: start:end:step or a list such as 1,2,4,8")
+	fl.Var(&r.vmMemory, "vm-memory", "declared memory of each "+worker)
+	fl.Var(&r.memorySize, "memory-size", "each workload's block (at most --vm-memory)")
+	fl.Var(&r.scan, "memory-scan", "access pattern: seq, random or none")
+	fl.Var(&r.writes, "writes", "fraction of touches that write, in [0,1]")
+	fl.Var(&r.rate, "rate", "per-"+worker+" cap on pages/s (0: as fast as possible)")
+	fl.Var(&r.content, "content", "page content: random, zero, dup=F, compress=R")
+	fl.DurationVar(&r.runtime, "workload-runtime", r.runtime, "measured phase of each step")
+	fl.Float64Var(&r.overcommit, "overcommit-percent", r.overcommit, "memory overcommit: request = vm-memory × 100 / percent (+ overhead)")
+	fl.Var(&r.overhead, "overhead", overheadUsage)
 }

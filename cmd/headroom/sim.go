@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
 	"sigs.k8s.io/yaml"
 
 	"github.com/headroom-dev/headroom/internal/density"
@@ -48,15 +49,8 @@ density --swap SIZE puts its swap file) — prints the figures, and uses
 them where neither the command line nor the scenario gave a value.`
 
 type simFlags struct {
-	deployments                     string
-	vmMemory, memorySize            bytesValue
-	scan                            scanValue
-	writes                          fractionValue
-	rate                            rateValue
-	content                         contentValue
-	runtime                         time.Duration
-	overcommit                      float64
-	overhead, guestOverhead         bytesValue
+	rampFlags
+	guestOverhead                   bytesValue
 	nodeMemory, systemReserve, swap bytesValue
 	cpus, touchRate, populateRate   float64
 	readIOPS, writeIOPS             float64
@@ -71,10 +65,11 @@ type simFlags struct {
 }
 
 func newSimCommand() *cobra.Command {
-	f := &simFlags{deployments: "1:20:1", vmMemory: 16 << 30, memorySize: 14 << 30, scan: scanValue(memload.ScanSeq), writes: 1,
-		content: contentValue(memload.Content{Kind: memload.ContentRandom}), runtime: 180 * time.Second, overcommit: 100,
-		overhead: 256 << 20, guestOverhead: 1 << 30, nodeMemory: 192 << 30, systemReserve: 8 << 30, swap: 0, cpus: 64,
-		touchRate: 20e6, readIOPS: 1.3e6, writeIOPS: 215e3, latency: 80 * time.Microsecond, minPerVM: 0.5, seed: 1}
+	f := &simFlags{guestOverhead: 1 << 30, nodeMemory: 192 << 30, systemReserve: 8 << 30, cpus: 64, touchRate: 20e6,
+		readIOPS: 1.3e6, writeIOPS: 215e3, latency: 80 * time.Microsecond, minPerVM: 0.5, seed: 1,
+		rampFlags: rampFlags{deployments: "1:20:1", vmMemory: 16 << 30, memorySize: 14 << 30, scan: scanValue(memload.ScanSeq),
+			writes: 1, content: contentValue(memload.Content{Kind: memload.ContentRandom}), runtime: 180 * time.Second,
+			overcommit: 100, overhead: 256 << 20}}
 	cmd := &cobra.Command{
 		Use:   "sim",
 		Short: "Simulate a density ramp on a modelled node (RAM, cores, swap devices, the agent's policy)",
@@ -87,16 +82,7 @@ func newSimCommand() *cobra.Command {
 	fl := cmd.Flags()
 	fl.StringVar(&f.scenario, "scenario", "", "YAML file of these flags' values (keys: flag names); flags given override it")
 	fl.StringVar(&f.machine, "machine", "", "this: measure this machine's RAM, cores, touch rate and swap device for the node's figures (flags and the scenario override them)")
-	fl.StringVar(&f.deployments, "deployments", f.deployments, "VM counts: start:end:step or a list such as 1,2,4,8")
-	fl.Var(&f.vmMemory, "vm-memory", "declared memory of each VM")
-	fl.Var(&f.memorySize, "memory-size", "each workload's block")
-	fl.Var(&f.scan, "memory-scan", "access pattern: seq, random or none")
-	fl.Var(&f.writes, "writes", "fraction of touches that write, in [0,1]")
-	fl.Var(&f.rate, "rate", "per-VM cap on pages/s (0: as fast as possible)")
-	fl.Var(&f.content, "content", "page content: random, zero, dup=F, compress=R (sets the compressed tier's ratio)")
-	fl.DurationVar(&f.runtime, "workload-runtime", f.runtime, "measured phase of each step (simulated time)")
-	fl.Float64Var(&f.overcommit, "overcommit-percent", f.overcommit, "request = vm-memory × 100 / percent (+ overhead)")
-	fl.Var(&f.overhead, "overhead", "host memory per VM beyond its guest RAM (QEMU), also added to its request")
+	f.rampFlags.register(fl, "VM", "host memory per VM beyond its guest RAM (QEMU), also added to its request")
 	fl.Var(&f.guestOverhead, "guest-overhead", "guest memory besides the workload that stays resident (kernel, caches)")
 	fl.Var(&f.nodeMemory, "node-memory", "the node's RAM")
 	fl.Var(&f.systemReserve, "system-reserve", "RAM the VMs never get (host kernel, daemons, reservations)")
@@ -107,7 +93,7 @@ func newSimCommand() *cobra.Command {
 	fl.Float64Var(&f.readIOPS, "swap-read-iops", f.readIOPS, "the swap device's 4 KiB random-read rate")
 	fl.Float64Var(&f.writeIOPS, "swap-write-iops", f.writeIOPS, "the swap device's 4 KiB random-write rate")
 	fl.DurationVar(&f.latency, "swap-latency", f.latency, "one 4 KiB read's latency at queue depth 1")
-	fl.StringVar(&f.swapTier, "swap-tier", "", "compressed tier in front of the device: zram:SIZE[,ratio=R]")
+	fl.StringVar(&f.swapTier, "swap-tier", "", "compressed tier in front of the device: "+sim.TierForm+" (ratio: from --content unless given)")
 	fl.BoolVar(&f.agent, "agent", false, "run the agent's policy on the node (calibrated to half the device's rates)")
 	fl.StringVar(&f.find, "find", "", "max-vms: print the largest VM count that keeps --min-per-vm-fraction (and --max-swap-utilization)")
 	fl.Float64Var(&f.minPerVM, "min-per-vm-fraction", f.minPerVM, "with --find: the least mean per-VM rate, as a fraction of the one-VM rate")
@@ -205,21 +191,21 @@ func simParams(f *simFlags) (sim.Params, error) {
 		return sim.Params{}, usagef("--workload-runtime must be positive")
 	}
 	content := memload.Content(f.content)
-	ratio := contentRatio(content)
+	ratio := sim.ContentRatio(content)
 	node := sim.Node{RAMBytes: uint64(f.nodeMemory), SystemReserveBytes: uint64(f.systemReserve), CPUs: f.cpus,
 		TouchRatePerCore: f.touchRate, PopulateRatePerCore: f.populateRate, PageCluster: 3,
 		Swap: sim.Device{SizeBytes: uint64(f.swap), ReadIOPS: f.readIOPS, WriteIOPS: f.writeIOPS, LatencySeconds: f.latency.Seconds()}}
 	if f.swapTier != "" {
-		tier, err := parseSimTier(f.swapTier, ratio)
+		tier, err := sim.ParseTier(f.swapTier, ratio)
 		if err != nil {
 			return sim.Params{}, usageError{err}
 		}
 		node.Tier = tier
 	}
 	vm := sim.VMSpec{MemoryBytes: uint64(f.vmMemory), GuestOverheadBytes: uint64(f.guestOverhead), HostOverheadBytes: uint64(f.overhead),
-		RequestBytes: uint64(float64(f.vmMemory)*100/f.overcommit) + uint64(f.overhead),
+		RequestBytes: density.RequestBytes(uint64(f.vmMemory), f.overcommit, uint64(f.overhead)),
 		Workload: sim.Workload{SizeBytes: uint64(f.memorySize), Scan: memload.Scan(f.scan), WriteFraction: float64(f.writes),
-			RatePagesPerSec: float64(f.rate), CompressRatio: ratio}}
+			RatePagesPerSec: float64(f.rate)}}
 	if err := sim.Validate(node, vm); err != nil {
 		return sim.Params{}, usageError{err}
 	}
@@ -236,42 +222,6 @@ func simParams(f *simFlags) (sim.Params, error) {
 		p.Agent = &cfg
 	}
 	return p, nil
-}
-
-// contentRatio is how well a content class compresses (zram's ratio).
-func contentRatio(c memload.Content) float64 {
-	switch c.Kind {
-	case memload.ContentZero:
-		return 50 // same-filled pages cost zram a few bytes
-	case memload.ContentCompress:
-		return c.CompressRatio
-	case memload.ContentDup:
-		return 1 / max(1-c.DupFraction, 0.02)
-	}
-	return 1
-}
-
-// parseSimTier parses --swap-tier zram:SIZE[,ratio=R].
-func parseSimTier(s string, contentRatio float64) (*sim.Tier, error) {
-	kind, opts, _ := strings.Cut(s, ":")
-	if kind != "zram" || opts == "" {
-		return nil, fmt.Errorf("--swap-tier %q: want zram:SIZE[,ratio=R]", s)
-	}
-	parts := strings.Split(opts, ",")
-	size, err := units.ParseBytes(parts[0])
-	if err != nil || size == 0 {
-		return nil, fmt.Errorf("--swap-tier %q: want zram:SIZE[,ratio=R]", s)
-	}
-	t := &sim.Tier{SizeBytes: size, Ratio: contentRatio, CPUSecondsPerPage: 3e-6}
-	for _, o := range parts[1:] {
-		k, v, _ := strings.Cut(o, "=")
-		var r float64
-		if _, err := fmt.Sscanf(v, "%g", &r); k != "ratio" || err != nil || r < 1 {
-			return nil, fmt.Errorf("--swap-tier %q: want zram:SIZE[,ratio=R] with R >= 1", s)
-		}
-		t.Ratio = r
-	}
-	return t, nil
 }
 
 func runSim(cmd *cobra.Command, f *simFlags) error {
@@ -358,18 +308,11 @@ func simParamsMap(f *simFlags) map[string]any {
 		"swap_tier": f.swapTier, "agent": f.agent, "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
 }
 
-// peakRSSBytes is this process's peak resident set (VmHWM).
+// peakRSSBytes is this process's peak resident set.
 func peakRSSBytes() uint64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
 		return 0
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			var kb uint64
-			fmt.Sscanf(strings.TrimSpace(rest), "%d", &kb)
-			return kb << 10
-		}
-	}
-	return 0
+	return uint64(ru.Maxrss) << 10 // kB on Linux
 }

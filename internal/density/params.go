@@ -158,7 +158,14 @@ func (p Params) SwapSpec() swaptier.Spec {
 // RequestBytes is what the scheduler reserves per worker: the declared
 // memory scaled down by the overcommit percentage, plus the overhead.
 func (p Params) RequestBytes() uint64 {
-	return uint64(float64(p.VMMemoryBytes)*100/p.OvercommitPercent) + p.OverheadBytes
+	return RequestBytes(p.VMMemoryBytes, p.OvercommitPercent, p.OverheadBytes)
+}
+
+// RequestBytes is a scheduler's reservation for a VM of vmMemoryBytes at
+// an overcommit percentage, as KubeVirt sets the virt-launcher pod's
+// request: the memory scaled down, plus the overhead.
+func RequestBytes(vmMemoryBytes uint64, overcommitPercent float64, overheadBytes uint64) uint64 {
+	return uint64(float64(vmMemoryBytes)*100/overcommitPercent) + overheadBytes
 }
 
 // Validate checks the parameters against each other, naming the flag.

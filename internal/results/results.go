@@ -313,31 +313,21 @@ func (l *JSONLines) Close() error {
 
 // ReadTimeline reads timeline.jsonl (missing file: no samples).
 func ReadTimeline(dir string) ([]Sample, error) {
-	f, err := os.Open(filepath.Join(dir, TimelineFile))
-	if os.IsNotExist(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []Sample
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var s Sample
-		if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
-			return nil, fmt.Errorf("%s: %w", TimelineFile, err)
-		}
-		out = append(out, s)
-	}
-	return out, sc.Err()
+	return readLines[Sample](filepath.Join(dir, TimelineFile), nil)
 }
 
 // ReadDecisions reads the agent's decision lines (missing file: none).
 // Lines that are not decisions (a truncated last line of an interrupted
 // run) end the list.
 func ReadDecisions(dir string) ([]policy.Decision, error) {
-	f, err := os.Open(filepath.Join(dir, AgentFile))
+	return readLines(filepath.Join(dir, AgentFile), func(d policy.Decision) bool { return d.Action != "" })
+}
+
+// readLines reads a JSON-lines file (missing: none). With valid nil a
+// line that does not decode is an error; otherwise a line that does not
+// decode or is not valid ends the list.
+func readLines[T any](path string, valid func(T) bool) ([]T, error) {
+	f, err := os.Open(path)
 	if os.IsNotExist(err) {
 		return nil, nil
 	}
@@ -345,15 +335,19 @@ func ReadDecisions(dir string) ([]policy.Decision, error) {
 		return nil, err
 	}
 	defer f.Close()
-	var out []policy.Decision
+	var out []T
 	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	sc.Buffer(make([]byte, 64<<10), 4<<20) // a sample of many workers is a long line
 	for sc.Scan() {
-		var d policy.Decision
-		if err := json.Unmarshal(sc.Bytes(), &d); err != nil || d.Action == "" {
-			break
+		var v T
+		err := json.Unmarshal(sc.Bytes(), &v)
+		switch {
+		case valid == nil && err != nil:
+			return nil, fmt.Errorf("%s: %w", filepath.Base(path), err)
+		case valid != nil && (err != nil || !valid(v)):
+			return out, nil
 		}
-		out = append(out, d)
+		out = append(out, v)
 	}
 	return out, sc.Err()
 }

@@ -182,6 +182,7 @@ func (s *node) deviceLoad(cpuShare, readWait float64) float64 {
 		return 0
 	}
 	var load float64
+	toDevice := 1 - s.tierRoomShare() // evictions the tier does not take
 	for _, v := range s.vms {
 		if v.phase != phaseRunning {
 			continue
@@ -196,7 +197,7 @@ func (s *node) deviceLoad(cpuShare, readWait float64) float64 {
 		// each is its own I/O: swap slots of pages evicted from many VMs
 		// at once are not adjacent, so nothing merges.
 		reads := r * miss * (1 - z)
-		writes := r * miss * s.dirtyShare(v) * (1 - s.tierRoomShare()) / writeMergePages
+		writes := r * miss * s.dirtyShare(v) * toDevice / writeMergePages
 		load += reads/s.n.Swap.ReadIOPS + writes/s.n.Swap.WriteIOPS
 	}
 	return load

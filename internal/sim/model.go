@@ -97,8 +97,6 @@ type Workload struct {
 	Scan            memload.Scan
 	WriteFraction   float64
 	RatePagesPerSec float64 // 0: as fast as possible
-	// CompressRatio is how well its pages compress (from --content).
-	CompressRatio float64
 }
 
 // Validate checks a node and a VM against each other, naming the flag.

@@ -268,3 +268,28 @@ func BenchmarkPaperSweep(b *testing.B) {
 		}
 	}
 }
+
+func TestParseTier(t *testing.T) {
+	for in, want := range map[string]*Tier{
+		"zram:1Gi":           {SizeBytes: 1 << 30, Ratio: 2, CPUSecondsPerPage: tierCPUSecondsPerPage},
+		"zram:512Mi,ratio=3": {SizeBytes: 512 << 20, Ratio: 3, CPUSecondsPerPage: tierCPUSecondsPerPage},
+		"zswap:1Gi":          nil,
+		"zram:":              nil,
+		"zram:1Gi,ratio=0.5": nil,
+		"zram:1Gi,speed=3":   nil,
+	} {
+		got, err := ParseTier(in, 2)
+		if want == nil {
+			if err == nil || !strings.Contains(err.Error(), TierForm) {
+				t.Errorf("%s: %+v, %v; want an error naming %s", in, got, err, TierForm)
+			}
+			continue
+		}
+		if err != nil || *got != *want {
+			t.Errorf("%s: %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+	if r := ContentRatio(memload.Content{Kind: memload.ContentCompress, CompressRatio: 4}); r != 4 {
+		t.Errorf("compress=4 compresses %g:1", r)
+	}
+}
