@@ -10,7 +10,7 @@ BIN     := bin/headroom
 # with a spurious "context deadline exceeded" (golang/go#75804, fixed in 1.27).
 FUZZEXECS ?= 100000
 
-.PHONY: all build deps demo test unit system fuzz bench vet clean
+.PHONY: all build deps kube-binaries demo test unit system fuzz bench vet clean
 
 all: build
 
@@ -67,9 +67,16 @@ fuzz:
 	  $(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZEXECS)x ./$$pkg || exit 1; \
 	done
 
+# The Kubernetes control plane the kube system tests run against (etcd,
+# kube-apiserver, kube-controller-manager, kubectl, kwok), built from Go
+# modules once into $XDG_CACHE_HOME/headroom/kube (cold: about 10-14 min).
+kube-binaries:
+	GO=$(GO) hack/kube-binaries.sh
+
 # System tests change swap and cgroups: root, one package at a time.
-system:
-	$(GO) test -tags system -p 1 -count 1 -run '^TestSystem' -v \
+system: kube-binaries
+	HEADROOM_KUBE_BIN=$$(GO=$(GO) hack/kube-binaries.sh) \
+	$(GO) test -tags system -p 1 -count 1 -timeout 60m -run '^TestSystem' -v \
 	  $$(grep -rlE '^//go:build system' --include='*_test.go' . | xargs -n1 dirname | sort -u)
 
 test: deps vet fuzz system unit

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/headroom-dev/headroom/internal/agent"
+	"github.com/headroom-dev/headroom/internal/kube"
 	"github.com/headroom-dev/headroom/internal/probe"
 	"github.com/headroom-dev/headroom/internal/units"
 )
@@ -47,6 +48,21 @@ Workload metadata: <workloads-dir>/<child-cgroup-name>.json, e.g.
 A workload without a file has priority 0, request 0 (no swap), unprotected.
 With "qmp", the agent reads the guest's memory statistics through the VM's
 balloon (into /v1/snapshot and /metrics) and evicts it with a power-down.
+
+On a Kubernetes node (--kubernetes-node NAME, from the DaemonSet in
+deploy/): the workloads are the node's pods from the API (a pod watch on
+spec.nodeName), named namespace/name, each in its kubelet cgroup (v1 or v2,
+systemd or cgroupfs driver, under --kubernetes-cgroup-root); the scope "/"
+means the kubepods cgroup. Priority is the pod's, the request the pod's
+memory request, and critical pods, the agent's namespace and
+--kubernetes-protected-selector are protected. A swap limit the kubelet set
+(LimitedSwap, cgroup v2) is read; elsewhere the LimitedSwap formula is
+applied to Burstable pods when their cgroup appears. Evictions are
+policy/v1 Evictions (PodDisruptionBudgets hold; a budget's refusal moves on
+to the next candidate; any other 429, such as KubeVirt's evacuation, is
+waited for); no pod is ever deleted. While a signal fires the node has the
+taint headroom.io/memory-pressure:NoSchedule and the condition
+MemoryPressureSwap. See docs/kubernetes.md.
 
 Configuration, each overriding the one before: defaults, --config YAML (keys
 as in the JSON names of --print-config), wasp-agent's environment variables
@@ -104,6 +120,13 @@ func agentConfigFlags() []configFlag {
 		{"balloon-min-free", "the scope's minFree, the unit of the memory states (0: VMware's 899 MiB per 28 GiB + 1% of the rest, scaled to the scope)", func(c *agent.Config) any { return (*bytesFloatValue)(&c.BalloonMinFreeBytes) }},
 		{"balloon-guest-margin", "a guest is never ballooned below its active memory plus this (or the fraction below, if more)", func(c *agent.Config) any { return (*bytesFloatValue)(&c.BalloonGuestMarginBytes) }},
 		{"balloon-guest-margin-fraction", "the guest margin as a fraction of its RAM", func(c *agent.Config) any { return &c.BalloonGuestMarginFraction }},
+		{"kubernetes-node", "run on this Kubernetes node: its pods are the workloads, evictions go through the Eviction API, the node is tainted under pressure", func(c *agent.Config) any { return &c.Kubernetes.NodeName }},
+		{"kubeconfig", `Kubernetes: kubeconfig file ("": the pod's service account)`, func(c *agent.Config) any { return &c.Kubernetes.Kubeconfig }},
+		{"kubernetes-cgroup-root", "Kubernetes: the kubelet's --cgroup-root", func(c *agent.Config) any { return &c.Kubernetes.CgroupRoot }},
+		{"kubernetes-cgroup-driver", `Kubernetes: the kubelet's cgroup driver, systemd or cgroupfs ("": detect)`, func(c *agent.Config) any { return &c.Kubernetes.CgroupDriver }},
+		{"kubernetes-namespace", "Kubernetes: the agent's own namespace (its pods are protected)", func(c *agent.Config) any { return &c.Kubernetes.Namespace }},
+		{"kubernetes-protected-selector", "Kubernetes: label selector of pods never evicted (e.g. tier=control)", func(c *agent.Config) any { return &c.Kubernetes.ProtectedSelector }},
+		{"kubernetes-swap", "Kubernetes: who sets pods' swap limits: auto (the kubelet's LimitedSwap where it set them, the agent's formula elsewhere), agent, kubelet", func(c *agent.Config) any { return &c.Kubernetes.Swap }},
 		{"balloon-mom-interval", "MOM policy: interval between balloon changes", func(c *agent.Config) any { return (*secondsValue)(&c.BalloonMOMIntervalSeconds) }},
 	}
 }
@@ -206,9 +229,25 @@ func newAgentCommand() *cobra.Command {
 				return nil
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			var onNode *kube.SourceConfig
+			if final.Kubernetes.NodeName != "" {
+				sc, err := kube.Resolve(final.Kubernetes)
+				if err != nil {
+					return usageError{err}
+				}
+				if final.Scope == "/" {
+					final.Scope = sc.Layout.Kubepods()
+				}
+				onNode = &sc
+			}
 			a, err := agent.New(final, log, cmd.OutOrStdout())
 			if err != nil {
 				return usageError{err}
+			}
+			if onNode != nil {
+				if err := kube.Attach(cmd.Context(), a, final.Kubernetes, *onNode, log); err != nil {
+					return usageError{err}
+				}
 			}
 			return a.Run(cmd.Context())
 		},

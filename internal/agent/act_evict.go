@@ -18,6 +18,8 @@ import (
 type Target struct {
 	Name  string
 	Group cgroup.Group
+	// Reason is the decision's: why this workload, on which signal.
+	Reason string
 	// VM is set when the workload's metadata names a QMP socket.
 	VM vmControl
 }
@@ -31,8 +33,10 @@ type vmControl interface {
 // Evictor removes a workload from the node in two steps: Begin asks it to
 // leave and returns at once (it never waits on the workload); Finish,
 // run in its own goroutine, waits for it to go, forces it after the grace
-// period, and reports how it went. The Kubernetes Eviction API plugs in
-// here.
+// period, and reports how it went. An error from Begin ends the eviction
+// as failed at once, so the next candidate can be chosen (a Kubernetes
+// eviction refused by a PodDisruptionBudget). The Kubernetes Eviction API
+// plugs in here (internal/kube).
 type Evictor interface {
 	Begin(t Target) error
 	Finish(ctx context.Context, t Target) policy.EvictionOutcome
@@ -126,13 +130,19 @@ func (e DefaultEvictor) waitEmpty(ctx context.Context, g cgroup.Group) bool {
 // beginEviction sends the graceful request and starts the goroutine that
 // finishes the eviction; it returns when the request was sent.
 func (a *Agent) beginEviction(ctx context.Context, d policy.Decision, g cgroup.Group) (signaledAt *time.Time, errText string) {
-	t := Target{Name: d.Workload, Group: g}
+	t := Target{Name: d.Workload, Group: g, Reason: d.Reason}
+	if d.Trigger != nil {
+		t.Reason = fmt.Sprintf("%s %.4g %s over its threshold %.4g; %s", d.Trigger.Signal, d.Trigger.Value, d.Trigger.Unit, d.Trigger.Threshold, d.Reason)
+	}
 	if vm := a.obs.vms[d.Workload]; vm != nil {
 		t.VM = vm
 	}
 	w := a.workloads[d.Workload]
 	held := w.WorkingSetBytes + w.SwapBytes
 	if err := a.evictor.Begin(t); err != nil {
+		a.outcomesMu.Lock()
+		a.outcomes = append(a.outcomes, policy.EvictionOutcome{Workload: t.Name, Result: policy.EvictionFailed, Err: err.Error()})
+		a.outcomesMu.Unlock()
 		return nil, err.Error()
 	}
 	sent := time.Now()

@@ -11,7 +11,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
-	"sort"
+	"slices"
 	"sync"
 	"time"
 
@@ -72,11 +72,16 @@ type Agent struct {
 	// ballooned are the VMs the agent ballooned, with their RAM.
 	ballooned map[string]uint64
 	metrics   *metrics
+	// own are the agent's own memory cgroups (its swap is turned off).
+	own []cgroup.Group
+	// pressure is told which signals fire after every round (nil: no one).
+	pressure PressureReporter
 
 	// Loop state, touched only by the loop goroutine.
 	state         policy.State
 	groups        map[string]cgroup.Group
 	workloads     map[string]policy.Workload
+	names         []string // of workloads, sorted; rebuilt when the set changes
 	meta          map[string]Metadata
 	lastDiscovery time.Time
 	statsAt       time.Time
@@ -87,8 +92,12 @@ type Agent struct {
 	outcomes    []policy.EvictionOutcome
 	swapResults []policy.SwapResult // applied this round, for the next decide
 
-	mu     sync.Mutex // guards view and recent for HTTP readers
-	view   View
+	// display are the workloads' display names, replaced (not changed)
+	// when metadata is read, so HTTP readers may keep the old map.
+	display map[string]string
+
+	mu     sync.Mutex // guards pub and recent for HTTP readers
+	pub    published
 	recent []Record
 	ticked time.Time
 }
@@ -118,12 +127,13 @@ func NewForScope(cfg Config, scope cgroup.Group, log *slog.Logger, decisions io.
 		meta:      map[string]Metadata{},
 	}
 	a.metrics = newMetrics(a)
-	a.obs = &observer{scope: scope, hostScope: filepath.Clean("/"+cfg.Scope) == "/", workloadsDir: cfg.WorkloadsDir,
-		readErrors: func(src string) { a.metrics.readErrors.WithLabelValues(src).Inc() },
-		ignore:     map[string]bool{}, vms: map[string]*vmConn{}}
+	files := &cgroupSource{scope: scope, workloadsDir: cfg.WorkloadsDir, ignore: map[string]bool{}}
 	for _, name := range cfg.IgnoreCgroups {
-		a.obs.ignore[name] = true
+		files.ignore[name] = true
 	}
+	a.obs = &observer{scope: scope, hostScope: filepath.Clean("/"+cfg.Scope) == "/", source: files,
+		readErrors: func(src string) { a.metrics.readErrors.WithLabelValues(src).Inc() },
+		vms:        map[string]*vmConn{}}
 	if cfg.KSMMode != policy.KSMOff && cfg.KSMMode != "" {
 		a.obs.ksm = &ksmObserver{ksmDir: host.KSMDir}
 		a.ksm = &ksmActuator{dir: host.KSMDir}
@@ -132,17 +142,26 @@ func NewForScope(cfg Config, scope cgroup.Group, log *slog.Logger, decisions io.
 	if err != nil {
 		log.Warn("cannot read the agent's own cgroup; it is not excluded from the workloads", "err", err)
 	}
-	a.obs.own = own
+	files.own = own
+	a.own = own
 	return a, nil
 }
 
 // SetEvictor replaces the default signal evictor.
 func (a *Agent) SetEvictor(e Evictor) { a.evictor = e }
 
+// SetSource replaces the default source of workloads (the scope's child
+// cgroups and their metadata files).
+func (a *Agent) SetSource(s Source) { a.obs.source = s }
+
+// SetPressureReporter makes the agent tell r, after every round, which
+// signals fire (the Kubernetes node taint and condition).
+func (a *Agent) SetPressureReporter(r PressureReporter) { a.pressure = r }
+
 // Run protects the agent, serves HTTP and runs the loop until ctx ends;
 // evictions in progress are then finished (forced) before it returns.
 func (a *Agent) Run(ctx context.Context) error {
-	protectSelf(a.cfg, a.obs.own, a.log)
+	protectSelf(a.cfg, a.own, a.log)
 	var srv *http.Server
 	if a.cfg.Listen != "" {
 		ln, err := net.Listen("tcp", a.cfg.Listen)
@@ -189,6 +208,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		case now := <-ticker.C:
 			a.Tick(ctx, now)
+		case <-a.obs.source.Changed():
+			a.lastDiscovery = time.Time{} // list now
+			a.Tick(ctx, time.Now())
 		case <-wake:
 			a.metrics.psiWakeups.Inc()
 			a.Tick(ctx, time.Now())
@@ -228,6 +250,9 @@ func (a *Agent) Tick(ctx context.Context, now time.Time) {
 		clear(a.state.Evicting) // nothing was evicted: keep deciding
 	}
 	a.prevSample = now
+	if a.pressure != nil {
+		a.pressure.Report(now, a.state.Signals)
+	}
 	a.publish(snap)
 }
 
@@ -260,16 +285,24 @@ func (a *Agent) discover() {
 		return
 	}
 	seen := map[string]bool{}
-	for _, g := range kids {
-		name := filepath.Base(g.Path())
-		seen[name] = true
-		if _, known := a.groups[name]; !known {
-			a.groups[name] = g
-			a.workloads[name], a.meta[name] = a.obs.workload(g, true)
+	changed := false
+	defer func() {
+		if changed {
+			a.names = slices.Sorted(maps.Keys(a.workloads))
+			a.refreshDisplay()
+		}
+	}()
+	for _, l := range kids {
+		seen[l.Name] = true
+		if known, ok := a.groups[l.Name]; !ok || known.Path() != l.Group.Path() {
+			changed = true
+			a.groups[l.Name] = l.Group
+			a.workloads[l.Name], a.meta[l.Name] = a.obs.workload(l.Name, l.Group, true)
 		}
 	}
 	for name := range a.groups {
 		if !seen[name] {
+			changed = true
 			delete(a.groups, name)
 			delete(a.workloads, name)
 			delete(a.meta, name)
@@ -280,18 +313,40 @@ func (a *Agent) discover() {
 
 func (a *Agent) refreshWorkloads(now time.Time, full bool) {
 	for name, g := range a.groups {
-		a.workloads[name], a.meta[name] = a.obs.workload(g, full)
+		a.workloads[name], a.meta[name] = a.obs.workload(name, g, full)
 	}
 	a.statsAt = now
+	a.refreshDisplay()
+}
+
+// refreshDisplay replaces the display names from the metadata.
+func (a *Agent) refreshDisplay() {
+	d := make(map[string]string, len(a.meta))
+	for name, md := range a.meta {
+		d[name] = md.Name
+	}
+	a.display = d
 }
 
 func (a *Agent) workloadList() []policy.Workload {
-	out := make([]policy.Workload, 0, len(a.workloads))
-	for _, w := range a.workloads {
-		out = append(out, w)
+	out := make([]policy.Workload, 0, len(a.names))
+	for _, name := range a.names {
+		out = append(out, a.workloads[name])
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// published is what the last round saw, kept for HTTP readers: the view
+// without its workloads, which are built only when asked for (with
+// hundreds of pods, building them every round was most of the agent's
+// CPU). Every field is immutable once stored: the state's maps are cloned
+// by the next Decide, not changed.
+type published struct {
+	view      View
+	workloads []policy.Workload
+	display   map[string]string
+	allowance map[string]uint64
+	evicting  map[string]time.Time
 }
 
 // publish stores the view served over HTTP.
@@ -307,21 +362,25 @@ func (a *Agent) publish(snap policy.Snapshot) {
 		b.Targets = maps.Clone(b.Targets)
 		v.Balloon = &b
 	}
-	for _, w := range snap.Workloads {
-		_, evicting := a.state.Evicting[w.Name]
-		v.Workloads = append(v.Workloads, WorkloadView{Workload: w, DisplayName: a.meta[w.Name].Name,
-			SwapAllowanceBytes: a.state.SwapAllowance[w.Name], Evicting: evicting})
-	}
+	p := published{view: v, workloads: snap.Workloads, display: a.display,
+		allowance: a.state.SwapAllowance, evicting: a.state.Evicting}
 	a.mu.Lock()
-	a.view, a.ticked = v, time.Now()
+	a.pub, a.ticked = p, time.Now()
 	a.mu.Unlock()
 }
 
 // Snapshot returns the current view.
 func (a *Agent) Snapshot() View {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.view
+	p := a.pub
+	a.mu.Unlock()
+	v := p.view
+	for _, w := range p.workloads {
+		_, evicting := p.evicting[w.Name]
+		v.Workloads = append(v.Workloads, WorkloadView{Workload: w, DisplayName: p.display[w.Name],
+			SwapAllowanceBytes: p.allowance[w.Name], Evicting: evicting})
+	}
+	return v
 }
 
 // Decisions returns the most recent decisions, oldest first.

@@ -213,7 +213,7 @@ func TestDiscoverSkipsIgnoredAndOwnCgroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.obs.own = []cgroup.Group{inner}
+	a.obs.source.(*cgroupSource).own = []cgroup.Group{inner}
 	a.discover()
 	var names []string
 	for name := range a.groups {

@@ -51,6 +51,29 @@ type Config struct {
 	// PSITriggerStallMillis wakes the agent at once when memory "some"
 	// stall exceeds this many ms in a 1 s window (0 disables the trigger).
 	PSITriggerStallMillis int `json:"psiTriggerStallMillis"`
+	// Kubernetes, with a node name, makes the node's pods the workloads.
+	Kubernetes KubernetesConfig `json:"kubernetes"`
+}
+
+// KubernetesConfig puts the agent on a Kubernetes node (internal/kube):
+// the node's pods, from the API, are the workloads; evictions go through
+// the Eviction API; the node is tainted while a signal fires.
+type KubernetesConfig struct {
+	// NodeName turns the mode on: the node whose pods are watched.
+	NodeName string `json:"nodeName"`
+	// Kubeconfig is a kubeconfig file ("": the pod's service account).
+	Kubeconfig string `json:"kubeconfig"`
+	// CgroupRoot is the kubelet's --cgroup-root.
+	CgroupRoot string `json:"cgroupRoot"`
+	// CgroupDriver is the kubelet's: systemd, cgroupfs, or "" to detect.
+	CgroupDriver string `json:"cgroupDriver"`
+	// Namespace is the agent's own: its pods are protected.
+	Namespace string `json:"namespace"`
+	// ProtectedSelector is a label selector of pods never evicted.
+	ProtectedSelector string `json:"protectedSelector"`
+	// Swap says who sets pods' swap limits: auto (the kubelet's where it
+	// set them, the agent's LimitedSwap formula elsewhere), agent, kubelet.
+	Swap string `json:"swap"`
 }
 
 // DefaultConfig is the agent's configuration without a file, env or flags.
@@ -70,6 +93,7 @@ func DefaultConfig() Config {
 		// systemd's slices: with scope "/" they hold every system service
 		// and login session.
 		IgnoreCgroups: []string{"init.scope", "system.slice", "user.slice"},
+		Kubernetes:    KubernetesConfig{CgroupRoot: "/", Swap: "auto"},
 	}
 }
 
@@ -137,6 +161,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("oomScoreAdj must be in [-1000,1000], got %d", c.OOMScoreAdj)
 	case c.PSITriggerStallMillis < 0 || c.PSITriggerStallMillis > 1000:
 		return fmt.Errorf("psiTriggerStallMillis must be in [0,1000], got %d", c.PSITriggerStallMillis)
+	}
+	switch k := c.Kubernetes; {
+	case k.CgroupDriver != "" && k.CgroupDriver != "systemd" && k.CgroupDriver != "cgroupfs":
+		return fmt.Errorf("kubernetes.cgroupDriver must be systemd, cgroupfs or empty (detect), got %q", k.CgroupDriver)
+	case k.Swap != "auto" && k.Swap != "agent" && k.Swap != "kubelet":
+		return fmt.Errorf("kubernetes.swap must be auto, agent or kubelet, got %q", k.Swap)
+	case k.NodeName == "" && (k.Kubeconfig != "" || k.ProtectedSelector != "" || k.Namespace != ""):
+		return fmt.Errorf("kubernetes settings given without kubernetes.nodeName (--kubernetes-node)")
 	}
 	for _, name := range c.IgnoreCgroups {
 		if name == "" || strings.Contains(name, "/") {

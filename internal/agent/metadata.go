@@ -25,6 +25,10 @@ type Metadata struct {
 	// QMPSocket names a VM's QMP socket: the agent reads the guest's
 	// memory statistics through it and evicts the VM with a power-down.
 	QMPSocket string `json:"qmp"`
+	// SwapRule and ExternalSwapBytes are policy.Workload's: how the swap
+	// allowance is set (the Kubernetes source sets them; files do not).
+	SwapRule          string `json:"-"`
+	ExternalSwapBytes uint64 `json:"-"`
 }
 
 // ParseMetadata parses one metadata file.

@@ -54,6 +54,17 @@ func newMetrics(a *Agent) *metrics {
 	return m
 }
 
+// RegisterCollectors adds metrics of the parts wired in from outside (the
+// Kubernetes source) to the agent's /metrics.
+func (a *Agent) RegisterCollectors(cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := a.metrics.registry.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (m *metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
 }

@@ -1,10 +1,6 @@
 package agent
 
 import (
-	"os"
-	"path/filepath"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/headroom-dev/headroom/internal/cgroup"
@@ -14,14 +10,11 @@ import (
 
 // observer reads the scope, the node counters and the workloads.
 type observer struct {
-	scope        cgroup.Group
-	hostScope    bool // scope "/": RAM and swap are the host's
-	workloadsDir string
-	readErrors   func(source string) // counts read failures for metrics
-	// ignore names child cgroups that are not workloads; own are the
-	// agent's own memory cgroups, whose enclosing child is never a workload.
-	ignore map[string]bool
-	own    []cgroup.Group
+	scope      cgroup.Group
+	hostScope  bool                // scope "/": RAM and swap are the host's
+	readErrors func(source string) // counts read failures for metrics
+	// source lists the workloads and gives their metadata.
+	source Source
 
 	// A sub-tree scope's limits and the host's RAM and swap change rarely:
 	// they are re-read by refreshLimits (at discovery cadence), not every
@@ -29,7 +22,6 @@ type observer struct {
 	limits    cgroup.Memory
 	hostMem   host.Memory
 	limitsErr error
-	metadata  map[string]cachedMetadata
 	// workloadLimits caches each workload's memory limit (0: none), read
 	// in full when it is discovered and before every ranking.
 	workloadLimits map[string]uint64
@@ -39,12 +31,6 @@ type observer struct {
 	ksm *ksmObserver
 	// tiers are the swap tiers of the last sample.
 	tiers []host.SwapTier
-}
-
-type cachedMetadata struct {
-	modTime time.Time
-	size    int64
-	md      Metadata
 }
 
 // refreshLimits re-reads the scope's limits and the host's memory totals.
@@ -152,40 +138,26 @@ func (o *observer) pressureFile() string {
 	return "/proc/pressure/memory"
 }
 
-// discover lists the scope's child cgroups that are workloads: not on the
-// ignore list and not holding the agent itself.
-func (o *observer) discover() ([]cgroup.Group, error) {
-	kids, err := o.scope.Children()
+// discover lists the workloads.
+func (o *observer) discover() ([]Listed, error) {
+	l, err := o.source.List()
 	if err != nil {
 		o.readErrors("discovery")
 	}
-	return slices.DeleteFunc(kids, func(g cgroup.Group) bool {
-		return o.ignore[filepath.Base(g.Path())] || o.holdsAgent(g.Path())
-	}), err
-}
-
-// holdsAgent reports whether the cgroup at dir is, or contains, one of the
-// agent's own cgroups.
-func (o *observer) holdsAgent(dir string) bool {
-	for _, g := range o.own {
-		if own := g.Path(); own == dir || strings.HasPrefix(own, dir+"/") {
-			return true
-		}
-	}
-	return false
+	return l, err
 }
 
 // workload reads one child cgroup's stats and metadata; full also re-reads
 // its limits (more files), which the periodic refresh skips.
-func (o *observer) workload(g cgroup.Group, full bool) (policy.Workload, Metadata) {
-	name := filepath.Base(g.Path())
+func (o *observer) workload(name string, g cgroup.Group, full bool) (policy.Workload, Metadata) {
 	w := policy.Workload{Name: name}
-	md, err := o.readMetadata(name)
+	md, err := o.source.Metadata(name)
 	if err != nil {
 		w.Err = err.Error()
 		o.readErrors("metadata")
 	}
 	w.Priority, w.RequestBytes, w.Protected = md.Priority, md.MemoryRequestBytes, md.Protected
+	w.SwapRule, w.ExternalSwapBytes = md.SwapRule, md.ExternalSwapBytes
 	if vm := o.followVM(name, md.QMPSocket); vm != nil {
 		w.Guest = vm.Guest(time.Now())
 	}
@@ -224,7 +196,6 @@ func (o *observer) workload(g cgroup.Group, full bool) (policy.Workload, Metadat
 // forget drops what is cached about a workload that is gone.
 func (o *observer) forget(name string) {
 	delete(o.workloadLimits, name)
-	delete(o.metadata, name)
 	o.followVM(name, "")
 }
 
@@ -249,26 +220,4 @@ func (o *observer) closeVMs() {
 	for name := range o.vms {
 		o.followVM(name, "")
 	}
-}
-
-// readMetadata returns a workload's metadata, re-reading the file only when
-// its modification time or size changed.
-func (o *observer) readMetadata(name string) (Metadata, error) {
-	fi, err := os.Stat(filepath.Join(o.workloadsDir, name+".json"))
-	if err != nil {
-		delete(o.metadata, name)
-		return readMetadata(o.workloadsDir, name)
-	}
-	if c, ok := o.metadata[name]; ok && c.modTime.Equal(fi.ModTime()) && c.size == fi.Size() {
-		return c.md, nil
-	}
-	md, err := readMetadata(o.workloadsDir, name)
-	if err != nil {
-		return md, err
-	}
-	if o.metadata == nil {
-		o.metadata = map[string]cachedMetadata{}
-	}
-	o.metadata[name] = cachedMetadata{fi.ModTime(), fi.Size(), md}
-	return md, nil
 }

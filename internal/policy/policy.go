@@ -188,7 +188,13 @@ type Workload struct {
 	Priority     int    `json:"priority"`
 	RequestBytes uint64 `json:"request_bytes"`
 	Protected    bool   `json:"protected"`
-	Processes    int    `json:"processes"`
+	// SwapRule says how the swap allowance is set: SwapByRequest (the
+	// default, ""), SwapNone, or SwapExternal.
+	SwapRule string `json:"swap_rule,omitempty"`
+	// ExternalSwapBytes is, with SwapExternal, the swap limit someone else
+	// (the kubelet's LimitedSwap) set: the allowance, read and not written.
+	ExternalSwapBytes uint64 `json:"external_swap_bytes,omitempty"`
+	Processes         int    `json:"processes"`
 	// LimitBytes is the workload's memory limit; 0 if it has none.
 	LimitBytes      uint64 `json:"limit_bytes,omitempty"`
 	WorkingSetBytes uint64 `json:"working_set_bytes"`
@@ -351,8 +357,10 @@ type SwapResult struct {
 }
 
 // swapRetrySeconds is how long a refused allowance waits before it is
-// tried again.
-const swapRetrySeconds = 10
+// tried again: short, because the usual refusal is a cgroup v1 group
+// whose memory limit is not written yet (a kubelet creates a pod's cgroup,
+// then sets its limits), and the swap limit should follow within a second.
+const swapRetrySeconds = 1
 
 // Firing reports whether any signal of the last Decide was past its threshold.
 func (st State) Firing() bool { return firstFiring(st.Signals) != nil }
@@ -367,9 +375,9 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 	st.Window = appendToWindow(st.Window, sample, cfg, st.LastEviction)
 
 	var out []Decision
-	present := map[string]Workload{}
-	for _, w := range snap.Workloads {
-		present[w.Name] = w
+	present := make(map[string]*Workload, len(snap.Workloads))
+	for i := range snap.Workloads {
+		present[snap.Workloads[i].Name] = &snap.Workloads[i]
 	}
 	for _, o := range snap.Outcomes {
 		out = append(out, outcomeDecision(now, o))
@@ -543,11 +551,26 @@ func appendToWindow(w []Sample, s Sample, cfg Config, lastEviction time.Time) []
 	return w[i:]
 }
 
+// Swap rules of a Workload.
+const (
+	// SwapByRequest gives swap in proportion to the memory request.
+	SwapByRequest = ""
+	// SwapNone gives no swap (Kubernetes: Guaranteed and BestEffort pods,
+	// containers whose request equals their limit).
+	SwapNone = "none"
+	// SwapExternal leaves the limit to someone else and takes what it set
+	// as the allowance.
+	SwapExternal = "external"
+)
+
 // SwapAllowance is a workload's share of the scope's swap: in proportion to
 // its memory request (Kubernetes LimitedSwap), none for protected
 // workloads or a zero request.
 func SwapAllowance(w Workload, scope Scope) uint64 {
-	if w.Protected || w.RequestBytes == 0 || scope.RAMBytes == 0 {
+	if w.SwapRule == SwapExternal {
+		return w.ExternalSwapBytes
+	}
+	if w.Protected || w.SwapRule == SwapNone || w.RequestBytes == 0 || scope.RAMBytes == 0 {
 		return 0
 	}
 	share := float64(w.RequestBytes) / float64(scope.RAMBytes)
@@ -581,6 +604,10 @@ func swapAllowances(snap Snapshot, st *State) []Decision {
 	var out []Decision
 	for _, w := range snap.Workloads {
 		want := SwapAllowance(w, snap.Sample.Scope)
+		if w.SwapRule == SwapExternal {
+			st.SwapAllowance[w.Name] = want // in force, not ours to write
+			continue
+		}
 		if have, ok := st.SwapAllowance[w.Name]; ok && have == want {
 			continue
 		}

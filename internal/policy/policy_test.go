@@ -56,6 +56,9 @@ func TestSwapAllowance(t *testing.T) {
 		{Workload{RequestBytes: 0}, 0},
 		{Workload{RequestBytes: 1 * gi, Protected: true}, 0},
 		{Workload{RequestBytes: 16 * gi}, 8 * gi}, // capped at the scope's swap
+		{Workload{RequestBytes: 1 * gi, SwapRule: SwapNone}, 0},
+		// The kubelet's own LimitedSwap is taken as it is, even above the formula.
+		{Workload{RequestBytes: 1 * gi, SwapRule: SwapExternal, ExternalSwapBytes: 3 * gi}, 3 * gi},
 	}
 	for _, tt := range tests {
 		if got := SwapAllowance(tt.w, scope); got != tt.want {
@@ -64,6 +67,20 @@ func TestSwapAllowance(t *testing.T) {
 	}
 	if got := SwapAllowance(Workload{RequestBytes: gi}, Scope{}); got != 0 {
 		t.Errorf("allowance with zero scope RAM = %d", got)
+	}
+}
+
+// A limit someone else set (the kubelet's LimitedSwap) is in force at once
+// and never written.
+func TestDecideTakesExternalSwapLimits(t *testing.T) {
+	w := wl("pod", 0, 1, 0.5, 0)
+	w.SwapRule, w.ExternalSwapBytes = SwapExternal, gi/2
+	ds, st := Decide(Snapshot{Sample: sample(0, 1, 0), Workloads: []Workload{w}}, DefaultConfig(), State{})
+	if len(ds) != 0 {
+		t.Fatalf("decided %+v for an external limit", ds)
+	}
+	if st.SwapAllowance["pod"] != gi/2 {
+		t.Fatalf("allowance in force %v, want the external %d", st.SwapAllowance, gi/2)
 	}
 }
 
@@ -101,15 +118,15 @@ func TestSwapAllowanceFollowsResults(t *testing.T) {
 		t.Fatalf("after a refusal: decided %+v, in force %v", ds, st.SwapAllowance)
 	}
 	snap.SwapResults = nil
-	snap.Sample = sample(5, 1, 0)
+	snap.Sample = sample(1+0.5*swapRetrySeconds, 1, 0)
 	if ds, st = Decide(snap, cfg, st); len(ds) != 0 {
 		t.Fatalf("retried within %d s: %+v", swapRetrySeconds, ds)
 	}
-	snap.Sample = sample(12, 1, 0)
+	snap.Sample = sample(1.1+swapRetrySeconds, 1, 0)
 	if ds, st = Decide(snap, cfg, st); len(ds) != 1 || ds[0].Swap.SwapBytes != gi {
 		t.Fatalf("no retry after %d s: %+v", swapRetrySeconds, ds)
 	}
-	snap.Sample = sample(13, 1, 0)
+	snap.Sample = sample(1.2+swapRetrySeconds, 1, 0)
 	snap.SwapResults = []SwapResult{{Workload: "a", SwapBytes: gi}}
 	if _, st = Decide(snap, cfg, st); st.SwapAllowance["a"] != gi {
 		t.Fatalf("applied allowance not in force: %v", st.SwapAllowance)

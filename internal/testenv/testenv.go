@@ -280,6 +280,16 @@ func AssertRestored(t testing.TB, swapPathPart string, cgroupDirs ...string) {
 }
 
 // moduleRoot is the directory of this module's go.mod.
+// ModuleRoot is the repository's root (where go.mod is).
+func ModuleRoot(t testing.TB) string {
+	t.Helper()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatalf("module root: %v", err)
+	}
+	return root
+}
+
 func moduleRoot() (string, error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Builds the Kubernetes control plane the kube system tests run against —
+# etcd, kube-apiserver, kube-controller-manager, kubectl (from k8s.io/kubernetes
+# at a pinned version, its staging repos replaced by their published modules)
+# and kwok — into $XDG_CACHE_HOME/headroom/kube/<version>/bin, once. A cold
+# build takes about 10 minutes; later runs find the binaries and return.
+# Prints the bin directory.
+set -euo pipefail
+
+KUBE_VERSION="${KUBE_VERSION:-v1.34.4}"
+KWOK_VERSION="${KWOK_VERSION:-v0.7.0}"
+GO="${GO:-go}"
+
+# etcd: the server version k8s.io/kubernetes itself requires (its go.mod).
+ETCD_VERSION="${ETCD_VERSION:-v3.6.4}"
+
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/headroom/kube/${KUBE_VERSION}-etcd-${ETCD_VERSION}-kwok-${KWOK_VERSION}"
+bin="$cache/bin"
+want=(etcd kube-apiserver kube-controller-manager kubectl kwok)
+
+have_all() { for b in "${want[@]}"; do [[ -x "$bin/$b" ]] || return 1; done; }
+if have_all; then echo "$bin"; exit 0; fi
+
+staging="${KUBE_VERSION/v1./v0.}"
+work="$(mktemp -d "${TMPDIR:-/tmp}/headroom-kube-build.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+out="$work/bin"
+mkdir -p "$out"
+
+echo "building the Kubernetes ${KUBE_VERSION} control plane (etcd ${ETCD_VERSION}) and kwok ${KWOK_VERSION} into $bin (cold: about 10 minutes)" >&2
+
+# kwok's module has no replace directives: go install builds it as released.
+GOBIN="$out" CGO_ENABLED=0 "$GO" install -trimpath -ldflags='-s -w' "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}" >&2
+
+# k8s.io/kubernetes resolves its staging repos from ./staging; a scratch
+# module points each one at the published module of the matching version.
+mkdir -p "$work/src"
+cd "$work/src"
+mod="$(curl -fsS "https://proxy.golang.org/k8s.io/kubernetes/@v/${KUBE_VERSION}.mod" 2>/dev/null || true)"
+if [[ -z "$mod" ]]; then
+  "$GO" mod download -json "k8s.io/kubernetes@${KUBE_VERSION}" >/dev/null 2>&1 || true
+  mod="$(cat "$("$GO" env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/${KUBE_VERSION}.mod")"
+fi
+{
+  echo "module headroom.local/kubebuild"
+  echo
+  echo "go 1.24.0"
+  echo
+  echo "require k8s.io/kubernetes ${KUBE_VERSION}"
+  echo
+  echo "replace ("
+  grep -oE 'k8s\.io/[a-z0-9-]+ => \./staging/src/k8s\.io/[a-z0-9-]+' <<<"$mod" |
+    awk -v v="$staging" '{print "\t" $1 " => " $1 " " v}'
+  echo ")"
+} >go.mod
+cat >tools.go <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "go.etcd.io/etcd/server/v3"
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
+GO
+"$GO" mod tidy -e >&2 2>/dev/null || true
+"$GO" get "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" >&2
+for pkg in go.etcd.io/etcd/server/v3:etcd k8s.io/kubernetes/cmd/kube-apiserver:kube-apiserver \
+  k8s.io/kubernetes/cmd/kube-controller-manager:kube-controller-manager k8s.io/kubernetes/cmd/kubectl:kubectl; do
+  CGO_ENABLED=0 "$GO" build -mod=mod -trimpath -ldflags='-s -w' -o "$out/${pkg#*:}" "${pkg%%:*}" >&2
+done
+
+mkdir -p "$cache"
+rm -rf "$bin"
+mv "$out" "$bin"
+echo "$bin"

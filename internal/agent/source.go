@@ -1,0 +1,104 @@
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/headroom-dev/headroom/internal/cgroup"
+)
+
+// Source tells the agent which workloads it protects — each one's name,
+// cgroup and metadata. The default lists the scope's child cgroups and
+// reads metadata files beside them; the Kubernetes source (internal/kube)
+// lists the node's pods.
+type Source interface {
+	// List returns the workloads present now. On an error the agent keeps
+	// the workloads it knows.
+	List() ([]Listed, error)
+	// Metadata returns a listed workload's metadata. It is asked at every
+	// stats refresh, so it must be cheap.
+	Metadata(name string) (Metadata, error)
+	// Changed fires when the list may have changed, so a new workload gets
+	// its swap allowance at once (nil: the agent lists only at its
+	// discovery interval).
+	Changed() <-chan struct{}
+}
+
+// Listed is one workload found by a Source.
+type Listed struct {
+	Name  string
+	Group cgroup.Group
+}
+
+// cgroupSource is the default Source: the scope's child cgroups that are
+// not ignored and do not hold the agent, with metadata from
+// <workloadsDir>/<child-cgroup-name>.json.
+type cgroupSource struct {
+	scope        cgroup.Group
+	workloadsDir string
+	ignore       map[string]bool
+	own          []cgroup.Group
+	metadata     map[string]cachedMetadata
+}
+
+type cachedMetadata struct {
+	modTime time.Time
+	size    int64
+	md      Metadata
+}
+
+func (s *cgroupSource) Changed() <-chan struct{} { return nil }
+
+func (s *cgroupSource) List() ([]Listed, error) {
+	kids, err := s.scope.Children()
+	var out []Listed
+	for _, g := range kids {
+		name := filepath.Base(g.Path())
+		if s.ignore[name] || s.holdsAgent(g.Path()) {
+			continue
+		}
+		out = append(out, Listed{Name: name, Group: g})
+	}
+	for name := range s.metadata {
+		if !slices.ContainsFunc(out, func(l Listed) bool { return l.Name == name }) {
+			delete(s.metadata, name)
+		}
+	}
+	return out, err
+}
+
+// holdsAgent reports whether the cgroup at dir is, or contains, one of the
+// agent's own cgroups.
+func (s *cgroupSource) holdsAgent(dir string) bool {
+	for _, g := range s.own {
+		if own := g.Path(); own == dir || strings.HasPrefix(own, dir+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// Metadata re-reads a workload's file only when its modification time or
+// size changed.
+func (s *cgroupSource) Metadata(name string) (Metadata, error) {
+	fi, err := os.Stat(filepath.Join(s.workloadsDir, name+".json"))
+	if err != nil {
+		delete(s.metadata, name)
+		return readMetadata(s.workloadsDir, name)
+	}
+	if c, ok := s.metadata[name]; ok && c.modTime.Equal(fi.ModTime()) && c.size == fi.Size() {
+		return c.md, nil
+	}
+	md, err := readMetadata(s.workloadsDir, name)
+	if err != nil {
+		return md, err
+	}
+	if s.metadata == nil {
+		s.metadata = map[string]cachedMetadata{}
+	}
+	s.metadata[name] = cachedMetadata{fi.ModTime(), fi.Size(), md}
+	return md, nil
+}

@@ -1,0 +1,136 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/headroom-dev/headroom/internal/agent"
+	"github.com/headroom-dev/headroom/internal/cgroup"
+	"github.com/headroom-dev/headroom/internal/policy"
+)
+
+// apiTimeout bounds one API call made from the agent's loop: an
+// unreachable apiserver must not hold the node's protection.
+const apiTimeout = 2 * time.Second
+
+// Evictor evicts pods through the Eviction API (policy/v1), so
+// PodDisruptionBudgets hold and KubeVirt can turn an eviction into a live
+// migration. It never deletes a pod or touches its finalizers: a pod that
+// does not leave within the eviction deadline is given up on and the next
+// candidate is chosen.
+type Evictor struct {
+	client *Client
+	source *Source
+	events *Events
+	log    *slog.Logger
+}
+
+// NewEvictor evicts the source's pods.
+func NewEvictor(c *Client, s *Source, ev *Events, log *slog.Logger) *Evictor {
+	return &Evictor{client: c, source: s, events: ev, log: log}
+}
+
+// Begin creates the Eviction. Accepted (201) and "in progress" (429 from
+// an admission webhook such as KubeVirt's, which migrates the VM instead)
+// both return nil: Finish waits for the pod to leave. A refusal by a
+// PodDisruptionBudget, a pod already replaced, or any other error ends the
+// eviction at once so the agent can choose the next candidate.
+func (e *Evictor) Begin(t agent.Target) error {
+	p := e.source.Pod(t.Name)
+	if p == nil {
+		return nil // already gone: Finish reports it
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+	defer cancel()
+	uid := p.UID
+	ev := &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}},
+	}
+	err := e.client.Evict(ctx, ev)
+	switch {
+	case err == nil:
+		e.events.Pod(p, corev1.EventTypeWarning, "Evicting", "headroom evicts the pod to relieve the node's memory: "+t.Reason)
+		return nil
+	case apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsTooManyRequests(err) && DisruptionBudgetRefusal(err):
+		e.events.Pod(p, corev1.EventTypeWarning, "EvictionBlocked", "headroom's eviction was refused by a PodDisruptionBudget: "+err.Error())
+		return fmt.Errorf("refused by a PodDisruptionBudget: %w", err)
+	case apierrors.IsTooManyRequests(err):
+		// An admission webhook (KubeVirt's evacuation) took the request
+		// and works on it: in progress, not a failure.
+		e.events.Pod(p, corev1.EventTypeNormal, "EvictionInProgress", "headroom asked the pod to leave; the eviction is in progress: "+err.Error())
+		e.log.Info("eviction in progress", "pod", t.Name, "answer", err.Error())
+		return nil
+	}
+	return fmt.Errorf("create eviction for %s: %w", t.Name, err)
+}
+
+// DisruptionBudgetRefusal tells a 429 that refuses the eviction (a
+// PodDisruptionBudget allows no disruption now) from one that accepted it
+// as in progress.
+func DisruptionBudgetRefusal(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	st := status.Status()
+	if st.Details != nil {
+		for _, c := range st.Details.Causes {
+			if c.Type == policyv1.DisruptionBudgetCause {
+				return true
+			}
+		}
+	}
+	return strings.Contains(st.Message, "disruption budget")
+}
+
+// Finish waits until the pod is gone from the API and its cgroup holds no
+// process, or ctx (the eviction deadline) ends.
+func (e *Evictor) Finish(ctx context.Context, t agent.Target) policy.EvictionOutcome {
+	start := time.Now()
+	out := func(result, note string) policy.EvictionOutcome {
+		return policy.EvictionOutcome{Workload: t.Name, Result: result, Seconds: time.Since(start).Seconds(), Err: note}
+	}
+	if p := e.source.Pod(t.Name); p != nil {
+		select {
+		case <-e.source.Gone(t.Name, p.UID):
+		case <-ctx.Done():
+			return out(policy.EvictionFailed, fmt.Sprintf("pod still bound to the node after %.0f s (a disruption budget, a migration or a finalizer holds it); it was not deleted",
+				time.Since(start).Seconds()))
+		}
+	}
+	if t.Group == nil || waitEmpty(ctx, t.Group) {
+		return out(policy.EvictedGracefully, "")
+	}
+	n, _ := cgroup.CountProcesses(t.Group)
+	return out(policy.EvictionFailed, fmt.Sprintf("pod deleted but %d processes are left in its cgroup", n))
+}
+
+// waitEmpty polls the pod's cgroup until it holds no process (the v1
+// hierarchy has no event for that) or ctx ends.
+func waitEmpty(ctx context.Context, g cgroup.Group) bool {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if n, err := cgroup.CountProcesses(g); n == 0 && (err == nil || errors.Is(err, os.ErrNotExist)) {
+			return true
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}

@@ -1,0 +1,113 @@
+package kubetest
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// AddNode creates a Node kwok keeps Ready, with this memory and room for
+// maxPods pods.
+func AddNode(t testing.TB, core corev1client.CoreV1Interface, name string, memoryBytes int64, maxPods int64) *corev1.Node {
+	t.Helper()
+	res := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("16"),
+		corev1.ResourceMemory: *resource.NewQuantity(memoryBytes, resource.BinarySI),
+		corev1.ResourcePods:   *resource.NewQuantity(maxPods, resource.DecimalSI),
+	}
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
+			Labels: map[string]string{"kubernetes.io/hostname": name, "type": "kwok"}},
+		Status: corev1.NodeStatus{Capacity: res, Allocatable: res},
+	}
+	n, err := core.Nodes().Create(context.Background(), n, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create node: %v", err)
+	}
+	return n
+}
+
+// Namespace creates a namespace and waits for its default service account
+// (pods are admitted only once it exists).
+func Namespace(t testing.TB, core corev1client.CoreV1Interface, name string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := core.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	w, err := core.ServiceAccounts(name).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if _, err := core.ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{}); err == nil {
+		return
+	}
+	select {
+	case <-w.ResultChan():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("namespace %s: no default service account after 30 s (is the controller manager running?)", name)
+	}
+}
+
+// Kubectl runs the control plane's kubectl as the admin; stdin may be "".
+func (cp *ControlPlane) Kubectl(t testing.TB, stdin string, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(cp.Bin, "kubectl"), append([]string{"--kubeconfig", cp.AdminKubeconfig}, args...)...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// Documents splits a multi-document YAML stream into its objects.
+func Documents(t testing.TB, stream string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, doc := range strings.Split(stream, "\n---\n") {
+		if strings.TrimSpace(doc) == "" {
+			continue
+		}
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatalf("parse YAML document: %v\n%s", err, doc)
+		}
+		out = append(out, obj)
+	}
+	return out
+}
+
+// ServiceMonitorCRD returns the Prometheus operator's own ServiceMonitor
+// CRD (from its Go module, fetched through the module proxy).
+func ServiceMonitorCRD(t testing.TB) string {
+	t.Helper()
+	const mod = "github.com/prometheus-operator/prometheus-operator@v0.85.0"
+	cmd := exec.Command("go", "mod", "download", "-json", mod)
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GO111MODULE=on")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go mod download %s: %v", mod, err)
+	}
+	var info struct{ Dir string }
+	if err := yaml.Unmarshal(out, &info); err != nil || info.Dir == "" {
+		t.Fatalf("go mod download %s: no directory in %s", mod, out)
+	}
+	b, err := os.ReadFile(filepath.Join(info.Dir, "example", "prometheus-operator-crd", "monitoring.coreos.com_servicemonitors.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

@@ -1,0 +1,304 @@
+// Package kubetest runs a real Kubernetes control plane on loopback for
+// tests: etcd, kube-apiserver (RBAC, service account tokens, static admin
+// token), kube-controller-manager (the disruption controller computes
+// PodDisruptionBudget status, which the Eviction API reads; the service
+// account controller makes default service accounts) and kwok (fake nodes
+// that stay Ready and run pods' lifecycles). The binaries come from
+// hack/kube-binaries.sh, built once into the cache.
+package kubetest
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/headroom-dev/headroom/internal/testenv"
+)
+
+// AdminToken authenticates as system:masters.
+const AdminToken = "headroom-test-admin-token"
+
+// ControlPlane is a running control plane.
+type ControlPlane struct {
+	// URL is the apiserver's https address.
+	URL string
+	// AdminKubeconfig is a kubeconfig file for the admin user.
+	AdminKubeconfig string
+	// Bin is where the binaries are.
+	Bin string
+	dir string
+}
+
+// Binaries returns the directory of the control plane's binaries, building
+// them (about 10 minutes, once per version) if the cache lacks them.
+func Binaries(t testing.TB) string {
+	t.Helper()
+	if d := os.Getenv("HEADROOM_KUBE_BIN"); d != "" {
+		return d
+	}
+	root := testenv.ModuleRoot(t)
+	cmd := exec.Command(filepath.Join(root, "hack", "kube-binaries.sh"))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("hack/kube-binaries.sh: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// Start runs the control plane until the test ends.
+func Start(t testing.TB) *ControlPlane {
+	t.Helper()
+	bin := Binaries(t)
+	dir := t.TempDir()
+	cp := &ControlPlane{Bin: bin, dir: dir}
+
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+	pub, _ := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	pubPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub})
+	write(t, filepath.Join(dir, "sa.key"), keyPEM)
+	write(t, filepath.Join(dir, "sa.pub"), pubPEM)
+	write(t, filepath.Join(dir, "tokens.csv"), []byte(AdminToken+`,admin,admin,"system:masters"`+"\n"))
+	// The audit log records service accounts' requests (not the admin's,
+	// kwok's or the controllers'): what the agent asked of the apiserver.
+	write(t, filepath.Join(dir, "audit-policy.yaml"), []byte(`apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  userGroups: ["system:serviceaccounts"]
+- level: None
+`))
+
+	etcdClient, etcdPeer, apiPort := freePort(t), freePort(t), freePort(t)
+	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdClient)
+	cp.start(t, "etcd", "--data-dir", filepath.Join(dir, "etcd"), "--listen-client-urls", etcdURL,
+		"--advertise-client-urls", etcdURL, "--listen-peer-urls", "http://127.0.0.1:"+strconv.Itoa(etcdPeer),
+		"--initial-advertise-peer-urls", "http://127.0.0.1:"+strconv.Itoa(etcdPeer),
+		"--initial-cluster", "default=http://127.0.0.1:"+strconv.Itoa(etcdPeer), "--log-level", "warn",
+		"--quota-backend-bytes", strconv.Itoa(1<<30), "--unsafe-no-fsync")
+	waitHTTP(t, etcdURL+"/health", "", 30*time.Second)
+
+	cp.URL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
+	cp.start(t, "kube-apiserver", "--etcd-servers", etcdURL, "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+		"--secure-port", strconv.Itoa(apiPort), "--cert-dir", filepath.Join(dir, "pki"),
+		"--token-auth-file", filepath.Join(dir, "tokens.csv"), "--authorization-mode", "RBAC",
+		"--service-account-issuer", "https://kubernetes.default.svc", "--api-audiences", "https://kubernetes.default.svc",
+		"--service-account-key-file", filepath.Join(dir, "sa.pub"), "--service-account-signing-key-file", filepath.Join(dir, "sa.key"),
+		"--service-cluster-ip-range", "10.96.0.0/16", "--allow-privileged", "--v", "0",
+		"--audit-policy-file", filepath.Join(dir, "audit-policy.yaml"), "--audit-log-path", filepath.Join(dir, "audit.log"),
+		"--audit-log-mode", "blocking")
+	waitHTTP(t, cp.URL+"/readyz", AdminToken, 90*time.Second)
+
+	cp.AdminKubeconfig = filepath.Join(dir, "admin.kubeconfig")
+	cp.writeKubeconfig(t, cp.AdminKubeconfig, AdminToken)
+
+	cp.start(t, "kube-controller-manager", "--kubeconfig", cp.AdminKubeconfig, "--leader-elect=false",
+		"--controllers", "disruption,serviceaccount,namespace", "--secure-port", "0", "--v", "0")
+	cp.start(t, "kwok", "--kubeconfig", cp.AdminKubeconfig, "--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector", "kwok.x-k8s.io/node=fake",
+		"--cidr", "10.244.0.0/16", "--node-ip", "10.0.0.1")
+	return cp
+}
+
+// AuditEvent is one request in the audit log.
+type AuditEvent struct {
+	Verb       string `json:"verb"`
+	RequestURI string `json:"requestURI"`
+	User       struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	ObjectRef *struct {
+		Resource    string `json:"resource"`
+		Subresource string `json:"subresource"`
+		Namespace   string `json:"namespace"`
+		Name        string `json:"name"`
+	} `json:"objectRef"`
+	ResponseStatus *struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+	RequestReceivedTimestamp time.Time `json:"requestReceivedTimestamp"`
+	Stage                    string    `json:"stage"`
+}
+
+// Audit returns the requests of user (a service account's full name) the
+// apiserver logged so far, one per request (its final stage).
+func (cp *ControlPlane) Audit(t testing.TB, user string) []AuditEvent {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(cp.dir, "audit.log"))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var out []AuditEvent
+	for _, line := range strings.Split(string(b), "\n") {
+		var e AuditEvent
+		if json.Unmarshal([]byte(line), &e) != nil || e.User.Username != user {
+			continue
+		}
+		// A watch is logged when its response starts; other requests when
+		// they complete.
+		if (e.Verb == "watch") == (e.Stage == "ResponseStarted") || e.Stage == "Panic" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// RESTConfig is the admin's client configuration.
+func (cp *ControlPlane) RESTConfig(t testing.TB) *rest.Config {
+	t.Helper()
+	return cp.TokenConfig(AdminToken)
+}
+
+// Clientset is a typed admin client (tests may link every API group).
+func (cp *ControlPlane) Clientset(t testing.TB) *kubernetes.Clientset {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(cp.RESTConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// TokenConfig is a client configuration authenticating with token.
+func (cp *ControlPlane) TokenConfig(token string) *rest.Config {
+	return &rest.Config{Host: cp.URL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{Insecure: true}, QPS: 200, Burst: 400}
+}
+
+// WriteKubeconfig writes a kubeconfig that authenticates with token and
+// returns its path.
+func (cp *ControlPlane) WriteKubeconfig(t testing.TB, name, token string) string {
+	p := filepath.Join(cp.dir, name+".kubeconfig")
+	cp.writeKubeconfig(t, p, token)
+	return p
+}
+
+// WriteKubeconfigAt writes a kubeconfig for another server address (an
+// unreachable one, say).
+func (cp *ControlPlane) WriteKubeconfigAt(t testing.TB, name, server, token string) string {
+	p := filepath.Join(cp.dir, name+".kubeconfig")
+	writeKubeconfig(t, p, server, token)
+	return p
+}
+
+func (cp *ControlPlane) writeKubeconfig(t testing.TB, path, token string) {
+	writeKubeconfig(t, path, cp.URL, token)
+}
+
+func writeKubeconfig(t testing.TB, path, server, token string) {
+	c := clientcmdapi.NewConfig()
+	c.Clusters["test"] = &clientcmdapi.Cluster{Server: server, InsecureSkipTLSVerify: true}
+	c.AuthInfos["user"] = &clientcmdapi.AuthInfo{Token: token}
+	c.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "user"}
+	c.CurrentContext = "test"
+	if err := clientcmd.WriteToFile(*c, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// start runs a binary in its own process group, logging to a file, and
+// stops it (SIGTERM, then SIGKILL after 5 s) when the test ends.
+func (cp *ControlPlane) start(t testing.TB, name string, args ...string) {
+	t.Helper()
+	logPath := filepath.Join(cp.dir, name+".log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(cp.Bin, name), args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+		logf.Close()
+		if t.Failed() {
+			if b, err := os.ReadFile(logPath); err == nil {
+				t.Logf("%s log (last 3000 bytes):\n%s", name, tail(b, 3000))
+			}
+		}
+	})
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+func write(t testing.TB, path string, b []byte) {
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func freePort(t testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// waitHTTP polls url until it answers 200 (a process starting has no
+// readiness event to wait on).
+func waitHTTP(t testing.TB, url, token string, timeout time.Duration) {
+	t.Helper()
+	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var last string
+	for ctx.Err() == nil {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s not ready after %s: %s", url, timeout, last)
+}

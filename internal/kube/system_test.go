@@ -1,0 +1,961 @@
+//go:build system
+
+package kube_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	authv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/headroom-dev/headroom/internal/agent"
+	"github.com/headroom-dev/headroom/internal/kube"
+	"github.com/headroom-dev/headroom/internal/kube/kubetest"
+	"github.com/headroom-dev/headroom/internal/policy"
+	"github.com/headroom-dev/headroom/internal/testenv"
+)
+
+const (
+	nodeName = "kwok-node-0"
+	agentNS  = "headroom-system"
+	mi       = 1 << 20
+)
+
+// cluster is a control plane with one kwok node whose pods' memory is
+// real: a v1 memory cgroup tree in the kubelet's cgroupfs layout under a
+// test root, the node's RAM being the kubepods cgroup's limit.
+type cluster struct {
+	cp       *kubetest.ControlPlane
+	core     corev1client.CoreV1Interface
+	root     *testenv.MemoryCgroup // the kubelet's --cgroup-root
+	kubepods *testenv.MemoryCgroup
+	layout   kube.Layout
+	kubelet  *kubetest.Kubelet
+}
+
+func newCluster(t *testing.T, ramBytes, swapBytes int64) *cluster {
+	t.Helper()
+	testenv.RequireRoot(t)
+	if swapBytes > 0 {
+		testenv.SwapFile(t, swapBytes)
+	}
+	c := &cluster{cp: kubetest.Start(t)}
+	c.core = c.cp.Clientset(t).CoreV1()
+	c.root = testenv.NewMemoryCgroup(t, ramBytes+256*mi)
+	c.kubepods = c.root.Child(t, "kubepods", ramBytes)
+	if err := c.kubepods.Write("memory.memsw.limit_in_bytes", strconv.FormatInt(ramBytes+swapBytes, 10)); err != nil {
+		t.Fatal(err)
+	}
+	c.kubepods.Child(t, "burstable", 1<<62)
+	c.kubepods.Child(t, "besteffort", 1<<62)
+	c.layout = kube.Layout{Root: strings.TrimPrefix(c.root.Path, testenv.CgroupV1MemoryRoot), Driver: kube.DriverCgroupfs}
+	kubetest.AddNode(t, c.core, nodeName, ramBytes, 1000)
+	c.kubelet = kubetest.StartKubelet(t, c.core, nodeName, c.layout, testenv.CgroupV1MemoryRoot, testenv.HeadroomBinary(t))
+	return c
+}
+
+// deployRBAC applies the ServiceAccount and RBAC as deploy/ renders them
+// and returns a kubeconfig with that service account's token: the agent
+// runs with exactly the deployed permissions.
+func (c *cluster) deployRBAC(t *testing.T) string {
+	t.Helper()
+	rendered, err := c.cp.Kubectl(t, "", "kustomize", filepath.Join(testenv.ModuleRoot(t), "deploy"))
+	if err != nil {
+		t.Fatalf("kubectl kustomize deploy/: %v\n%s", err, rendered)
+	}
+	var keep []string
+	for _, doc := range strings.Split(rendered, "\n---\n") {
+		for _, kind := range []string{"kind: Namespace", "kind: ServiceAccount", "kind: ClusterRole\n", "kind: ClusterRoleBinding"} {
+			if strings.Contains(doc+"\n", "\n"+kind) || strings.HasPrefix(doc, kind) {
+				keep = append(keep, doc)
+				break
+			}
+		}
+	}
+	if len(keep) != 4 {
+		t.Fatalf("deploy/ renders %d of Namespace, ServiceAccount, ClusterRole, ClusterRoleBinding", len(keep))
+	}
+	if out, err := c.cp.Kubectl(t, strings.Join(keep, "\n---\n"), "apply", "--server-side", "-f", "-"); err != nil {
+		t.Fatalf("apply deploy RBAC: %v\n%s", err, out)
+	}
+	tr, err := c.core.ServiceAccounts(agentNS).CreateToken(context.Background(), "headroom-agent",
+		&authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("token for headroom-agent: %v", err)
+	}
+	return c.cp.WriteKubeconfig(t, "headroom-agent", tr.Status.Token)
+}
+
+// checkRBACUse compares what the agent asked of the apiserver (its audit
+// log) with what deploy/ grants it: every request allowed (a 429 is an
+// answer, not a refusal) and every grant used.
+func (c *cluster) checkRBACUse(t *testing.T) {
+	t.Helper()
+	const user = "system:serviceaccount:" + agentNS + ":headroom-agent"
+	used := map[string]int{}
+	for _, e := range c.cp.Audit(t, user) {
+		if e.ObjectRef == nil {
+			continue
+		}
+		key := e.Verb + " " + e.ObjectRef.Resource
+		if e.ObjectRef.Subresource != "" {
+			key += "/" + e.ObjectRef.Subresource
+		}
+		used[key]++
+		if e.ResponseStatus != nil && (e.ResponseStatus.Code == http.StatusForbidden || e.ResponseStatus.Code == http.StatusUnauthorized) {
+			t.Errorf("the agent was refused %s %s: %d", e.Verb, e.RequestURI, e.ResponseStatus.Code)
+		}
+	}
+	rendered, err := c.cp.Kubectl(t, "", "kustomize", filepath.Join(testenv.ModuleRoot(t), "deploy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := map[string]bool{}
+	for _, obj := range kubetest.Documents(t, rendered) {
+		if obj["kind"] != "ClusterRole" {
+			continue
+		}
+		for _, r := range obj["rules"].([]any) {
+			rule := r.(map[string]any)
+			for _, res := range rule["resources"].([]any) {
+				for _, v := range rule["verbs"].([]any) {
+					granted[v.(string)+" "+res.(string)] = true
+				}
+			}
+		}
+	}
+	for g := range granted {
+		if used[g] == 0 {
+			t.Errorf("deploy/ grants %q, which the agent never used", g)
+		}
+	}
+	for u, n := range used {
+		if !granted[u] {
+			t.Errorf("the agent used %q (%d times) without a grant", u, n)
+		}
+	}
+	t.Logf("the agent's requests by kind: %v", used)
+}
+
+func (c *cluster) priorityClasses(t *testing.T, values map[string]int) {
+	t.Helper()
+	var docs []string
+	for name, v := range values {
+		docs = append(docs, fmt.Sprintf("apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata:\n  name: %s\nvalue: %d\n", name, v))
+	}
+	if out, err := c.cp.Kubectl(t, strings.Join(docs, "---\n"), "apply", "-f", "-"); err != nil {
+		t.Fatalf("priority classes: %v\n%s", err, out)
+	}
+}
+
+// pod is a pod bound to the kwok node running `headroom load` with load's
+// arguments ("" runs nothing).
+func pod(ns, name, class string, requestMi, limitMi int64, load string) *corev1.Pod {
+	res := corev1.ResourceRequirements{Requests: corev1.ResourceList{}, Limits: corev1.ResourceList{}}
+	if requestMi > 0 {
+		res.Requests[corev1.ResourceMemory] = *resource.NewQuantity(requestMi*mi, resource.BinarySI)
+	}
+	if limitMi > 0 {
+		res.Limits[corev1.ResourceMemory] = *resource.NewQuantity(limitMi*mi, resource.BinarySI)
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": name},
+			Annotations: map[string]string{kubetest.LoadAnnotation: load}},
+		Spec: corev1.PodSpec{NodeName: nodeName, PriorityClassName: class, TerminationGracePeriodSeconds: ptr.To[int64](2),
+			Containers: []corev1.Container{{Name: "main", Image: "headroom", Resources: res}}},
+	}
+}
+
+func (c *cluster) createPod(t *testing.T, p *corev1.Pod) time.Time {
+	t.Helper()
+	at := time.Now()
+	if _, err := c.core.Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pod %s: %v", p.Name, err)
+	}
+	return at
+}
+
+// runningAgent is `headroom agent` in Kubernetes mode, its decisions
+// collected from stdout.
+type runningAgent struct {
+	cmd    *exec.Cmd
+	listen string
+	stderr *testenv.Buffer
+	mu     sync.Mutex
+	recs   []agent.Record
+	event  chan agent.Record
+	done   chan struct{}
+}
+
+func (c *cluster) startAgent(t *testing.T, kubeconfig string, extra ...string) *runningAgent {
+	t.Helper()
+	port := strconv.Itoa(freePort(t))
+	// The deployed configuration (deploy/agent.yaml), the test's node and
+	// shorter eviction times.
+	args := append([]string{"agent", "--config", filepath.Join(testenv.ModuleRoot(t), "deploy", "agent.yaml"),
+		"--kubernetes-node", nodeName, "--kubeconfig", kubeconfig,
+		"--kubernetes-cgroup-root", c.layout.Root, "--kubernetes-namespace", agentNS,
+		"--listen", "127.0.0.1:" + port, "--mlock=false", "--eviction-grace", "2s", "--eviction-deadline", "20s"}, extra...)
+	a := &runningAgent{listen: "127.0.0.1:" + port, stderr: &testenv.Buffer{}, event: make(chan agent.Record, 1024), done: make(chan struct{})}
+	a.cmd = exec.Command(testenv.HeadroomBinary(t), args...)
+	a.cmd.Stderr = a.stderr
+	out, err := a.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go a.read(out)
+	t.Cleanup(func() {
+		a.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-a.done:
+		case <-time.After(10 * time.Second):
+			a.cmd.Process.Kill()
+			<-a.done
+		}
+		a.cmd.Wait()
+		if t.Failed() {
+			t.Logf("agent stderr:\n%s", a.stderr.String())
+		}
+	})
+	return a
+}
+
+func (a *runningAgent) read(r io.Reader) {
+	defer close(a.done)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var rec agent.Record
+		if json.Unmarshal(sc.Bytes(), &rec) != nil {
+			continue
+		}
+		a.mu.Lock()
+		a.recs = append(a.recs, rec)
+		a.mu.Unlock()
+		select {
+		case a.event <- rec:
+		default:
+		}
+	}
+}
+
+func (a *runningAgent) records() []agent.Record {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.recs)
+}
+
+// waitFor returns the first decision (seen so far or to come) that match
+// accepts, failing after timeout.
+func (a *runningAgent) waitFor(t *testing.T, what string, timeout time.Duration, match func(agent.Record) bool) agent.Record {
+	t.Helper()
+	for _, r := range a.records() {
+		if match(r) {
+			return r
+		}
+	}
+	deadline := time.After(timeout)
+	for {
+		select {
+		case r := <-a.event:
+			if match(r) {
+				return r
+			}
+		case <-a.done:
+			t.Fatalf("agent exited waiting for %s; stderr:\n%s", what, a.stderr.String())
+		case <-deadline:
+			t.Fatalf("no %s within %s; decisions so far: %s", what, timeout, summarize(a.records()))
+		}
+	}
+}
+
+func summarize(recs []agent.Record) string {
+	var b strings.Builder
+	for _, r := range recs {
+		fmt.Fprintf(&b, "\n  %s %s %s %s", r.Time.Format("15:04:05.000"), r.Action, r.Workload, r.Error)
+	}
+	return b.String()
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// nodeMarks follows the node's taint and condition.
+type nodeMarks struct {
+	mu                       sync.Mutex
+	taintSeen, conditionSeen bool
+	tainted, conditioned     bool
+	conditionMessage         string
+}
+
+func (c *cluster) watchNode(t *testing.T) *nodeMarks {
+	t.Helper()
+	m := &nodeMarks{}
+	w, err := c.core.Nodes().Watch(context.Background(), metav1.ListOptions{FieldSelector: "metadata.name=" + nodeName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	go func() {
+		for ev := range w.ResultChan() {
+			n, ok := ev.Object.(*corev1.Node)
+			if !ok {
+				continue
+			}
+			m.mu.Lock()
+			m.tainted = slices.ContainsFunc(n.Spec.Taints, func(x corev1.Taint) bool {
+				return x.Key == kube.TaintKey && x.Effect == corev1.TaintEffectNoSchedule
+			})
+			m.conditioned = false
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == kube.ConditionType && cond.Status == corev1.ConditionTrue {
+					m.conditioned, m.conditionMessage = true, cond.Message
+				}
+			}
+			m.taintSeen = m.taintSeen || m.tainted
+			m.conditionSeen = m.conditionSeen || m.conditioned
+			m.mu.Unlock()
+		}
+	}()
+	return m
+}
+
+func (m *nodeMarks) state() (taintSeen, conditionSeen, tainted, conditioned bool, msg string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.taintSeen, m.conditionSeen, m.tainted, m.conditioned, m.conditionMessage
+}
+
+// The agent on a kwok node with real pod memory: new pods get their
+// LimitedSwap allowance within 1 s; when the pods outgrow RAM + swap the
+// lowest-ranked pod is evicted through the Eviction API — first one whose
+// PodDisruptionBudget allows no disruption (refused: the agent moves on),
+// then the next; the critical pod is never chosen; the node is tainted and
+// carries the condition while the signal fires, and both clear; the kernel
+// kills nothing. The agent runs with the deployed service account's token.
+func TestSystemKubeAgentEvictsThroughTheAPI(t *testing.T) {
+	const ram, swap = 1024 * mi, 1024 * mi
+	c := newCluster(t, ram, swap)
+	kubeconfig := c.deployRBAC(t)
+	c.priorityClasses(t, map[string]int{"test-batch-low": 100, "test-batch": 200, "test-web": 1000})
+	kubetest.Namespace(t, c.core, "apps")
+	kubetest.Namespace(t, c.core, "kube-system")
+	marks := c.watchNode(t)
+	a := c.startAgent(t, kubeconfig)
+
+	// A budget that allows no disruption of batch-pdb.
+	pdb := `apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: batch-pdb, namespace: apps}
+spec:
+  maxUnavailable: 0
+  selector: {matchLabels: {app: batch-pdb}}
+`
+	if out, err := c.cp.Kubectl(t, pdb, "apply", "-f", "-"); err != nil {
+		t.Fatalf("PDB: %v\n%s", err, out)
+	}
+
+	// Three pods of 600 MiB and one of 150 MiB: over the swap utilization
+	// threshold (1 GiB RAM + 0.8 × 1 GiB swap) by about 120 MiB, under
+	// the kernel's OOM point (RAM + swap) by about 80 MiB.
+	load := "--size 600Mi --scan random --seed 3"
+	created := map[string]time.Time{}
+	for _, p := range []*corev1.Pod{
+		pod("kube-system", "critical", "system-node-critical", 128, 512, "--size 150Mi --scan random"),
+		pod("apps", "web", "test-web", 600, 1024, load),
+		pod("apps", "batch-pdb", "test-batch-low", 256, 1024, load),
+	} {
+		created[kube.WorkloadName(p)] = c.createPod(t, p)
+	}
+	// Every pod's allowance is in force before the last one pushes the
+	// node over: its cgroup's memsw limit is written within 1 s of the pod
+	// being created.
+	for name := range created {
+		rec := a.waitFor(t, "set_swap for "+name, 10*time.Second, func(r agent.Record) bool {
+			return r.Action == policy.ActionSetSwap && r.Workload == name && r.Error == ""
+		})
+		lat := rec.Time.Sub(created[name])
+		cg, _ := c.kubelet.Created(name)
+		t.Logf("%s: swap %d MiB applied %.0f ms after the pod was created (%.0f ms after its cgroup)", name,
+			rec.Swap.SwapBytes/mi, lat.Seconds()*1000, rec.Time.Sub(cg).Seconds()*1000)
+		if lat > time.Second {
+			t.Errorf("%s: swap limit applied %.2f s after the pod was created, want <= 1 s", name, lat.Seconds())
+		}
+		if name == "kube-system/critical" && rec.Swap.SwapBytes != 0 {
+			t.Errorf("critical pod given %d B of swap", rec.Swap.SwapBytes)
+		}
+	}
+	created["apps/batch"] = c.createPod(t, pod("apps", "batch", "test-batch", 256, 1024, load))
+
+	blocked := a.waitFor(t, "a refused eviction of batch-pdb", 60*time.Second, func(r agent.Record) bool {
+		return r.Action == policy.ActionEvicted && r.Workload == "apps/batch-pdb"
+	})
+	if blocked.Outcome == nil || blocked.Outcome.Result != policy.EvictionFailed || !strings.Contains(blocked.Outcome.Err, "PodDisruptionBudget") {
+		t.Fatalf("batch-pdb outcome %+v, want failed: refused by a PodDisruptionBudget", blocked.Outcome)
+	}
+	evicted := a.waitFor(t, "the eviction of batch", 60*time.Second, func(r agent.Record) bool {
+		return r.Action == policy.ActionEvict && r.Workload == "apps/batch"
+	})
+	gone := a.waitFor(t, "batch gone", 30*time.Second, func(r agent.Record) bool {
+		return r.Action == policy.ActionEvicted && r.Workload == "apps/batch"
+	})
+	if gone.Outcome.Result != policy.EvictedGracefully {
+		t.Errorf("batch: %+v", gone.Outcome)
+	}
+	t.Logf("batch evicted through the API: chosen %s, gone %.2f s later; crossing to eviction <= %.2f s",
+		evicted.Time.Format("15:04:05.000"), gone.Outcome.Seconds, evicted.LatencyBoundSeconds)
+	if evicted.LatencyBoundSeconds > 1 {
+		t.Errorf("threshold crossing to Eviction bounded by %.2f s, want <= 1 s", evicted.LatencyBoundSeconds)
+	}
+	if _, err := c.core.Pods("apps").Get(context.Background(), "batch-pdb", metav1.GetOptions{}); err != nil {
+		t.Errorf("batch-pdb, protected by its budget, is gone: %v", err)
+	}
+
+	// The signal clears: the marks go.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		taintSeen, condSeen, tainted, conditioned, msg := marks.state()
+		if taintSeen && condSeen && !tainted && !conditioned {
+			t.Logf("node tainted and conditioned while the signal fired (%q), both cleared", msg)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node marks: taint seen %v, condition seen %v, still tainted %v, still conditioned %v", taintSeen, condSeen, tainted, conditioned)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	for _, r := range a.records() {
+		if r.Action == policy.ActionEvict && r.Workload == "kube-system/critical" {
+			t.Errorf("the critical pod was chosen: %+v", r)
+		}
+		if strings.Contains(r.Error, "forbidden") {
+			t.Errorf("the deployed RBAC is not enough: %s", r.Error)
+		}
+	}
+	if strings.Contains(a.stderr.String(), "forbidden") {
+		t.Errorf("the deployed RBAC is not enough; agent log:\n%s", a.stderr.String())
+	}
+	if n, err := c.kubepods.OOMKills(); err != nil || n != 0 {
+		t.Errorf("kernel OOM kills in kubepods: %d (%v)", n, err)
+	}
+	c.checkRBACUse(t)
+	evs, err := c.core.Events("apps").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := map[string]string{}
+	for _, e := range evs.Items {
+		if e.Source.Component == "headroom-agent" {
+			reasons[e.InvolvedObject.Name] = e.Reason
+		}
+	}
+	if reasons["batch"] != "Evicting" || reasons["batch-pdb"] != "EvictionBlocked" {
+		t.Errorf("events by pod: %v, want batch Evicting and batch-pdb EvictionBlocked", reasons)
+	}
+}
+
+// evacuationWebhook answers every Eviction of the pod named vm like
+// KubeVirt's virt-api does for a VMI with evictionStrategy LiveMigrate:
+// 429 "Eviction triggered evacuation", then, after migrate, the source
+// pod goes (here: deleted, as virt-controller does once the migration
+// completed). Other evictions are allowed.
+type evacuationWebhook struct {
+	url, caPEM string
+	mu         sync.Mutex
+	asked      []time.Time
+}
+
+func startEvacuationWebhook(t *testing.T, core corev1client.CoreV1Interface, vm string, migrate time.Duration) *evacuationWebhook {
+	t.Helper()
+	certPEM, keyPEM := selfSignedLoopbackCert(t)
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wh := &evacuationWebhook{caPEM: string(certPEM)}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/evict", func(w http.ResponseWriter, r *http.Request) {
+		var review admissionv1.AdmissionReview
+		if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
+			http.Error(w, "bad review", http.StatusBadRequest)
+			return
+		}
+		req := review.Request
+		resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
+		if req.Name == vm {
+			wh.mu.Lock()
+			first := len(wh.asked) == 0
+			wh.asked = append(wh.asked, time.Now())
+			wh.mu.Unlock()
+			resp.Allowed = false
+			resp.Result = &metav1.Status{Code: http.StatusTooManyRequests, Reason: metav1.StatusReasonTooManyRequests,
+				Message: "Eviction triggered evacuation of VMI " + req.Namespace + "/" + vm}
+			if first {
+				ns := req.Namespace
+				time.AfterFunc(migrate, func() {
+					core.Pods(ns).Delete(context.Background(), vm, metav1.DeleteOptions{})
+				})
+			}
+		}
+		review.Response = resp
+		json.NewEncoder(w).Encode(review)
+	})
+	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	wh.url = "https://" + l.Addr().String() + "/evict"
+	return wh
+}
+
+func (wh *evacuationWebhook) requests() []time.Time {
+	wh.mu.Lock()
+	defer wh.mu.Unlock()
+	return slices.Clone(wh.asked)
+}
+
+func selfSignedLoopbackCert(t *testing.T) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "evacuation-webhook"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, _ := x509.MarshalECPrivateKey(key)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})
+}
+
+// A 429 that means "evacuation in progress" (KubeVirt's answer for a VM
+// it live-migrates away) is waited for: the agent chooses no other victim
+// while the pod is still there, and reports the eviction as graceful once
+// the pod left.
+func TestSystemKubeEvictionInProgressIsWaitedFor(t *testing.T) {
+	const ram, swap = 1024 * mi, 1024 * mi
+	const migrate = 4 * time.Second
+	c := newCluster(t, ram, swap)
+	kubeconfig := c.deployRBAC(t)
+	c.priorityClasses(t, map[string]int{"test-vm": 100, "test-batch": 200, "test-web": 1000})
+	kubetest.Namespace(t, c.core, "vms")
+	wh := startEvacuationWebhook(t, c.core, "virt-launcher-vm-1", migrate)
+	cfg := fmt.Sprintf(`apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {name: test-evacuation}
+webhooks:
+- name: evacuation.test.headroom.io
+  admissionReviewVersions: [v1]
+  sideEffects: None
+  failurePolicy: Fail
+  clientConfig:
+    url: %q
+    caBundle: %s
+  rules:
+  - operations: [CREATE]
+    apiGroups: [""]
+    apiVersions: [v1]
+    resources: [pods/eviction]
+`, wh.url, base64.StdEncoding.EncodeToString([]byte(wh.caPEM)))
+	if out, err := c.cp.Kubectl(t, cfg, "apply", "-f", "-"); err != nil {
+		t.Fatalf("webhook: %v\n%s", err, out)
+	}
+	a := c.startAgent(t, kubeconfig)
+	// 3 × 650 MiB: over the threshold (1843 MiB) by about 110 MiB, under
+	// RAM + swap by about 100 MiB.
+	load := "--size 650Mi --scan random --seed 5"
+	for _, p := range []*corev1.Pod{
+		pod("vms", "virt-launcher-vm-1", "test-vm", 256, 1024, load),
+		pod("vms", "web", "test-web", 700, 1024, load),
+	} {
+		c.createPod(t, p)
+	}
+	for _, name := range []string{"vms/virt-launcher-vm-1", "vms/web"} {
+		a.waitFor(t, "set_swap for "+name, 10*time.Second, func(r agent.Record) bool {
+			return r.Action == policy.ActionSetSwap && r.Workload == name && r.Error == ""
+		})
+	}
+	c.createPod(t, pod("vms", "batch", "test-batch", 256, 1024, load))
+
+	ev := a.waitFor(t, "the eviction of the VM", 60*time.Second, func(r agent.Record) bool { return r.Action == policy.ActionEvict })
+	if ev.Workload != "vms/virt-launcher-vm-1" {
+		t.Fatalf("first victim %s, want the VM's pod (lowest priority)", ev.Workload)
+	}
+	done := a.waitFor(t, "the VM's eviction to end", 30*time.Second, func(r agent.Record) bool {
+		return r.Action == policy.ActionEvicted && r.Workload == ev.Workload
+	})
+	if done.Outcome.Result != policy.EvictedGracefully {
+		t.Fatalf("VM pod outcome %+v, want graceful (the 429 meant in progress)", done.Outcome)
+	}
+	if done.Outcome.Seconds < migrate.Seconds()-0.5 {
+		t.Errorf("the eviction ended %.1f s after it began, before the %s migration did", done.Outcome.Seconds, migrate)
+	}
+	asked := wh.requests()
+	if len(asked) == 0 {
+		t.Fatal("the webhook saw no eviction")
+	}
+	for _, r := range a.records() {
+		if r.Time.After(ev.Time) && r.Time.Before(done.Time) && (r.Action == policy.ActionEvict || r.Action == policy.ActionAbandon) {
+			t.Errorf("while the VM migrated: %s %s", r.Action, r.Workload)
+		}
+	}
+	t.Logf("VM pod: eviction answered 429 (%d request(s)), waited %.1f s for the migration, then gone; nothing else chosen meanwhile",
+		len(asked), done.Outcome.Seconds)
+	if n, err := c.kubepods.OOMKills(); err != nil || n != 0 {
+		t.Errorf("kernel OOM kills in kubepods: %d (%v)", n, err)
+	}
+}
+
+// deploy/ renders with kustomize and every object it renders is accepted
+// by the real apiserver (server-side dry-run), the ServiceMonitor against
+// the Prometheus operator's own CRD.
+func TestSystemKubeDeployRendersAndDryRuns(t *testing.T) {
+	cp := kubetest.Start(t)
+	crd := kubetest.ServiceMonitorCRD(t)
+	if out, err := cp.Kubectl(t, crd, "apply", "--server-side", "-f", "-"); err != nil {
+		t.Fatalf("ServiceMonitor CRD: %v\n%s", err, out)
+	}
+	if out, err := cp.Kubectl(t, "", "wait", "--for=condition=Established", "--timeout=30s", "crd/servicemonitors.monitoring.coreos.com"); err != nil {
+		t.Fatalf("CRD not established: %v\n%s", err, out)
+	}
+	rendered, err := cp.Kubectl(t, "", "kustomize", filepath.Join(testenv.ModuleRoot(t), "deploy"))
+	if err != nil {
+		t.Fatalf("kubectl kustomize deploy/: %v\n%s", err, rendered)
+	}
+	kinds := map[string]bool{}
+	for _, obj := range kubetest.Documents(t, rendered) {
+		kinds[obj["kind"].(string)] = true
+	}
+	for _, k := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Service", "ServiceMonitor"} {
+		if !kinds[k] {
+			t.Errorf("deploy/ renders no %s", k)
+		}
+	}
+	// The namespace first (namespaced objects are checked in it), then all.
+	if out, err := cp.Kubectl(t, "", "create", "namespace", agentNS); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	out, err := cp.Kubectl(t, rendered, "apply", "--dry-run=server", "--server-side", "-f", "-")
+	if err != nil {
+		t.Fatalf("server-side dry-run of deploy/: %v\n%s", err, out)
+	}
+	t.Logf("server-side dry-run:\n%s", out)
+
+	// The agent's configuration in the ConfigMap is valid for the agent.
+	for _, obj := range kubetest.Documents(t, rendered) {
+		if obj["kind"] != "ConfigMap" {
+			continue
+		}
+		data := obj["data"].(map[string]any)
+		path := filepath.Join(t.TempDir(), "agent.yaml")
+		if err := os.WriteFile(path, []byte(data["agent.yaml"].(string)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(testenv.HeadroomBinary(t), "agent", "--config", path, "--print-config")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("the ConfigMap's agent.yaml is refused: %v\n%s", err, b)
+		}
+	}
+}
+
+// waitRunning waits until n pods of the namespace are Running, following
+// a watch.
+func (c *cluster) waitRunning(t *testing.T, ns string, n int, timeout time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	list, err := c.core.Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := map[string]bool{}
+	for _, p := range list.Items {
+		running[p.Name] = p.Status.Phase == corev1.PodRunning
+	}
+	count := func() (k int) {
+		for _, r := range running {
+			if r {
+				k++
+			}
+		}
+		return k
+	}
+	w, err := c.core.Pods(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for count() < n {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatalf("watch ended with %d of %d pods Running", count(), n)
+			}
+			if p, ok := ev.Object.(*corev1.Pod); ok {
+				running[p.Name] = p.Status.Phase == corev1.PodRunning
+			}
+		case <-ctx.Done():
+			t.Fatalf("%d of %d pods Running after %s", count(), n, timeout)
+		}
+	}
+}
+
+// procCPUSeconds is a process's user + system CPU time.
+func procCPUSeconds(t *testing.T, pid int) float64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // USER_HZ
+}
+
+// procStatusKiB reads a "VmRSS:"-style line of /proc/PID/status.
+func procStatusKiB(t *testing.T, pid int, key string) float64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, key+":") {
+			v, _ := strconv.ParseFloat(strings.Fields(line)[1], 64)
+			return v
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", key, pid)
+	return 0
+}
+
+// With 500 pods on the node the agent handles every pod (its swap limit
+// written), then uses under 1% of a core and 60 MiB, and its informer
+// puts one list and a watch on the apiserver: no polling.
+func TestSystemKubeAgentWith500Pods(t *testing.T) {
+	const pods = 500
+	c := newCluster(t, 4<<30, 1<<30)
+	kubeconfig := c.deployRBAC(t)
+	kubetest.Namespace(t, c.core, "many")
+	a := c.startAgent(t, kubeconfig)
+	start := time.Now()
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				c.createPod(t, pod("many", fmt.Sprintf("p-%03d", i), "", 64, 128, ""))
+			}
+		}()
+	}
+	for i := 0; i < pods; i++ {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	created := time.Since(start)
+	applied := map[string]bool{}
+	a.waitFor(t, "swap limits for all pods", 120*time.Second, func(r agent.Record) bool {
+		if r.Action == policy.ActionSetSwap && r.Error == "" && strings.HasPrefix(r.Workload, "many/") {
+			applied[r.Workload] = true
+		}
+		return len(applied) == pods
+	})
+	t.Logf("%d pods created in %.1f s; all swap limits applied %.1f s after the first creation", pods, created.Seconds(), time.Since(start).Seconds())
+	c.waitRunning(t, "many", pods, 120*time.Second)
+	t.Logf("all %d pods Running (kwok) %.1f s after the first creation", pods, time.Since(start).Seconds())
+
+	const window = 60 * time.Second
+	pid := a.cmd.Process.Pid
+	auditBefore := len(c.cp.Audit(t, "system:serviceaccount:"+agentNS+":headroom-agent"))
+	cpu0, t0 := procCPUSeconds(t, pid), time.Now()
+	time.Sleep(window) // a steady-state measurement: nothing to wait for
+	cpu1, t1 := procCPUSeconds(t, pid), time.Now()
+	cpuPercent := 100 * (cpu1 - cpu0) / t1.Sub(t0).Seconds()
+	t.Logf("rounds run: %.0f", a.metric(t, "headroom_agent_samples_total"))
+	rss, hwm := procStatusKiB(t, pid, "VmRSS")/1024, procStatusKiB(t, pid, "VmHWM")/1024
+	t.Logf("with %d pods: %.2f%% of a core over %s, RSS %.1f MiB (peak %.1f MiB)", pods, cpuPercent, window, rss, hwm)
+	if cpuPercent >= 1 {
+		t.Errorf("agent CPU %.2f%% of a core with %d pods, want < 1%%", cpuPercent, pods)
+	}
+	if rss >= 60 {
+		t.Errorf("agent RSS %.1f MiB with %d pods, want < 60 MiB", rss, pods)
+	}
+	events := c.cp.Audit(t, "system:serviceaccount:"+agentNS+":headroom-agent")
+	lists, watches := 0, 0
+	for _, e := range events {
+		if e.ObjectRef != nil && e.ObjectRef.Resource == "pods" && e.ObjectRef.Subresource == "" {
+			switch e.Verb {
+			case "list":
+				lists++
+			case "watch":
+				watches++
+			}
+		}
+	}
+	t.Logf("the agent's pod requests in all: %d list, %d watch; %d requests during the %s window", lists, watches, len(events)-auditBefore, window)
+	if lists != 1 || watches < 1 || watches > 2 {
+		t.Errorf("pod lists %d, watches %d: want one list and a watch", lists, watches)
+	}
+	if n := len(events) - auditBefore; n > 1 {
+		t.Errorf("%d requests to the apiserver during %s of steady state, want none beyond a watch renewal", n, window)
+	}
+}
+
+// waitLog waits until the agent's log holds want.
+func (a *runningAgent) waitLog(t *testing.T, want string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !strings.Contains(a.stderr.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("agent log has no %q after %s:\n%s", want, timeout, a.stderr.String())
+		}
+		select {
+		case <-a.done:
+			t.Fatalf("agent exited; log:\n%s", a.stderr.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// metric returns a sample's value from the agent's /metrics.
+func (a *runningAgent) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + a.listen + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == name {
+			v, _ := strconv.ParseFloat(f[1], 64)
+			return v
+		}
+	}
+	t.Fatalf("no %s in /metrics", name)
+	return 0
+}
+
+func (a *runningAgent) healthy(t *testing.T) {
+	t.Helper()
+	resp, err := http.Get("http://" + a.listen + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/healthz: %s", resp.Status)
+	}
+}
+
+// Bad input never stops the agent nor makes it evict: an unreachable
+// apiserver and a service account without RBAC are logged and counted
+// while the agent keeps sampling the node; a pod whose cgroup does not
+// exist is logged and counted, gets no swap and is never chosen.
+func TestSystemKubeAgentBadInput(t *testing.T) {
+	c := newCluster(t, 1024*mi, 0)
+	kubeconfig := c.deployRBAC(t)
+	kubetest.Namespace(t, c.core, "apps")
+
+	t.Run("unreachable apiserver", func(t *testing.T) {
+		dead := c.cp.WriteKubeconfigAt(t, "dead", "https://127.0.0.1:"+strconv.Itoa(freePort(t)), "token")
+		a := c.startAgent(t, dead)
+		a.waitLog(t, "cannot watch the node's pods", 30*time.Second)
+		if up := a.metric(t, "headroom_kube_api_up"); up != 0 {
+			t.Errorf("headroom_kube_api_up %g with the apiserver unreachable", up)
+		}
+		if n := a.metric(t, "headroom_kube_watch_errors_total"); n < 1 {
+			t.Errorf("headroom_kube_watch_errors_total %g", n)
+		}
+		a.healthy(t)
+	})
+	t.Run("no RBAC", func(t *testing.T) {
+		if _, err := c.core.ServiceAccounts("apps").Create(context.Background(),
+			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "nobody"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		tr, err := c.core.ServiceAccounts("apps").CreateToken(context.Background(), "nobody",
+			&authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := c.startAgent(t, c.cp.WriteKubeconfig(t, "nobody", tr.Status.Token))
+		a.waitLog(t, "forbidden", 30*time.Second)
+		if up := a.metric(t, "headroom_kube_api_up"); up != 0 {
+			t.Errorf("headroom_kube_api_up %g without RBAC", up)
+		}
+		a.healthy(t)
+	})
+	t.Run("pod without a cgroup", func(t *testing.T) {
+		a := c.startAgent(t, kubeconfig)
+		lost := pod("apps", "lost", "", 64, 128, "")
+		lost.Annotations[kubetest.NoCgroupAnnotation] = "true"
+		c.createPod(t, lost)
+		c.createPod(t, pod("apps", "found", "", 64, 128, ""))
+		a.waitFor(t, "set_swap for the pod with a cgroup", 10*time.Second, func(r agent.Record) bool {
+			return r.Action == policy.ActionSetSwap && r.Workload == "apps/found"
+		})
+		a.waitLog(t, "pod's cgroup not found", 30*time.Second)
+		if n := a.metric(t, "headroom_kube_pods_without_cgroup"); n != 1 {
+			t.Errorf("headroom_kube_pods_without_cgroup %g, want 1", n)
+		}
+		for _, r := range a.records() {
+			if r.Workload == "apps/lost" {
+				t.Errorf("acted on the pod without a cgroup: %+v", r)
+			}
+		}
+		a.healthy(t)
+	})
+}
