@@ -245,9 +245,11 @@ func newAgentCommand() *cobra.Command {
 				return usageError{err}
 			}
 			if onNode != nil {
-				if err := kube.Attach(cmd.Context(), a, final.Kubernetes, *onNode, log); err != nil {
+				detached, err := kube.Attach(cmd.Context(), a, final.Kubernetes, *onNode, log)
+				if err != nil {
 					return usageError{err}
 				}
+				defer detached()
 			}
 			return a.Run(cmd.Context())
 		},

@@ -2,9 +2,7 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"syscall"
 	"time"
@@ -84,7 +82,7 @@ func (e DefaultEvictor) Finish(ctx context.Context, t Target) policy.EvictionOut
 	}
 	grace, cancel := context.WithTimeout(ctx, e.Grace)
 	defer cancel()
-	if e.waitEmpty(grace, t.Group) {
+	if cgroup.WaitEmpty(grace, t.Group, e.Poll) {
 		return outcome(policy.EvictedGracefully)
 	}
 	if t.VM != nil {
@@ -92,7 +90,7 @@ func (e DefaultEvictor) Finish(ctx context.Context, t Target) policy.EvictionOut
 			notes = append(notes, "QMP quit failed ("+err.Error()+")")
 		} else {
 			settle, cancel := context.WithTimeout(ctx, 2*time.Second)
-			gone := e.waitEmpty(settle, t.Group)
+			gone := cgroup.WaitEmpty(settle, t.Group, e.Poll)
 			cancel()
 			if gone {
 				return outcome(policy.EvictedForcibly)
@@ -102,29 +100,12 @@ func (e DefaultEvictor) Finish(ctx context.Context, t Target) policy.EvictionOut
 	if err := t.Group.Kill(); err != nil {
 		notes = append(notes, "kill: "+err.Error())
 	}
-	if e.waitEmpty(ctx, t.Group) {
+	if cgroup.WaitEmpty(ctx, t.Group, e.Poll) {
 		return outcome(policy.EvictedForcibly)
 	}
 	n, _ := cgroup.CountProcesses(t.Group)
 	notes = append(notes, fmt.Sprintf("%d processes left after SIGKILL", n))
 	return outcome(policy.EvictionFailed)
-}
-
-// waitEmpty polls until the group and its descendants hold no process or
-// ctx ends; it reports whether they emptied.
-func (e DefaultEvictor) waitEmpty(ctx context.Context, g cgroup.Group) bool {
-	poll := time.NewTicker(max(e.Poll, 10*time.Millisecond))
-	defer poll.Stop()
-	for {
-		if n, err := cgroup.CountProcesses(g); n == 0 && (err == nil || errors.Is(err, os.ErrNotExist)) {
-			return true
-		}
-		select {
-		case <-poll.C:
-		case <-ctx.Done():
-			return false
-		}
-	}
 }
 
 // beginEviction sends the graceful request and starts the goroutine that

@@ -11,6 +11,7 @@ package cgroup
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -405,6 +406,24 @@ func Create(parent Group, name string) (Group, error) {
 		return &v2Group{path: p}, nil
 	}
 	return &v1Group{path: p}, nil
+}
+
+// WaitEmpty polls every poll (at least 10 ms) until g and its descendants
+// hold no process, or g is gone, or ctx ends; it reports whether they
+// emptied. The v1 hierarchy has no event for a cgroup becoming empty.
+func WaitEmpty(ctx context.Context, g Group, poll time.Duration) bool {
+	tick := time.NewTicker(max(poll, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		if n, err := CountProcesses(g); n == 0 && (err == nil || errors.Is(err, os.ErrNotExist)) {
+			return true
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // Remove kills every process in g and its children and removes them all,

@@ -41,27 +41,29 @@ func Resolve(kc agent.KubernetesConfig) (SourceConfig, error) {
 // Attach makes a's workloads the node's pods, its evictions Eviction API
 // requests and its pressure a node taint and condition, and starts
 // watching (the agent runs from the start; pods join once listed).
-// Everything stops with ctx.
-func Attach(ctx context.Context, a *agent.Agent, kc agent.KubernetesConfig, sc SourceConfig, log *slog.Logger) error {
+// Everything stops with ctx; the returned wait blocks until the node's
+// marks are cleared (a few seconds at most).
+func Attach(ctx context.Context, a *agent.Agent, kc agent.KubernetesConfig, sc SourceConfig, log *slog.Logger) (wait func(), err error) {
 	rc, err := RESTConfig(kc.Kubeconfig)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	clients, err := NewClient(rc)
+	client, err := NewClient(rc)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	src, err := NewSource(clients, sc, log)
+	src, err := NewSource(client, sc, log)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := a.RegisterCollectors(src.Collectors()...); err != nil {
-		return err
+		return nil, err
 	}
-	events := NewEvents(ctx, clients, sc.NodeName, log)
+	events := NewEvents(ctx, client, sc.NodeName, log)
+	pressure := NewNodePressure(ctx, client, sc.NodeName, log)
 	a.SetSource(src)
-	a.SetEvictor(NewEvictor(clients, src, events, log))
-	a.SetPressureReporter(NewNodePressure(ctx, clients, sc.NodeName, log))
+	a.SetEvictor(NewEvictor(client, src, events, log))
+	a.SetPressureReporter(pressure)
 	src.Start(ctx, 10*time.Second)
-	return nil
+	return func() { <-pressure.Stopped() }, nil
 }

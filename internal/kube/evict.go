@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 
@@ -111,26 +110,9 @@ func (e *Evictor) Finish(ctx context.Context, t agent.Target) policy.EvictionOut
 				time.Since(start).Seconds()))
 		}
 	}
-	if t.Group == nil || waitEmpty(ctx, t.Group) {
+	if t.Group == nil || cgroup.WaitEmpty(ctx, t.Group, 50*time.Millisecond) {
 		return out(policy.EvictedGracefully, "")
 	}
 	n, _ := cgroup.CountProcesses(t.Group)
 	return out(policy.EvictionFailed, fmt.Sprintf("pod deleted but %d processes are left in its cgroup", n))
-}
-
-// waitEmpty polls the pod's cgroup until it holds no process (the v1
-// hierarchy has no event for that) or ctx ends.
-func waitEmpty(ctx context.Context, g cgroup.Group) bool {
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if n, err := cgroup.CountProcesses(g); n == 0 && (err == nil || errors.Is(err, os.ErrNotExist)) {
-			return true
-		}
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			return false
-		}
-	}
 }

@@ -39,12 +39,13 @@ type NodePressure struct {
 	node   string
 	log    *slog.Logger
 	want   chan Pressure
+	done   chan struct{} // closed when the writer has stopped
 }
 
 // NewNodePressure starts the writer; it stops with ctx, clearing the marks
 // it set (best effort, within a few seconds).
 func NewNodePressure(ctx context.Context, c *Client, node string, log *slog.Logger) *NodePressure {
-	n := &NodePressure{client: c, node: node, log: log, want: make(chan Pressure, 1)}
+	n := &NodePressure{client: c, node: node, log: log, want: make(chan Pressure, 1), done: make(chan struct{})}
 	go n.run(ctx)
 	return n
 }
@@ -78,7 +79,12 @@ func (n *NodePressure) Report(_ time.Time, signals []policy.Signal) {
 	n.want <- p
 }
 
+// Stopped is closed once the writer stopped (after ctx ended and the marks
+// it set were cleared).
+func (n *NodePressure) Stopped() <-chan struct{} { return n.done }
+
 func (n *NodePressure) run(ctx context.Context) {
+	defer close(n.done)
 	var applied *Pressure // nil: unknown, write the first state seen
 	var pending Pressure
 	retry := time.NewTimer(time.Hour)

@@ -61,6 +61,7 @@ type Source struct {
 	log      *slog.Logger
 	informer cache.SharedIndexInformer
 	changed  chan struct{}
+	cgroups  *cgroupWatch // nil without inotify
 
 	mu sync.Mutex
 	// found are the pods whose cgroup was found: not looked for again
@@ -162,7 +163,7 @@ func (s *Source) Collectors() []prometheus.Collector {
 // not come within warnAfter is logged; the informer keeps retrying.
 func (s *Source) Start(ctx context.Context, warnAfter time.Duration) {
 	go s.informer.Run(ctx.Done())
-	go s.watchCgroups(ctx)
+	s.cgroups = s.startCgroupWatch(ctx)
 	go func() {
 		synced, cancel := context.WithTimeout(ctx, warnAfter)
 		defer cancel()
@@ -193,6 +194,7 @@ func (s *Source) Changed() <-chan struct{} { return s.changed }
 // exists, named namespace/name.
 func (s *Source) List() ([]agent.Listed, error) {
 	now := time.Now()
+	s.cgroups.addMissing(s.cfg.Mount, s.cfg.Layout)
 	pods := s.informer.GetStore().List()
 	s.podsWatched.Set(float64(len(pods)))
 	var out []agent.Listed

@@ -381,7 +381,7 @@ func TestSystemKubeAgentEvictsThroughTheAPI(t *testing.T) {
 	kubetest.Namespace(t, c.core, "apps")
 	kubetest.Namespace(t, c.core, "kube-system")
 	marks := c.watchNode(t)
-	a := c.startAgent(t, kubeconfig)
+	a := c.startAgent(t, kubeconfig, "--swap-utilization-threshold-factor", "0.8")
 
 	// A budget that allows no disruption of batch-pdb.
 	pdb := `apiVersion: policy/v1
@@ -608,7 +608,7 @@ webhooks:
 	if out, err := c.cp.Kubectl(t, cfg, "apply", "-f", "-"); err != nil {
 		t.Fatalf("webhook: %v\n%s", err, out)
 	}
-	a := c.startAgent(t, kubeconfig)
+	a := c.startAgent(t, kubeconfig, "--swap-utilization-threshold-factor", "0.8")
 	// 3 × 650 MiB: over the threshold (1843 MiB) by about 110 MiB, under
 	// RAM + swap by about 100 MiB.
 	load := "--size 650Mi --scan random --seed 5"
