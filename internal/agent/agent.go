@@ -37,7 +37,9 @@ type Record struct {
 // WorkloadView is a workload as shown by /v1/snapshot.
 type WorkloadView struct {
 	policy.Workload
-	DisplayName        string `json:"display_name"`
+	DisplayName string `json:"display_name"`
+	// Cgroup is the workload's cgroup directory.
+	Cgroup             string `json:"cgroup"`
 	SwapAllowanceBytes uint64 `json:"swap_allowance_bytes"`
 	Evicting           bool   `json:"evicting"`
 }
@@ -92,9 +94,11 @@ type Agent struct {
 	outcomes    []policy.EvictionOutcome
 	swapResults []policy.SwapResult // applied this round, for the next decide
 
-	// display are the workloads' display names, replaced (not changed)
-	// when metadata is read, so HTTP readers may keep the old map.
-	display map[string]string
+	// display are the workloads' display names and cgroupPaths their
+	// cgroups, replaced (not changed) when metadata is read or the set
+	// changes, so HTTP readers may keep the old maps.
+	display     map[string]string
+	cgroupPaths map[string]string
 
 	mu     sync.Mutex // guards pub and recent for HTTP readers
 	pub    published
@@ -319,13 +323,18 @@ func (a *Agent) refreshWorkloads(now time.Time, full bool) {
 	a.refreshDisplay()
 }
 
-// refreshDisplay replaces the display names from the metadata.
+// refreshDisplay replaces the display names and cgroup paths.
 func (a *Agent) refreshDisplay() {
 	d := make(map[string]string, len(a.meta))
 	for name, md := range a.meta {
 		d[name] = md.Name
 	}
 	a.display = d
+	paths := make(map[string]string, len(a.groups))
+	for name, g := range a.groups {
+		paths[name] = g.Path()
+	}
+	a.cgroupPaths = paths
 }
 
 func (a *Agent) workloadList() []policy.Workload {
@@ -345,6 +354,7 @@ type published struct {
 	view      View
 	workloads []policy.Workload
 	display   map[string]string
+	cgroups   map[string]string
 	allowance map[string]uint64
 	evicting  map[string]time.Time
 }
@@ -362,7 +372,7 @@ func (a *Agent) publish(snap policy.Snapshot) {
 		b.Targets = maps.Clone(b.Targets)
 		v.Balloon = &b
 	}
-	p := published{view: v, workloads: snap.Workloads, display: a.display,
+	p := published{view: v, workloads: snap.Workloads, display: a.display, cgroups: a.cgroupPaths,
 		allowance: a.state.SwapAllowance, evicting: a.state.Evicting}
 	a.mu.Lock()
 	a.pub, a.ticked = p, time.Now()
@@ -377,7 +387,7 @@ func (a *Agent) Snapshot() View {
 	v := p.view
 	for _, w := range p.workloads {
 		_, evicting := p.evicting[w.Name]
-		v.Workloads = append(v.Workloads, WorkloadView{Workload: w, DisplayName: p.display[w.Name],
+		v.Workloads = append(v.Workloads, WorkloadView{Workload: w, DisplayName: p.display[w.Name], Cgroup: p.cgroups[w.Name],
 			SwapAllowanceBytes: p.allowance[w.Name], Evicting: evicting})
 	}
 	return v

@@ -144,6 +144,17 @@ func SwapEligible(p *corev1.Pod) bool {
 	return false
 }
 
+// HasMemoryLimit: every container has a memory limit, so the pod's cgroup
+// has one.
+func HasMemoryLimit(p *corev1.Pod) bool {
+	for _, c := range p.Spec.Containers {
+		if _, ok := c.Resources.Limits[corev1.ResourceMemory]; !ok {
+			return false
+		}
+	}
+	return len(p.Spec.Containers) > 0
+}
+
 // Terminal pods hold no memory and are not workloads.
 func Terminal(p *corev1.Pod) bool {
 	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed

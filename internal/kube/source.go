@@ -262,6 +262,13 @@ func (s *Source) Metadata(name string) (agent.Metadata, error) {
 		return agent.Metadata{Name: name}, fmt.Errorf("pod %s is no longer bound to the node", name)
 	}
 	md := Metadata(p, s.cfg.Protection)
+	if s.cfg.Version == cgroup.V1 && !HasMemoryLimit(p) {
+		// v1 limits swap only as memory + swap (memsw): a pod without a
+		// memory limit cannot be limited. Its allowance is taken as none
+		// (it ranks first once it swaps) and nothing is written.
+		md.SwapRule, md.ExternalSwapBytes = policy.SwapExternal, 0
+		return md, nil
+	}
 	if md.SwapRule == policy.SwapNone && s.cfg.Swap != SwapKubelet {
 		return md, nil
 	}

@@ -65,6 +65,13 @@ type cluster struct {
 
 func newCluster(t *testing.T, ramBytes, swapBytes int64) *cluster {
 	t.Helper()
+	return newClusterWithDriver(t, ramBytes, swapBytes, kube.DriverCgroupfs)
+}
+
+// newClusterWithDriver lays the pods' cgroups out as the kubelet's cgroup
+// driver (systemd or cgroupfs) does.
+func newClusterWithDriver(t *testing.T, ramBytes, swapBytes int64, driver string) *cluster {
+	t.Helper()
 	testenv.RequireRoot(t)
 	if swapBytes > 0 {
 		testenv.SwapFile(t, swapBytes)
@@ -72,13 +79,14 @@ func newCluster(t *testing.T, ramBytes, swapBytes int64) *cluster {
 	c := &cluster{cp: kubetest.Start(t)}
 	c.core = c.cp.Clientset(t).CoreV1()
 	c.root = testenv.NewMemoryCgroup(t, ramBytes+256*mi)
-	c.kubepods = c.root.Child(t, "kubepods", ramBytes)
+	c.layout = kube.Layout{Root: strings.TrimPrefix(c.root.Path, testenv.CgroupV1MemoryRoot), Driver: driver}
+	qos := c.layout.QOSDirs() // kubepods, then its burstable and besteffort children
+	c.kubepods = c.root.Child(t, filepath.Base(qos[0]), ramBytes)
 	if err := c.kubepods.Write("memory.memsw.limit_in_bytes", strconv.FormatInt(ramBytes+swapBytes, 10)); err != nil {
 		t.Fatal(err)
 	}
-	c.kubepods.Child(t, "burstable", 1<<62)
-	c.kubepods.Child(t, "besteffort", 1<<62)
-	c.layout = kube.Layout{Root: strings.TrimPrefix(c.root.Path, testenv.CgroupV1MemoryRoot), Driver: kube.DriverCgroupfs}
+	c.kubepods.Child(t, filepath.Base(qos[1]), 1<<62)
+	c.kubepods.Child(t, filepath.Base(qos[2]), 1<<62)
 	kubetest.AddNode(t, c.core, nodeName, ramBytes, 1000)
 	c.kubelet = kubetest.StartKubelet(t, c.core, nodeName, c.layout, testenv.CgroupV1MemoryRoot, testenv.HeadroomBinary(t))
 	return c
@@ -958,4 +966,74 @@ func TestSystemKubeAgentBadInput(t *testing.T) {
 		}
 		a.healthy(t)
 	})
+}
+
+// The systemd driver's layout, found without being told (the agent
+// detects kubepods.slice), with a pod of each QoS class: the Burstable pod
+// gets the LimitedSwap formula, the Guaranteed pod none (written: memsw =
+// its limit), and the BestEffort pod — which cgroup v1 cannot limit, it
+// has no memory limit — is watched with no write and no error.
+func TestSystemKubeSystemdLayoutAndQoSClasses(t *testing.T) {
+	c := newClusterWithDriver(t, 1024*mi, 1024*mi, kube.DriverSystemd)
+	kubeconfig := c.deployRBAC(t)
+	kubetest.Namespace(t, c.core, "apps")
+	a := c.startAgent(t, kubeconfig)
+	guaranteed := pod("apps", "guaranteed", "", 128, 128, "--size 32Mi --scan none")
+	cpu := resource.MustParse("100m")
+	guaranteed.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = cpu
+	guaranteed.Spec.Containers[0].Resources.Limits[corev1.ResourceCPU] = cpu
+	for _, p := range []*corev1.Pod{guaranteed, pod("apps", "burstable", "", 256, 512, "--size 32Mi --scan none"),
+		pod("apps", "besteffort", "", 0, 0, "--size 32Mi --scan none")} {
+		c.createPod(t, p)
+	}
+	want := map[string]uint64{"apps/guaranteed": 0, "apps/burstable": 256 * mi}
+	for name, bytes := range want {
+		r := a.waitFor(t, "set_swap for "+name, 10*time.Second, func(r agent.Record) bool {
+			return r.Action == policy.ActionSetSwap && r.Workload == name
+		})
+		// The formula: request / scope RAM x scope swap (1 GiB each).
+		if diff := int64(r.Swap.SwapBytes) - int64(bytes); r.Error != "" || diff < -mi || diff > mi {
+			t.Errorf("%s: set_swap %d B (%s), want %d B", name, r.Swap.SwapBytes, r.Error, bytes)
+		}
+	}
+	for name, dir := range map[string]string{"apps/guaranteed": "kubepods-pod", "apps/burstable": "kubepods-burstable.slice/kubepods-burstable-pod"} {
+		if !strings.Contains(c.cgroupOf(t, a, name), dir) {
+			t.Errorf("%s: cgroup %s, want the systemd layout (%s...)", name, c.cgroupOf(t, a, name), dir)
+		}
+	}
+	// The BestEffort pod is a workload (ranked, shown) but nothing is
+	// written for it.
+	deadline := time.Now().Add(10 * time.Second)
+	for c.cgroupOf(t, a, "apps/besteffort") == "" {
+		if time.Now().After(deadline) {
+			t.Fatal("the BestEffort pod is not among the workloads")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, r := range a.records() {
+		if r.Workload == "apps/besteffort" {
+			t.Errorf("acted on the BestEffort pod: %+v", r)
+		}
+	}
+}
+
+// cgroupOf returns the display of a workload in the agent's snapshot (its
+// name and cgroup path as the agent logged them), or "" if absent.
+func (c *cluster) cgroupOf(t *testing.T, a *runningAgent, name string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + a.listen + "/v1/snapshot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v agent.View
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range v.Workloads {
+		if w.Name == name {
+			return w.Cgroup
+		}
+	}
+	return ""
 }

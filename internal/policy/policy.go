@@ -276,7 +276,7 @@ type State struct {
 	// swapPending is an allowance decided and not yet confirmed;
 	// swapRetry is when a refused one may be tried again.
 	swapPending map[string]uint64
-	swapRetry   map[string]time.Time
+	swapRetry   map[string]swapBackoff
 	// Signals are the signals evaluated by the last Decide.
 	Signals []Signal `json:"signals"`
 	// KSM is the KSM governor's state.
@@ -356,11 +356,24 @@ type SwapResult struct {
 	Err       string `json:"error,omitempty"`
 }
 
-// swapRetrySeconds is how long a refused allowance waits before it is
-// tried again: short, because the usual refusal is a cgroup v1 group
+// swapRetrySeconds is how long a refused allowance first waits before it
+// is tried again: short, because the usual refusal is a cgroup v1 group
 // whose memory limit is not written yet (a kubelet creates a pod's cgroup,
-// then sets its limits), and the swap limit should follow within a second.
-const swapRetrySeconds = 1
+// then sets its limits), and the swap limit should follow within a
+// second. Each further refusal doubles the wait, up to
+// swapRetryMaxSeconds (a group that can never take one is not retried,
+// and logged, every second).
+const (
+	swapRetrySeconds    = 1
+	swapRetryMaxSeconds = 64
+)
+
+// swapBackoff is when a refused allowance may be tried again, and the wait
+// that led there.
+type swapBackoff struct {
+	at           time.Time
+	delaySeconds float64
+}
 
 // Firing reports whether any signal of the last Decide was past its threshold.
 func (st State) Firing() bool { return firstFiring(st.Signals) != nil }
@@ -412,7 +425,11 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 			st.SwapAllowance[r.Workload] = r.SwapBytes
 			delete(st.swapRetry, r.Workload)
 		} else {
-			st.swapRetry[r.Workload] = now.Add(swapRetrySeconds * time.Second)
+			delay := float64(swapRetrySeconds)
+			if prev, ok := st.swapRetry[r.Workload]; ok {
+				delay = min(2*prev.delaySeconds, swapRetryMaxSeconds)
+			}
+			st.swapRetry[r.Workload] = swapBackoff{at: now.Add(time.Duration(delay * float64(time.Second))), delaySeconds: delay}
 		}
 	}
 	for _, m := range []map[string]uint64{st.SwapAllowance, st.swapPending} {
@@ -526,7 +543,7 @@ func (st State) clone() State {
 		}
 	}
 	if c.swapRetry == nil {
-		c.swapRetry = map[string]time.Time{}
+		c.swapRetry = map[string]swapBackoff{}
 	}
 	b := &c.Balloon
 	b.Targets, b.changed, b.hold, b.faults = maps.Clone(b.Targets), maps.Clone(b.changed), maps.Clone(b.hold), maps.Clone(b.faults)
@@ -614,7 +631,7 @@ func swapAllowances(snap Snapshot, st *State) []Decision {
 		if pending, ok := st.swapPending[w.Name]; ok && pending == want {
 			continue // decided, waiting for its result
 		}
-		if retry, ok := st.swapRetry[w.Name]; ok && now.Before(retry) {
+		if retry, ok := st.swapRetry[w.Name]; ok && now.Before(retry.at) {
 			continue // refused by the kernel a moment ago
 		}
 		st.swapPending[w.Name] = want

@@ -126,7 +126,22 @@ func TestSwapAllowanceFollowsResults(t *testing.T) {
 	if ds, st = Decide(snap, cfg, st); len(ds) != 1 || ds[0].Swap.SwapBytes != gi {
 		t.Fatalf("no retry after %d s: %+v", swapRetrySeconds, ds)
 	}
+	// Refused again: the wait doubles.
 	snap.Sample = sample(1.2+swapRetrySeconds, 1, 0)
+	snap.SwapResults = []SwapResult{{Workload: "a", SwapBytes: gi, Err: "no memory limit"}}
+	if ds, st = Decide(snap, cfg, st); len(ds) != 0 {
+		t.Fatalf("decided with the refusal: %+v", ds)
+	}
+	snap.SwapResults = nil
+	snap.Sample = sample(1.3+2*swapRetrySeconds, 1, 0)
+	if ds, st = Decide(snap, cfg, st); len(ds) != 0 {
+		t.Fatalf("retried before twice the first wait: %+v", ds)
+	}
+	snap.Sample = sample(1.3+3*swapRetrySeconds, 1, 0)
+	if ds, st = Decide(snap, cfg, st); len(ds) != 1 {
+		t.Fatalf("no retry after twice the first wait: %+v", ds)
+	}
+	snap.Sample = sample(1.4+3*swapRetrySeconds, 1, 0)
 	snap.SwapResults = []SwapResult{{Workload: "a", SwapBytes: gi}}
 	if _, st = Decide(snap, cfg, st); st.SwapAllowance["a"] != gi {
 		t.Fatalf("applied allowance not in force: %v", st.SwapAllowance)
