@@ -977,13 +977,31 @@ func TestSystemKubeSystemdLayoutAndQoSClasses(t *testing.T) {
 	c := newClusterWithDriver(t, 1024*mi, 1024*mi, kube.DriverSystemd)
 	kubeconfig := c.deployRBAC(t)
 	kubetest.Namespace(t, c.core, "apps")
+	// The Burstable pod is there before the agent starts: it is handled
+	// from the first list, within a second of the agent's start.
+	c.createPod(t, pod("apps", "burstable", "", 256, 512, "--size 32Mi --scan none"))
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, ok := c.kubelet.Created("apps/burstable"); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stand-in kubelet made no cgroup for the first pod")
+		}
+	}
+	started := time.Now()
 	a := c.startAgent(t, kubeconfig)
+	first := a.waitFor(t, "set_swap for the pod present at start", 10*time.Second, func(r agent.Record) bool {
+		return r.Action == policy.ActionSetSwap && r.Workload == "apps/burstable"
+	})
+	t.Logf("pod present at start: swap limit written %.0f ms after the agent was started", first.Time.Sub(started).Seconds()*1000)
+	if first.Time.Sub(started) > time.Second {
+		t.Errorf("the pod present at start was handled %.2f s after the agent started, want <= 1 s", first.Time.Sub(started).Seconds())
+	}
 	guaranteed := pod("apps", "guaranteed", "", 128, 128, "--size 32Mi --scan none")
 	cpu := resource.MustParse("100m")
 	guaranteed.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = cpu
 	guaranteed.Spec.Containers[0].Resources.Limits[corev1.ResourceCPU] = cpu
-	for _, p := range []*corev1.Pod{guaranteed, pod("apps", "burstable", "", 256, 512, "--size 32Mi --scan none"),
-		pod("apps", "besteffort", "", 0, 0, "--size 32Mi --scan none")} {
+	for _, p := range []*corev1.Pod{guaranteed, pod("apps", "besteffort", "", 0, 0, "--size 32Mi --scan none")} {
 		c.createPod(t, p)
 	}
 	want := map[string]uint64{"apps/guaranteed": 0, "apps/burstable": 256 * mi}
@@ -996,19 +1014,18 @@ func TestSystemKubeSystemdLayoutAndQoSClasses(t *testing.T) {
 			t.Errorf("%s: set_swap %d B (%s), want %d B", name, r.Swap.SwapBytes, r.Error, bytes)
 		}
 	}
-	for name, dir := range map[string]string{"apps/guaranteed": "kubepods-pod", "apps/burstable": "kubepods-burstable.slice/kubepods-burstable-pod"} {
-		if !strings.Contains(c.cgroupOf(t, a, name), dir) {
-			t.Errorf("%s: cgroup %s, want the systemd layout (%s...)", name, c.cgroupOf(t, a, name), dir)
+	// Every pod is a workload in its systemd-named cgroup; the BestEffort
+	// one too, though nothing is written for it.
+	for name, dir := range map[string]string{"apps/guaranteed": "/kubepods.slice/kubepods-pod",
+		"apps/burstable":  "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod",
+		"apps/besteffort": "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod"} {
+		cg := ""
+		for deadline := time.Now().Add(10 * time.Second); cg == "" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			cg = c.cgroupOf(t, a, name) // the snapshot is published at the end of a round
 		}
-	}
-	// The BestEffort pod is a workload (ranked, shown) but nothing is
-	// written for it.
-	deadline := time.Now().Add(10 * time.Second)
-	for c.cgroupOf(t, a, "apps/besteffort") == "" {
-		if time.Now().After(deadline) {
-			t.Fatal("the BestEffort pod is not among the workloads")
+		if !strings.Contains(cg, dir) {
+			t.Errorf("%s: cgroup %q, want the systemd layout (%s...)", name, cg, dir)
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 	for _, r := range a.records() {
 		if r.Workload == "apps/besteffort" {
