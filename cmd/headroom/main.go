@@ -36,7 +36,7 @@ holds, safely, and measure exactly what that costs.`,
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newLoadCommand(), newAgentCommand(), newDensityCommand(), newReportCommand(), newVMCommand(), newSwapCommand(), newSimCommand())
+	root.AddCommand(newLoadCommand(), newAgentCommand(), newDensityCommand(), newReportCommand(), newVMCommand(), newSwapCommand(), newSimCommand(), newCalcCommand())
 	return root
 }
 

@@ -125,6 +125,13 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"sim", "--scenario", "testdata/sim-unknown-key.yaml"}, `key "swap-iops" does not exist`},
 		{[]string{"sim", "--scenario", "testdata/sim-bad-value.yaml"}, "node-memory"},
 		{[]string{"sim", "--scenario", "/nonexistent.yaml"}, "--scenario"},
+		{[]string{"calc"}, "--guest-memory is required"},
+		{[]string{"calc", "--guest-memory", "1Gi", "--overcommit-percent", "50"}, "overcommit percent must be >= 100"},
+		{[]string{"calc", "--guest-memory", "1Gi", "--kubevirt-version", "v0.59"}, "v1.6, v1.7, v1.8"},
+		{[]string{"calc", "--guest-memory", "lots"}, "--guest-memory"},
+		{[]string{"calc", "--shapes", "testdata/calc-unknown-key.yaml"}, `key "memory" does not exist`},
+		{[]string{"agent", "--kubernetes-swap", "sometimes"}, "kubernetes.swap"},
+		{[]string{"agent", "--kubeconfig", "/x"}, "--kubernetes-node"},
 	}
 	for _, tt := range tests {
 		r := runHeadroom(t, tt.args...)
@@ -135,6 +142,32 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		if strings.Contains(r.stderr, "goroutine") || r.stdout != "" {
 			t.Errorf("%v: stack trace or output on bad input: %q %q", tt.args, r.stdout, r.stderr)
 		}
+	}
+}
+
+// calc's JSON for a shapes file: one result per shape, the keys scripts
+// use, the seed's node answered (17 VMs of 16 GiB at 150% on 192 GiB with
+// KubeVirt v1.6's figures).
+func TestCalcShapesJSON(t *testing.T) {
+	r := runHeadroom(t, "calc", "--shapes", "testdata/calc-shapes.yaml", "--overcommit-percent", "150",
+		"--node-memory", "192Gi", "--kubevirt-version", "v1.6", "--json")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	var out []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || len(out) != 2 {
+		t.Fatalf("want a list of 2 results: %v\n%s", err, r.stdout)
+	}
+	for _, k := range []string{"pod_memory_request_bytes", "overhead_bytes", "overhead_parts", "vms_fit", "node_swap_bytes", "node_swap_needed_bytes"} {
+		if _, ok := out[0][k]; !ok {
+			t.Errorf("no %q in %v", k, out[0])
+		}
+	}
+	if out[0]["pod_memory_request_bytes"].(float64) != 11756634113 || out[0]["vms_fit"].(float64) != 17 {
+		t.Errorf("large shape: request %v, fit %v; want 11756634113 and 17", out[0]["pod_memory_request_bytes"], out[0]["vms_fit"])
+	}
+	if out[1]["shape"].(map[string]any)["name"] != "small" || out[1]["shape"].(map[string]any)["no_graphics"] != true {
+		t.Errorf("second shape %v", out[1]["shape"])
 	}
 }
 
