@@ -235,9 +235,7 @@ func newAgentCommand() *cobra.Command {
 				if err != nil {
 					return usageError{err}
 				}
-				if final.Scope == "/" {
-					final.Scope = sc.Layout.Kubepods()
-				}
+				final.Scope = sc.Scope(final.Scope)
 				onNode = &sc
 			}
 			a, err := agent.New(final, log, cmd.OutOrStdout())

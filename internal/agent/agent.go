@@ -290,12 +290,6 @@ func (a *Agent) discover() {
 	}
 	seen := map[string]bool{}
 	changed := false
-	defer func() {
-		if changed {
-			a.names = slices.Sorted(maps.Keys(a.workloads))
-			a.refreshDisplay()
-		}
-	}()
 	for _, l := range kids {
 		seen[l.Name] = true
 		if known, ok := a.groups[l.Name]; !ok || known.Path() != l.Group.Path() {
@@ -312,6 +306,10 @@ func (a *Agent) discover() {
 			delete(a.meta, name)
 			a.obs.forget(name)
 		}
+	}
+	if changed {
+		a.names = slices.Sorted(maps.Keys(a.workloads))
+		a.refreshDisplay()
 	}
 }
 

@@ -3,7 +3,6 @@ package agent
 import (
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -55,15 +54,17 @@ func (s *cgroupSource) Changed() <-chan struct{} { return nil }
 func (s *cgroupSource) List() ([]Listed, error) {
 	kids, err := s.scope.Children()
 	var out []Listed
+	listed := make(map[string]bool, len(kids))
 	for _, g := range kids {
 		name := filepath.Base(g.Path())
 		if s.ignore[name] || s.holdsAgent(g.Path()) {
 			continue
 		}
 		out = append(out, Listed{Name: name, Group: g})
+		listed[name] = true
 	}
 	for name := range s.metadata {
-		if !slices.ContainsFunc(out, func(l Listed) bool { return l.Name == name }) {
+		if !listed[name] {
 			delete(s.metadata, name)
 		}
 	}

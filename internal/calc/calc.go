@@ -8,7 +8,6 @@ package calc
 import (
 	"fmt"
 	"math"
-	"slices"
 	"sort"
 )
 
@@ -243,11 +242,4 @@ func FitOnNode(r Request, n Node) (Fit, error) {
 		f.NodeSwapNeededBytes = touch - n.MemoryBytes
 	}
 	return f, nil
-}
-
-// Sorted returns the parts largest first (for display).
-func Sorted(parts []Part) []Part {
-	out := slices.Clone(parts)
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Bytes > out[j].Bytes })
-	return out
 }

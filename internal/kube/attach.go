@@ -38,6 +38,15 @@ func Resolve(kc agent.KubernetesConfig) (SourceConfig, error) {
 		Protection: Protection{Namespace: kc.Namespace, Selector: sel}, Swap: kc.Swap}, nil
 }
 
+// Scope is the agent's scope on the node: the kubepods cgroup when the
+// configuration left it at the host ("/"), else what it names.
+func (sc SourceConfig) Scope(configured string) string {
+	if path.Clean("/"+configured) == "/" {
+		return sc.Layout.Kubepods()
+	}
+	return configured
+}
+
 // Attach makes a's workloads the node's pods, its evictions Eviction API
 // requests and its pressure a node taint and condition, and starts
 // watching (the agent runs from the start; pods join once listed).

@@ -272,14 +272,12 @@ func (s *Source) Metadata(name string) (agent.Metadata, error) {
 	if md.SwapRule == policy.SwapNone && s.cfg.Swap != SwapKubelet {
 		return md, nil
 	}
-	switch s.cfg.Swap {
-	case SwapKubelet:
-		md.SwapRule = policy.SwapExternal
-		md.ExternalSwapBytes, _ = kubeletSwapLimit(s.cfg.Version, filepath.Join(s.cfg.Mount, s.cfg.Layout.PodCgroup(QOSClass(p), p.UID)))
-	case SwapAuto:
-		if n, ok := kubeletSwapLimit(s.cfg.Version, filepath.Join(s.cfg.Mount, s.cfg.Layout.PodCgroup(QOSClass(p), p.UID))); ok {
-			md.SwapRule, md.ExternalSwapBytes = policy.SwapExternal, n
-		}
+	if s.cfg.Swap == SwapAgent {
+		return md, nil
+	}
+	n, set := kubeletSwapLimit(s.cfg.Version, filepath.Join(s.cfg.Mount, s.cfg.Layout.PodCgroup(QOSClass(p), p.UID)))
+	if set || s.cfg.Swap == SwapKubelet {
+		md.SwapRule, md.ExternalSwapBytes = policy.SwapExternal, n
 	}
 	return md, nil
 }

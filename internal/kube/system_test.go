@@ -30,6 +30,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/procfs"
 	admissionv1 "k8s.io/api/admission/v1"
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -227,7 +228,7 @@ type runningAgent struct {
 
 func (c *cluster) startAgent(t *testing.T, kubeconfig string, extra ...string) *runningAgent {
 	t.Helper()
-	port := strconv.Itoa(freePort(t))
+	port := strconv.Itoa(kubetest.FreePort(t))
 	// The deployed configuration (deploy/agent.yaml), the test's node and
 	// shorter eviction times.
 	args := append([]string{"agent", "--config", filepath.Join(testenv.ModuleRoot(t), "deploy", "agent.yaml"),
@@ -316,16 +317,6 @@ func summarize(recs []agent.Record) string {
 		fmt.Fprintf(&b, "\n  %s %s %s %s", r.Time.Format("15:04:05.000"), r.Action, r.Workload, r.Error)
 	}
 	return b.String()
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // nodeMarks follows the node's taint and condition.
@@ -756,36 +747,6 @@ func (c *cluster) waitRunning(t *testing.T, ns string, n int, timeout time.Durat
 	}
 }
 
-// procCPUSeconds is a process's user + system CPU time.
-func procCPUSeconds(t *testing.T, pid int) float64 {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100 // USER_HZ
-}
-
-// procStatusKiB reads a "VmRSS:"-style line of /proc/PID/status.
-func procStatusKiB(t *testing.T, pid int, key string) float64 {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, key+":") {
-			v, _ := strconv.ParseFloat(strings.Fields(line)[1], 64)
-			return v
-		}
-	}
-	t.Fatalf("no %s in /proc/%d/status", key, pid)
-	return 0
-}
-
 // With 500 pods on the node the agent handles every pod (its swap limit
 // written), then uses under 1% of a core and 60 MiB, and its informer
 // puts one list and a watch on the apiserver: no polling.
@@ -825,14 +786,28 @@ func TestSystemKubeAgentWith500Pods(t *testing.T) {
 	t.Logf("all %d pods Running (kwok) %.1f s after the first creation", pods, time.Since(start).Seconds())
 
 	const window = 60 * time.Second
-	pid := a.cmd.Process.Pid
+	proc, err := procfs.NewProc(a.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpuSeconds := func() float64 {
+		st, err := proc.Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.CPUTime()
+	}
 	auditBefore := len(c.cp.Audit(t, "system:serviceaccount:"+agentNS+":headroom-agent"))
-	cpu0, t0 := procCPUSeconds(t, pid), time.Now()
+	cpu0, t0 := cpuSeconds(), time.Now()
 	time.Sleep(window) // a steady-state measurement: nothing to wait for
-	cpu1, t1 := procCPUSeconds(t, pid), time.Now()
+	cpu1, t1 := cpuSeconds(), time.Now()
 	cpuPercent := 100 * (cpu1 - cpu0) / t1.Sub(t0).Seconds()
 	t.Logf("rounds run: %.0f", a.metric(t, "headroom_agent_samples_total"))
-	rss, hwm := procStatusKiB(t, pid, "VmRSS")/1024, procStatusKiB(t, pid, "VmHWM")/1024
+	status, err := proc.NewStatus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rss, hwm := float64(status.VmRSS)/(1<<20), float64(status.VmHWM)/(1<<20)
 	t.Logf("with %d pods: %.2f%% of a core over %s, RSS %.1f MiB (peak %.1f MiB)", pods, cpuPercent, window, rss, hwm)
 	if cpuPercent >= 1 {
 		t.Errorf("agent CPU %.2f%% of a core with %d pods, want < 1%%", cpuPercent, pods)
@@ -918,7 +893,7 @@ func TestSystemKubeAgentBadInput(t *testing.T) {
 	kubetest.Namespace(t, c.core, "apps")
 
 	t.Run("unreachable apiserver", func(t *testing.T) {
-		dead := c.cp.WriteKubeconfigAt(t, "dead", "https://127.0.0.1:"+strconv.Itoa(freePort(t)), "token")
+		dead := c.cp.WriteKubeconfigAt(t, "dead", "https://127.0.0.1:"+strconv.Itoa(kubetest.FreePort(t)), "token")
 		a := c.startAgent(t, dead)
 		a.waitLog(t, "cannot watch the node's pods", 30*time.Second)
 		if up := a.metric(t, "headroom_kube_api_up"); up != 0 {

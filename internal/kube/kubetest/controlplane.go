@@ -93,7 +93,7 @@ rules:
 - level: None
 `))
 
-	etcdClient, etcdPeer, apiPort := freePort(t), freePort(t), freePort(t)
+	etcdClient, etcdPeer, apiPort := FreePort(t), FreePort(t), FreePort(t)
 	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdClient)
 	cp.start(t, "etcd", "--data-dir", filepath.Join(dir, "etcd"), "--listen-client-urls", etcdURL,
 		"--advertise-client-urls", etcdURL, "--listen-peer-urls", "http://127.0.0.1:"+strconv.Itoa(etcdPeer),
@@ -114,7 +114,7 @@ rules:
 	waitHTTP(t, cp.URL+"/readyz", AdminToken, 90*time.Second)
 
 	cp.AdminKubeconfig = filepath.Join(dir, "admin.kubeconfig")
-	cp.writeKubeconfig(t, cp.AdminKubeconfig, AdminToken)
+	writeKubeconfig(t, cp.AdminKubeconfig, cp.URL, AdminToken)
 
 	cp.start(t, "kube-controller-manager", "--kubeconfig", cp.AdminKubeconfig, "--leader-elect=false",
 		"--controllers", "disruption,serviceaccount,namespace", "--secure-port", "0", "--v", "0")
@@ -191,9 +191,7 @@ func (cp *ControlPlane) TokenConfig(token string) *rest.Config {
 // WriteKubeconfig writes a kubeconfig that authenticates with token and
 // returns its path.
 func (cp *ControlPlane) WriteKubeconfig(t testing.TB, name, token string) string {
-	p := filepath.Join(cp.dir, name+".kubeconfig")
-	cp.writeKubeconfig(t, p, token)
-	return p
+	return cp.WriteKubeconfigAt(t, name, cp.URL, token)
 }
 
 // WriteKubeconfigAt writes a kubeconfig for another server address (an
@@ -202,10 +200,6 @@ func (cp *ControlPlane) WriteKubeconfigAt(t testing.TB, name, server, token stri
 	p := filepath.Join(cp.dir, name+".kubeconfig")
 	writeKubeconfig(t, p, server, token)
 	return p
-}
-
-func (cp *ControlPlane) writeKubeconfig(t testing.TB, path, token string) {
-	writeKubeconfig(t, path, cp.URL, token)
 }
 
 func writeKubeconfig(t testing.TB, path, server, token string) {
@@ -266,7 +260,8 @@ func write(t testing.TB, path string, b []byte) {
 	}
 }
 
-func freePort(t testing.TB) int {
+// FreePort is a loopback TCP port nothing listens on now.
+func FreePort(t testing.TB) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -46,8 +46,7 @@ type Kubelet struct {
 
 	mu      sync.Mutex
 	running map[types.UID]*podProc
-	// CgroupCreated is when each pod's cgroup was made.
-	CgroupCreated map[string]time.Time
+	created map[string]time.Time // when each pod's cgroup was made
 }
 
 type podProc struct {
@@ -60,7 +59,7 @@ type podProc struct {
 // go under layout in the v1 memory hierarchy at mount.
 func StartKubelet(t testing.TB, core corev1client.CoreV1Interface, node string, layout kube.Layout, mount, headroomBin string) *Kubelet {
 	k := &Kubelet{Layout: layout, mount: mount, bin: headroomBin, core: core, t: t,
-		running: map[types.UID]*podProc{}, CgroupCreated: map[string]time.Time{}}
+		running: map[types.UID]*podProc{}, created: map[string]time.Time{}}
 	lw := cache.NewListWatchFromClient(core.RESTClient(), "pods", corev1.NamespaceAll, fields.OneTermEqualSelector("spec.nodeName", node))
 	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{})
 	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -110,7 +109,7 @@ func (k *Kubelet) sync(p *corev1.Pod) {
 		k.t.Errorf("kubelet: pod %s: %v", p.Name, err)
 		return
 	}
-	k.CgroupCreated[kube.WorkloadName(p)] = time.Now()
+	k.created[kube.WorkloadName(p)] = time.Now()
 	var limit int64
 	for _, c := range p.Spec.Containers {
 		if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
@@ -178,11 +177,8 @@ func (k *Kubelet) kill(pp *podProc) {
 			<-pp.done
 		}
 	}
-	for i := 0; i < 50; i++ {
-		if err := os.Remove(pp.dir); err == nil || os.IsNotExist(err) {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	if g, err := cgroup.OpenAt(cgroup.V1, k.mount, strings.TrimPrefix(pp.dir, k.mount)); err == nil {
+		cgroup.Remove(g, time.Second)
 	}
 }
 
@@ -190,6 +186,6 @@ func (k *Kubelet) kill(pp *podProc) {
 func (k *Kubelet) Created(name string) (time.Time, bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	at, ok := k.CgroupCreated[name]
+	at, ok := k.created[name]
 	return at, ok
 }
