@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
 	"github.com/headroom-dev/headroom/internal/density"
 	"github.com/headroom-dev/headroom/internal/memload"
@@ -46,6 +44,20 @@ cache beside its workload (memory a balloon reclaims without I/O, which host
 swap must write out): run the same ramp with and without --balloon to see
 what ballooning buys.
 
+Backend kubevirt measures a cluster's KubeVirt control plane the way the
+KubeVirt density test did, but exactly: each step creates that many
+VirtualMachineInstances (--kubevirt-object vm: VirtualMachines) from the
+built-in template or --template, at --qps/--burst, in a namespace it creates;
+records when each object's watch events first show Pending, Scheduling,
+Scheduled, Running and Ready (seconds after its create request was sent:
+exact p50/p95/p99/max per phase, and VMIs Running per minute); fails the
+step when one is not Running within --timeout, with the reason from its
+conditions and warning events (Insufficient memory, Too many pods, a QEMU
+timeout ...); then deletes the step's objects and waits until they are gone.
+--burst-only runs just the largest count. The namespace is deleted at the
+end, also on Ctrl-C. It needs create/list/watch/deletecollection on VMIs
+(and VMs), create/delete on namespaces and list on events.
+
 Results go to --out (default ./results/<timestamp>-density): run.json,
 steps.csv, timeline.jsonl, workers.jsonl (and agent.jsonl with --agent).
 Draw them with headroom report. Needs root (cgroups, swap).`
@@ -68,24 +80,28 @@ type densityFlags struct {
 	json       bool
 	image      imageFlags
 	accel      string
+	kubevirt   kubevirtFlags
 }
 
 func newDensityCommand() *cobra.Command {
 	f := &densityFlags{backend: "cgroup", repeat: 1, stopOnFail: true, seed: 1, rampFlags: rampFlags{deployments: "1:8:1",
 		vmMemory: 512 << 20, memorySize: 256 << 20, scan: scanValue(memload.ScanSeq), writes: 1,
 		content: contentValue(memload.Content{Kind: memload.ContentRandom}), runtime: 30 * time.Second, overcommit: 100,
-		overhead: density.DefaultOverheadBytes}}
+		overhead: density.DefaultOverheadBytes},
+		kubevirt: kubevirtFlags{qps: 20, burst: 20, timeout: 10 * time.Minute}}
 	cmd := &cobra.Command{
 		Use:   "density",
 		Short: "Ramp workers on a node until it fails; measure per-worker and aggregate pages/s",
 		Long:  densityLong,
 		Example: `  headroom density --node-memory 2Gi --swap 6Gi --vm-memory 320Mi --memory-size 256Mi --deployments 1:24:1 --memory-scan random
-  headroom density --deployments 1,2,4,8,16 --vm-memory 1Gi --memory-size 768Mi --overcommit-percent 200 --swap existing --agent --node-memory 8Gi`,
+  headroom density --deployments 1,2,4,8,16 --vm-memory 1Gi --memory-size 768Mi --overcommit-percent 200 --swap existing --agent --node-memory 8Gi
+  headroom density --backend kubevirt --deployments 50,100,200,300,400 --qps 20 --burst 20 --node-selector kubernetes.io/hostname=worker-1
+  headroom density --backend kubevirt --deployments 400 --burst-only --template vmi.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runDensity(cmd, f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.backend, "backend", f.backend, "worker backend: cgroup (a memory cgroup per worker) or qemu (a micro-VM per worker)")
+	fl.StringVar(&f.backend, "backend", f.backend, "worker backend: cgroup (a memory cgroup per worker), qemu (a micro-VM per worker) or kubevirt (VMIs on a cluster)")
 	f.rampFlags.register(fl, "worker", "per-worker request overhead beyond its memory (default: 16Mi for cgroup, the measured 48Mi for qemu)")
 	fl.IntVar(&f.repeat, "repeat", f.repeat, "runs of each step")
 	fl.BoolVar(&f.stopOnFail, "stop-on-failure", f.stopOnFail, "stop the ramp at the first failed step")
@@ -102,10 +118,17 @@ func newDensityCommand() *cobra.Command {
 	fl.BoolVar(&f.json, "json", false, "print run.json's content at the end instead of a table")
 	fl.StringVar(&f.accel, "accel", string(microvm.AccelAuto), "qemu backend: accelerator auto (KVM where it works, else TCG), kvm or tcg")
 	f.image.register(cmd)
+	f.kubevirt.register(cmd)
 	return cmd
 }
 
 func runDensity(cmd *cobra.Command, f *densityFlags) error {
+	if err := checkBackendFlags(cmd, f.backend); err != nil {
+		return err
+	}
+	if f.backend == "kubevirt" {
+		return runKubevirtDensity(cmd, f)
+	}
 	deployments, err := density.ParseDeployments(f.deployments)
 	if err != nil {
 		return usagef("--deployments: %v; want %s", err, density.DeploymentsForm)
@@ -182,55 +205,23 @@ func runDensity(cmd *cobra.Command, f *densityFlags) error {
 // densityReporter prints progress: a status line on a terminal, step lines
 // and a final summary.
 type densityReporter struct {
-	mu     sync.Mutex
-	out    io.Writer
-	status io.Writer // nil unless stderr is a terminal
-	json   bool
-	header bool
+	stepPrinter
 }
 
 func newDensityReporter(out, errw io.Writer, asJSON bool) *densityReporter {
-	r := &densityReporter{out: out, json: asJSON}
-	if f, ok := errw.(*os.File); ok {
-		if _, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS); err == nil {
-			r.status = f
-		}
-	}
+	r := &densityReporter{}
+	r.init(out, errw, asJSON)
 	return r
 }
 
 func (r *densityReporter) Status(step, workers, ready int, elapsed time.Duration, pagesPerSec float64) {
-	if r.status == nil {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	fmt.Fprintf(r.status, "\r\033[Kstep %d: %d workers, %d ready, %5.1fs, %s pages/s", step, workers, ready, elapsed.Seconds(), units.FormatRate(pagesPerSec))
-}
-
-func (r *densityReporter) clearStatus() {
-	if r.status != nil {
-		fmt.Fprint(r.status, "\r\033[K")
-	}
-}
-
-func (r *densityReporter) Note(format string, args ...any) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.status != nil {
-		fmt.Fprint(r.status, "\r\033[K")
-	}
-	if !r.json {
-		fmt.Fprintf(r.out, format+"\n", args...)
-	}
+	r.setStatus("step %d: %d workers, %d ready, %5.1fs, %s pages/s", step, workers, ready, elapsed.Seconds(), units.FormatRate(pagesPerSec))
 }
 
 func (r *densityReporter) StepDone(s results.Step) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.status != nil {
-		fmt.Fprint(r.status, "\r\033[K")
-	}
+	r.clearStatusLocked()
 	if r.json {
 		return
 	}

@@ -9,17 +9,25 @@ import (
 
 // progress reports the step's state to the reporter every 500 ms.
 func (h *Harness) progress(index, n int, start time.Time, ctl *loadctl.Controller) (stop func()) {
+	return Every(500*time.Millisecond, func() {
+		h.rep.Status(index, n, ctl.ReadyCount(), time.Since(start), h.rates.sum())
+	})
+}
+
+// Every calls f every interval until stop is called; stop returns once f
+// is no longer running.
+func Every(interval time.Duration, f func()) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(500 * time.Millisecond)
+		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
 			select {
 			case <-t.C:
-				h.rep.Status(index, n, ctl.ReadyCount(), time.Since(start), h.rates.sum())
+				f()
 			case <-done:
 				return
 			}

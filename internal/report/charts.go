@@ -101,6 +101,10 @@ func vline(p *plot.Plot, x, lo, hi float64, c color.Color, label string) {
 }
 
 func drawCharts(runs []Run) ([]chart, error) {
+	if controlPlaneOnly(runs) {
+		// KubeVirt density measures the control plane: no pages/s, no swap.
+		return []chart{latencyChart(runs), vmPhasesChart(runs), creationRateChart(runs)}, nil
+	}
 	charts := []chart{aggregateChart(runs), perWorkerChart(runs), swapChart(runs), psiChart(runs), latencyChart(runs)}
 	if hasVMs(runs) {
 		charts = append(charts, vmPhasesChart(runs), vmMemoryChart(runs))
@@ -116,6 +120,25 @@ func drawCharts(runs []Run) ([]chart, error) {
 		charts = append(charts, guestPageInsChart(runs))
 	}
 	return charts, nil
+}
+
+// controlPlaneOnly reports whether every run is a KubeVirt density run
+// (creation to Running on a cluster, no workload measured).
+func controlPlaneOnly(runs []Run) bool {
+	for _, r := range runs {
+		if r.Params["backend"] != "kubevirt" {
+			return false
+		}
+	}
+	return true
+}
+
+// creationRateChart: objects reaching Running per minute per step, from
+// the first create request to the last Running.
+func creationRateChart(runs []Run) chart {
+	p := newPlot("Creation rate", "objects created at once", "Running per minute", false, true)
+	stepChart(p, runs, false, series{"Running/min", func(s results.Step) float64 { return s.CreationRatePerMinute }})
+	return chart{name: "creation-rate", title: "VMIs reaching Running per minute, per step", p: p}
 }
 
 // hasVMs reports whether any run's workers were VMs (qemu backend).
@@ -263,7 +286,7 @@ func psiChart(runs []Run) chart {
 
 // latencyChart: creation-to-ready latency p50/p95/p99 per step (exact).
 func latencyChart(runs []Run) chart {
-	p := newPlot("Creation-to-ready latency", "workers", "seconds", false, true)
+	p := newPlot("Creation-to-ready latency", "workers (VMIs: creation to Running)", "seconds", false, true)
 	stepChart(p, runs, false,
 		series{"p50", func(s results.Step) float64 { return s.CreateP50Seconds }},
 		series{"p95", func(s results.Step) float64 { return s.CreateP95Seconds }},
@@ -271,11 +294,13 @@ func latencyChart(runs []Run) chart {
 	return chart{name: "latency", title: "Creation-to-ready latency p50/p95/p99 per step", p: p}
 }
 
-// vmPhasesChart: p95 of each VM start-up phase per step, seconds after
-// creation (QEMU started, QMP ready, guest booted, command started, ready).
+// vmPhasesChart: latency by phase: the p95 of each VM start-up phase per
+// step, seconds after creation: for micro-VMs QMP ready, guest booted,
+// command started, ready; for KubeVirt VMIs Pending, Scheduling,
+// Scheduled, Running, ready.
 func vmPhasesChart(runs []Run) chart {
 	p := newPlot("VM start-up phases (p95)", "VMs started at once", "seconds after creation", false, true)
-	phases := []string{results.PhaseQMPReady, results.PhaseBooted, results.PhaseCommandStarted, results.PhaseReady}
+	phases := phaseNames(runs)
 	var ss []series
 	for _, ph := range phases {
 		ss = append(ss, series{ph, func(s results.Step) float64 {
@@ -289,6 +314,23 @@ func vmPhasesChart(runs []Run) chart {
 	}
 	stepChart(p, runs, false, ss...)
 	return chart{name: "vm-phases", title: "VM start-up phases, p95 per step", p: p}
+}
+
+// phaseNames are the start-up phases the runs recorded, in their order.
+func phaseNames(runs []Run) []string {
+	var phases []string
+	seen := map[string]bool{results.PhaseQEMUStarted: true} // QEMU's own start is too quick to show
+	for _, r := range runs {
+		for _, s := range r.Steps {
+			for _, q := range s.CreatePhases {
+				if !seen[q.Phase] {
+					seen[q.Phase] = true
+					phases = append(phases, q.Phase)
+				}
+			}
+		}
+	}
+	return phases
 }
 
 // vmMemoryChart: per VM, the mean of QEMU's resident memory, the guest RAM

@@ -282,3 +282,29 @@ func TestSimulatedRunsAreDashed(t *testing.T) {
 		t.Fatal("want simulated runs dashed and measured ones solid")
 	}
 }
+
+// A KubeVirt density run measured the control plane: its report draws
+// latency by phase and the creation rate, not empty pages/s and swap charts.
+func TestKubevirtRunChartsLatencyByPhase(t *testing.T) {
+	run := &results.Run{Schema: results.SchemaVersion, Kind: "density", Label: "kubevirt VirtualMachineInstance", Params: map[string]any{"backend": "kubevirt"}}
+	for i, n := range []int{10, 20, 30} {
+		run.Steps = append(run.Steps, results.Step{Index: i + 1, Workers: n, CreateP50Seconds: 1, CreateP95Seconds: 1.6, CreateP99Seconds: 1.7,
+			CreationRatePerMinute: float64(300 * n / 10),
+			CreatePhases: []results.PhaseQuantiles{{Phase: "pending", P95Seconds: 0.1}, {Phase: "scheduling", P95Seconds: 0.3},
+				{Phase: "scheduled", P95Seconds: 0.6}, {Phase: "running", P95Seconds: 1.6}, {Phase: "ready", P95Seconds: 1.6}}})
+	}
+	charts, err := Write([]Run{{Dir: "kv", Run: run}}, filepath.Join(t.TempDir(), "report.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range charts {
+		names = append(names, c.Name)
+	}
+	if got := strings.Join(names, ","); got != "latency,vm-phases,creation-rate" {
+		t.Errorf("charts %s, want latency,vm-phases,creation-rate", got)
+	}
+	if got := strings.Join(phaseNames([]Run{{Dir: "kv", Run: run}}), ","); got != "pending,scheduling,scheduled,running,ready" {
+		t.Errorf("latency by phase draws %s", got)
+	}
+}

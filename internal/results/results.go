@@ -116,10 +116,13 @@ type Step struct {
 	CreatePhases []PhaseQuantiles `json:"create_phases,omitempty"`
 	// CreationRatePerMinute is how many workers became ready per minute,
 	// from the first creation to the last ready.
-	CreationRatePerMinute float64        `json:"creation_rate_per_minute,omitempty"`
-	Evictions             int            `json:"evictions"`
-	OOMKills              int            `json:"oom_kills"`
-	PerWorker             []WorkerResult `json:"per_worker"`
+	CreationRatePerMinute float64 `json:"creation_rate_per_minute,omitempty"`
+	// DeleteSeconds is how long deleting the step's objects took, from
+	// the request to the last deletion seen (kubevirt backend).
+	DeleteSeconds float64        `json:"delete_seconds,omitempty"`
+	Evictions     int            `json:"evictions"`
+	OOMKills      int            `json:"oom_kills"`
+	PerWorker     []WorkerResult `json:"per_worker"`
 }
 
 // Start-up phases of a VM, in order.
@@ -163,6 +166,14 @@ type WorkerResult struct {
 type VMResult struct {
 	// Phases: seconds from creation to each start-up phase.
 	Phases map[string]float64 `json:"phases_seconds"`
+	// APIPhases (kubevirt backend): seconds from the create request to
+	// each phase as the VMI's own status.phaseTransitionTimestamps records
+	// it (KubeVirt writes whole seconds), beside Phases from watch events.
+	APIPhases map[string]float64 `json:"api_phases_seconds,omitempty"`
+	// CreatedAt is when the VMI's create request was sent (kubevirt
+	// backend): the zero of Phases and APIPhases, to line them up with the
+	// cluster's logs and metrics.
+	CreatedAt time.Time `json:"created_at,omitzero"`
 	// BootCPUSeconds is QEMU's CPU time from its start to the guest
 	// command running.
 	BootCPUSeconds float64 `json:"boot_cpu_seconds"`

@@ -2,7 +2,8 @@
 // tests: etcd, kube-apiserver (RBAC, service account tokens, static admin
 // token), kube-controller-manager (the disruption controller computes
 // PodDisruptionBudget status, which the Eviction API reads; the service
-// account controller makes default service accounts) and kwok (fake nodes
+// account controller makes default service accounts; the garbage
+// collector deletes owned objects with their owner) and kwok (fake nodes
 // that stay Ready and run pods' lifecycles). The binaries come from
 // hack/kube-binaries.sh, built once into the cache.
 package kubetest
@@ -22,6 +23,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -65,8 +67,24 @@ func Binaries(t testing.TB) string {
 	return strings.TrimSpace(string(out))
 }
 
+// Options add to the control plane.
+type Options struct {
+	// CRDFiles are applied (and established) before kwok starts, so that
+	// its stages can refer to their kinds.
+	CRDFiles []string
+	// KwokStages is a YAML stream of kwok Stages for kinds beyond nodes
+	// and pods (kwok keeps its default node and pod stages).
+	KwokStages string
+}
+
 // Start runs the control plane until the test ends.
 func Start(t testing.TB) *ControlPlane {
+	t.Helper()
+	return StartWith(t, Options{})
+}
+
+// StartWith runs the control plane with opts until the test ends.
+func StartWith(t testing.TB, opts Options) *ControlPlane {
 	t.Helper()
 	bin := Binaries(t)
 	dir := t.TempDir()
@@ -83,13 +101,19 @@ func Start(t testing.TB) *ControlPlane {
 	write(t, filepath.Join(dir, "sa.pub"), pubPEM)
 	write(t, filepath.Join(dir, "tokens.csv"), []byte(AdminToken+`,admin,admin,"system:masters"`+"\n"))
 	// The audit log records service accounts' requests (not the admin's,
-	// kwok's or the controllers'): what the agent asked of the apiserver.
+	// kwok's or the controllers'): what the agent asked of the apiserver;
+	// and kwok's patches of VMIs (it runs as admin): when each phase was
+	// written, to the microsecond.
 	write(t, filepath.Join(dir, "audit-policy.yaml"), []byte(`apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
 - level: Metadata
   userGroups: ["system:serviceaccounts"]
+- level: Metadata
+  users: ["admin"]
+  verbs: ["patch"]
+  resources: [{group: kubevirt.io, resources: [virtualmachineinstances]}]
 - level: None
 `))
 
@@ -117,11 +141,50 @@ rules:
 	writeKubeconfig(t, cp.AdminKubeconfig, cp.URL, AdminToken)
 
 	cp.start(t, "kube-controller-manager", "--kubeconfig", cp.AdminKubeconfig, "--leader-elect=false",
-		"--controllers", "disruption,serviceaccount,namespace", "--secure-port", "0", "--v", "0")
-	cp.start(t, "kwok", "--kubeconfig", cp.AdminKubeconfig, "--manage-all-nodes=false",
+		"--controllers", "disruption,serviceaccount,namespace,garbagecollector", "--secure-port", "0", "--v", "0")
+	for _, f := range opts.CRDFiles {
+		cp.installCRDs(t, f)
+	}
+	kwokArgs := []string{"--kubeconfig", cp.AdminKubeconfig, "--manage-all-nodes=false",
 		"--manage-nodes-with-annotation-selector", "kwok.x-k8s.io/node=fake",
-		"--cidr", "10.244.0.0/16", "--node-ip", "10.0.0.1")
+		"--cidr", "10.244.0.0/16", "--node-ip", "10.0.0.1"}
+	if opts.KwokStages != "" {
+		// kwok reads its configuration from the stream; with no node or
+		// pod stages in it, it adds its defaults for those.
+		path := filepath.Join(dir, "kwok-stages.yaml")
+		write(t, path, []byte(opts.KwokStages))
+		kwokArgs = append(kwokArgs, "--config", path)
+	}
+	cp.start(t, "kwok", kwokArgs...)
 	return cp
+}
+
+// installCRDs creates the CRDs in file (server-side: KubeVirt's are too
+// large for client-side apply's annotation) and waits until they are
+// established.
+func (cp *ControlPlane) installCRDs(t testing.TB, file string) {
+	t.Helper()
+	if out, err := cp.Kubectl(t, "", "create", "-f", file); err != nil {
+		t.Fatalf("create CRDs from %s: %v\n%s", file, err, out)
+	}
+	if out, err := cp.Kubectl(t, "", "wait", "--for", "condition=Established", "--timeout", "60s", "-f", file); err != nil {
+		t.Fatalf("CRDs from %s not established: %v\n%s", file, err, out)
+	}
+	// kwok reads a kind's schema from the OpenAPI v3 document, which the
+	// apiserver publishes a moment after the CRD is established.
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, crd := range Documents(t, string(b)) {
+		spec, _ := crd["spec"].(map[string]any)
+		group, _ := spec["group"].(string)
+		versions, _ := spec["versions"].([]any)
+		for _, v := range versions {
+			name, _ := v.(map[string]any)["name"].(string)
+			waitHTTP(t, cp.URL+"/openapi/v3/apis/"+group+"/"+name, AdminToken, 60*time.Second)
+		}
+	}
 }
 
 // AuditEvent is one request in the audit log.
@@ -141,11 +204,14 @@ type AuditEvent struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`
 	RequestReceivedTimestamp time.Time `json:"requestReceivedTimestamp"`
-	Stage                    string    `json:"stage"`
+	// StageTimestamp is when the stage logged was reached (for a completed
+	// request, when its response was written).
+	StageTimestamp time.Time `json:"stageTimestamp"`
+	Stage          string    `json:"stage"`
 }
 
-// Audit returns the requests of user (a service account's full name) the
-// apiserver logged so far, one per request (its final stage).
+// Audit returns the requests of user (a service account's full name, or
+// "admin" for kwok's VMI patches) the apiserver logged so far, one per request (its final stage).
 func (cp *ControlPlane) Audit(t testing.TB, user string) []AuditEvent {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(cp.dir, "audit.log"))
@@ -229,8 +295,18 @@ func (cp *ControlPlane) start(t testing.TB, name string, args ...string) {
 		t.Fatalf("start %s: %v", name, err)
 	}
 	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
+	var stopping atomic.Bool
+	go func() {
+		err := cmd.Wait()
+		if !stopping.Load() {
+			// A component that dies (kwok refusing its stages, say) must
+			// fail the test, not leave it waiting for what never happens.
+			t.Errorf("%s exited during the test: %v (log: %s)", name, err, logPath)
+		}
+		close(done)
+	}()
 	t.Cleanup(func() {
+		stopping.Store(true)
 		cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-done:
