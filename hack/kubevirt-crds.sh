@@ -22,9 +22,9 @@ echo "generating KubeVirt ${KUBEVIRT_VERSION}'s CRDs with its virt-operator code
 # and pins others by replace; a scratch module repeats those pins, the
 # staging ones as their published modules of the same version (the
 # kubevirt module's zip leaves its nested staging modules out).
-src="$("$GO" mod download -json "kubevirt.io/kubevirt@${KUBEVIRT_VERSION}" | sed -nE 's/^\t"Dir": "(.*)",$/\1/p')"
-mod="$(cat "$src/go.mod")"
 cd "$work"
+src="$(GOFLAGS=-mod=mod "$GO" mod download -json "kubevirt.io/kubevirt@${KUBEVIRT_VERSION}" | sed -nE 's/^\t"Dir": "(.*)",$/\1/p')"
+mod="$(cat "$src/go.mod")"
 {
   echo "module headroom.local/kubevirtcrds"
   echo

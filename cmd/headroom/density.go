@@ -55,12 +55,13 @@ step when one is not Running within --timeout, with the reason from its
 conditions and warning events (Insufficient memory, Too many pods, a QEMU
 timeout ...); then deletes the step's objects and waits until they are gone.
 --burst-only runs just the largest count. The namespace is deleted at the
-end, also on Ctrl-C. It needs create/list/watch/deletecollection on VMIs
-(and VMs), create/delete on namespaces and list on events.
+end, also on Ctrl-C. The ClusterRole it needs is
+deploy/kubevirt-density/rbac.yaml; it does not need root.
 
 Results go to --out (default ./results/<timestamp>-density): run.json,
 steps.csv, timeline.jsonl, workers.jsonl (and agent.jsonl with --agent).
-Draw them with headroom report. Needs root (cgroups, swap).`
+Draw them with headroom report. The cgroup and qemu backends need root
+(cgroups, swap).`
 
 type densityFlags struct {
 	rampFlags
