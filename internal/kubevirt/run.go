@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
@@ -167,6 +168,9 @@ func Run(ctx context.Context, cfg *rest.Config, p Params, rep Reporter) (dir str
 		}
 	}()
 
+	if err := checkKubeVirt(cfg); err != nil {
+		return dir, run, err
+	}
 	if err := r.createNamespace(ctx); err != nil {
 		return dir, run, err
 	}
@@ -217,6 +221,30 @@ func Run(ctx context.Context, cfg *rest.Config, p Params, rep Reporter) (dir str
 		run.StopReason = "completed"
 	}
 	return dir, run, nil
+}
+
+// checkKubeVirt fails early, in one line, when the cluster does not serve
+// KubeVirt's API (or cannot be reached), before anything is created.
+func checkKubeVirt(cfg *rest.Config) error {
+	c := rest.CopyConfig(cfg)
+	c.Timeout = 30 * time.Second
+	dc, err := discovery.NewDiscoveryClientForConfig(c)
+	if err != nil {
+		return err
+	}
+	list, err := dc.ServerResourcesForGroupVersion(VMIResource.GroupVersion().String())
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("%s does not serve kubevirt.io/v1: is KubeVirt installed?", cfg.Host)
+	}
+	if err != nil {
+		return fmt.Errorf("kubernetes API at %s: %w", cfg.Host, err)
+	}
+	for _, res := range list.APIResources {
+		if res.Name == VMIResource.Resource {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s serves kubevirt.io/v1 without virtualmachineinstances", cfg.Host)
 }
 
 func newRunID() string {

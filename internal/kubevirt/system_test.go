@@ -599,6 +599,36 @@ func TestSystemKubevirtDensity(t *testing.T) {
 		e.assertNothingLeft(t)
 	})
 
+	t.Run("bad access fails at once in one line", func(t *testing.T) {
+		ctx := context.Background()
+		if _, err := e.cs.CoreV1().ServiceAccounts("bench").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "nobody"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		tr, err := e.cs.CoreV1().ServiceAccounts("bench").CreateToken(ctx, "nobody",
+			&authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			name, kubeconfig, want string
+		}{
+			{"no RBAC", e.cp.WriteKubeconfig(t, "nobody", tr.Status.Token), "forbidden"},
+			{"unreachable apiserver", e.cp.WriteKubeconfigAt(t, "unreachable", fmt.Sprintf("https://127.0.0.1:%d", kubetest.FreePort(t)), kubetest.AdminToken), "connection refused"},
+		} {
+			start := time.Now()
+			cmd := exec.Command(e.bin, "density", "--backend", "kubevirt", "--kubeconfig", c.kubeconfig, "--out", filepath.Join(t.TempDir(), "out"), "--deployments", "1")
+			out, err := cmd.CombinedOutput()
+			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || len(lines) != 1 || !strings.Contains(lines[0], c.want) {
+				t.Errorf("%s: want exit 1 and one line with %q, got %v:\n%s", c.name, c.want, err, out)
+			}
+			if el := time.Since(start); el > 20*time.Second {
+				t.Errorf("%s: took %s to fail", c.name, el)
+			}
+		}
+		e.assertNothingLeft(t)
+	})
+
 	t.Run("an existing namespace is refused", func(t *testing.T) {
 		r := e.density(t, "--deployments", "1", "--namespace", "bench")
 		if ee, ok := r.err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(r.out, "namespace bench exists") {

@@ -87,7 +87,6 @@ type Tracker struct {
 	changed chan struct{}
 	stop    chan struct{}
 	done    chan struct{}
-	synced  cache.InformerSynced
 	now     func() time.Time
 }
 
@@ -117,13 +116,32 @@ func NewTracker(ctx context.Context, client dynamic.Interface, resource schema.G
 			t.observe(o, true)
 		},
 	})
-	t.synced = inf.HasSynced
+	// An informer retries a refused list or watch for ever; the first
+	// refusal is reported instead (RBAC, a missing CRD).
+	listErr := make(chan error, 1)
+	inf.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
+		select {
+		case listErr <- err:
+		default:
+		}
+	})
 	go func() { inf.Run(t.stop); close(t.done) }()
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+	synced := make(chan bool, 1)
+	go func() { synced <- cache.WaitForCacheSync(t.stop, inf.HasSynced) }()
+	select {
+	case ok := <-synced:
+		if ok {
+			return t, nil
+		}
+		t.Close()
+		return nil, context.Cause(ctx)
+	case err := <-listErr:
+		t.Close()
+		return nil, err
+	case <-ctx.Done():
 		t.Close()
 		return nil, context.Cause(ctx)
 	}
-	return t, nil
 }
 
 // Close stops the watch.
