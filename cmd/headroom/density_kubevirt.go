@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -14,7 +15,9 @@ import (
 
 	"github.com/headroom-dev/headroom/internal/density"
 	"github.com/headroom-dev/headroom/internal/kubevirt"
+	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/results"
+	"github.com/headroom-dev/headroom/internal/units"
 )
 
 // kubevirtFlags are density's flags for --backend kubevirt.
@@ -30,6 +33,7 @@ type kubevirtFlags struct {
 	nodeSelector  string
 	containerDisk string
 	cpus          int
+	controller    string
 }
 
 func (k *kubevirtFlags) register(cmd *cobra.Command) {
@@ -45,27 +49,39 @@ func (k *kubevirtFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&k.nodeSelector, "node-selector", "", "kubevirt backend, built-in template: key=value[,key=value] the VMIs' nodes must carry")
 	fl.StringVar(&k.containerDisk, "container-disk", kubevirt.DefaultContainerDisk, "kubevirt backend, built-in template: the guest's containerDisk image")
 	fl.IntVar(&k.cpus, "cpus", 1, "kubevirt backend, built-in template: vCPUs per VMI")
+	fl.StringVar(&k.controller, "controller-address", "", "kubevirt backend: host:port the guests reach this machine at; runs headroom load in every guest (cloud-init fetches the binary from port+1) and measures it once a step's VMIs run")
 }
 
 // kubevirtOnly are the flags that mean something only with --backend kubevirt.
-var kubevirtOnly = []string{"kubeconfig", "namespace", "template", "kubevirt-object", "qps", "burst", "timeout", "burst-only", "node-selector", "container-disk", "cpus"}
+var kubevirtOnly = []string{"kubeconfig", "namespace", "template", "kubevirt-object", "qps", "burst", "timeout", "burst-only", "node-selector", "container-disk", "cpus", "controller-address"}
 
 // notWithKubevirt are density's flags the kubevirt backend does not use:
-// it measures the control plane, not a node's memory (in-guest workloads
-// are not implemented for it yet).
+// the node is the cluster's, not this machine's.
 var notWithKubevirt = []string{"swap", "swap-tier", "node-memory", "agent", "balloon", "balloon-policy", "guest-cache", "accel", "repeat",
-	"memory-size", "memory-scan", "writes", "rate", "content", "workload-runtime", "overcommit-percent", "overhead", "seed", "kernel-package", "image"}
+	"overcommit-percent", "overhead", "kernel-package", "image"}
+
+// workloadFlags shape the in-guest workload: with the kubevirt backend
+// only beside --controller-address.
+var workloadFlags = []string{"memory-size", "memory-scan", "writes", "rate", "content", "workload-runtime", "seed"}
 
 // checkBackendFlags refuses flags that do not belong to the chosen backend.
 func checkBackendFlags(cmd *cobra.Command, backend string) error {
-	bad, why := kubevirtOnly, "needs --backend kubevirt"
-	if backend == "kubevirt" {
-		bad, why = notWithKubevirt, "is not used by --backend kubevirt (it measures the control plane: creation to Running)"
-	}
-	for _, name := range bad {
-		if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
-			return usagef("--%s %s", name, why)
+	refuse := func(names []string, why string) error {
+		for _, name := range names {
+			if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
+				return usagef("--%s %s", name, why)
+			}
 		}
+		return nil
+	}
+	if backend != "kubevirt" {
+		return refuse(kubevirtOnly, "needs --backend kubevirt")
+	}
+	if err := refuse(notWithKubevirt, "is not used by --backend kubevirt (the nodes are the cluster's)"); err != nil {
+		return err
+	}
+	if !cmd.Flags().Changed("controller-address") {
+		return refuse(workloadFlags, "shapes the in-guest workload: with --backend kubevirt it needs --controller-address")
 	}
 	return nil
 }
@@ -75,6 +91,22 @@ func runKubevirtDensity(cmd *cobra.Command, f *densityFlags) error {
 	deployments, err := density.ParseDeployments(f.deployments)
 	if err != nil {
 		return usagef("--deployments: %v; want %s", err, density.DeploymentsForm)
+	}
+	var work *kubevirt.Workload
+	if k.controller != "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("find own executable: %w", err)
+		}
+		if uint64(f.memorySize) >= uint64(f.vmMemory) {
+			return usagef("--memory-size %s must be below --vm-memory %s (the guest's OS needs the rest)", f.memorySize.String(), f.vmMemory.String())
+		}
+		work, err = kubevirt.NewWorkload(k.controller, exe, memload.Params{SizeBytes: uint64(f.memorySize), Scan: memload.Scan(f.scan),
+			StrideBytes: uint64(os.Getpagesize()), WriteFraction: float64(f.writes), RatePagesPerSec: float64(f.rate), Duration: f.runtime,
+			Content: memload.Content(f.content), Seed: f.seed, HugePages: memload.HugePagesNever, Interval: time.Second})
+		if err != nil {
+			return usageError{err}
+		}
 	}
 	var tmpl *unstructured.Unstructured
 	if k.template != "" {
@@ -99,12 +131,21 @@ func runKubevirtDensity(cmd *cobra.Command, f *densityFlags) error {
 			return usagef("--cpus %d: want at least 1", k.cpus)
 		}
 		guest := resource.NewQuantity(int64(f.vmMemory), resource.BinarySI).String()
-		tmpl = kubevirt.BuiltinTemplate(kubevirt.TemplateOptions{Kind: kind, GuestMemory: guest, CPUs: k.cpus, ContainerDisk: k.containerDisk, NodeSelector: sel})
+		opts := kubevirt.TemplateOptions{Kind: kind, GuestMemory: guest, CPUs: k.cpus, ContainerDisk: k.containerDisk, NodeSelector: sel}
+		if work != nil {
+			if opts.UserData, err = work.UserData(); err != nil {
+				return usageError{err}
+			}
+		}
+		tmpl = kubevirt.BuiltinTemplate(opts)
 	}
 	p := kubevirt.Params{Deployments: deployments, BurstOnly: k.burstOnly, Template: tmpl, Namespace: k.namespace, QPS: k.qps, Burst: k.burst,
-		Timeout: k.timeout, StopOnFailure: f.stopOnFail, Out: f.out, Label: f.label,
+		Timeout: k.timeout, StopOnFailure: f.stopOnFail, Workload: work, Out: f.out, Label: f.label,
 		Record: map[string]any{"deployments": f.deployments, "burst_only": k.burstOnly, "qps": k.qps, "burst": k.burst,
-			"timeout_seconds": k.timeout.Seconds(), "template": k.template}}
+			"timeout_seconds": k.timeout.Seconds(), "template": k.template, "controller_address": k.controller}}
+	if work != nil {
+		p.Record["load_args"] = work.LoadArgs
+	}
 	if err := p.Validate(); err != nil {
 		return usageError{err}
 	}
@@ -172,8 +213,8 @@ func (r *kubevirtReporter) StepDone(s results.Step) {
 		return
 	}
 	if !r.header {
-		fmt.Fprintf(r.out, "%4s %7s %9s %9s %9s %9s %9s %11s %9s  %s\n", "step", "objects", "sched95", "run p50", "run p95", "run p99", "run max",
-			"created/min", "delete", "status")
+		fmt.Fprintf(r.out, "%4s %7s %9s %9s %9s %9s %9s %11s %9s %12s  %s\n", "step", "objects", "sched95", "run p50", "run p95", "run p99", "run max",
+			"created/min", "delete", "agg pages/s", "status")
 		r.header = true
 	}
 	var sched95, runMax float64
@@ -189,8 +230,8 @@ func (r *kubevirtReporter) StepDone(s results.Step) {
 	if s.Failed {
 		status = "FAILED: " + s.FailReason
 	}
-	fmt.Fprintf(r.out, "%4d %7d %8.3fs %8.3fs %8.3fs %8.3fs %8.3fs %11.1f %8.2fs  %s\n", s.Index, s.Workers, sched95, s.CreateP50Seconds,
-		s.CreateP95Seconds, s.CreateP99Seconds, runMax, s.CreationRatePerMinute, s.DeleteSeconds, status)
+	fmt.Fprintf(r.out, "%4d %7d %8.3fs %8.3fs %8.3fs %8.3fs %8.3fs %11.1f %8.2fs %12s  %s\n", s.Index, s.Workers, sched95, s.CreateP50Seconds,
+		s.CreateP95Seconds, s.CreateP99Seconds, runMax, s.CreationRatePerMinute, s.DeleteSeconds, units.FormatRate(s.AggregatePagesPerSec), status)
 }
 
 func (r *kubevirtReporter) finish(dir string, run *results.Run) {

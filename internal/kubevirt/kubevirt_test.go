@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/headroom-dev/headroom/internal/memload"
 )
 
 func TestParseTemplate(t *testing.T) {
@@ -230,6 +232,45 @@ func TestParseObjectKind(t *testing.T) {
 		got, err := ParseObjectKind(in)
 		if got != want || (want == "") != (err != nil) {
 			t.Errorf("%q: %q, %v", in, got, err)
+		}
+	}
+}
+
+func TestWorkloadUserData(t *testing.T) {
+	w, err := NewWorkload("10.0.0.5:9400", "/bin/true", memload.Params{SizeBytes: 64 << 20, Scan: memload.ScanRandom, StrideBytes: 4096,
+		WriteFraction: 0.5, Duration: 30 * time.Second, Content: memload.Content{Kind: memload.ContentRandom}, Seed: 7,
+		HugePages: memload.HugePagesNever, Interval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range w.LoadArgs {
+		if a == "--seed" {
+			t.Errorf("load args carry a fixed seed: %v", w.LoadArgs)
+		}
+	}
+	ud, err := w.UserData()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"curl -fsS -o \"$bin\" http://10.0.0.5:9401/headroom", "'--size' '67108864'", "'--scan' 'random'",
+		"--seed $((7 + ${HEADROOM_INDEX}))", "--controller tcp:10.0.0.5:9400", "--worker-id ${HEADROOM_WORKER}"} {
+		if !strings.Contains(ud, want) {
+			t.Errorf("user data lacks %q:\n%s", want, ud)
+		}
+	}
+	// Per object, the placeholders become its name and index, in a VMI and
+	// in a VM's template.
+	for _, kind := range []string{KindVMI, KindVM} {
+		o := Instantiate(BuiltinTemplate(TemplateOptions{Kind: kind, GuestMemory: "1Gi", ContainerDisk: "x", UserData: ud}), "ns", "r", 2, 5)
+		b, _ := o.MarshalJSON()
+		if s := string(b); strings.Contains(s, "HEADROOM_") || !strings.Contains(s, "--worker-id density-r-2-5") || !strings.Contains(s, "$((7 + 5))") {
+			t.Errorf("%s: placeholders not filled: %s", kind, s)
+		}
+	}
+	for _, bad := range []string{"nohost", ":9400", "h:0", "h:65535", "h:x"} {
+		if _, err := NewWorkload(bad, "/bin/true", memload.Params{SizeBytes: 1 << 20, Scan: memload.ScanSeq, StrideBytes: 4096, Duration: time.Second,
+			HugePages: memload.HugePagesNever, Interval: time.Second}); err == nil {
+			t.Errorf("address %q accepted", bad)
 		}
 	}
 }

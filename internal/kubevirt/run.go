@@ -51,8 +51,12 @@ type Params struct {
 	// Running; a step fails on the first one that takes longer.
 	Timeout       time.Duration
 	StopOnFailure bool
-	Out           string
-	Label         string
+	// Workload, when set, runs `headroom load` in every guest (the
+	// template's cloud-init user data) and measures it once all of a
+	// step's VMIs run.
+	Workload *Workload
+	Out      string
+	Label    string
 	// Record is what run.json's params show (the command's flags).
 	Record map[string]any
 }
@@ -114,6 +118,7 @@ type runner struct {
 	namespace       string
 	vmis, vms       *Tracker
 	createErrs      sync.Map // object name → create error
+	work            *workloadServer
 }
 
 // Run creates the namespace, runs the steps and deletes everything it
@@ -170,6 +175,12 @@ func Run(ctx context.Context, cfg *rest.Config, p Params, rep Reporter) (dir str
 
 	if err := checkKubeVirt(cfg); err != nil {
 		return dir, run, err
+	}
+	if p.Workload != nil {
+		if r.work, err = startWorkload(*p.Workload); err != nil {
+			return dir, run, err
+		}
+		defer r.work.close()
 	}
 	if err := r.createNamespace(ctx); err != nil {
 		return dir, run, err
@@ -320,12 +331,26 @@ func (r *runner) runStep(ctx context.Context, index, n int) (results.Step, error
 	for i := range names {
 		names[i] = ObjectName(r.runID, index, i+1)
 	}
+	if r.work != nil && index > 1 {
+		// A fresh controller: its workers are one step's.
+		_, port, _, _ := r.p.Workload.Ports()
+		r.work.ctl.Close()
+		if err := r.work.listen(port); err != nil {
+			step.Failed, step.FailReason = true, err.Error()
+			return step, nil
+		}
+	}
 	var created atomic.Int64
 	stopProgress := r.progress(index, names, start)
 	r.create(ctx, index, names, &created)
 	failed := r.vmis.WaitRunning(ctx, names, r.p.Timeout)
 	stopProgress()
 	r.summarize(ctx, &step, names, failed)
+	if r.work != nil && !step.Failed && ctx.Err() == nil {
+		if err := r.measure(ctx, &step, names); err != nil {
+			step.Failed, step.FailReason = true, "workload: "+err.Error()
+		}
+	}
 
 	deleteStart := time.Now()
 	derr := r.deleteStep(ctx, index, names)

@@ -446,6 +446,36 @@ func TestSystemKubevirtDensity(t *testing.T) {
 		e.assertNothingLeft(t)
 	})
 
+	t.Run("the workload in every guest, joined to the controller", func(t *testing.T) {
+		// The stand-in guest runs the VMI's cloud-init user data on this
+		// machine: it fetches headroom from density and runs headroom load.
+		before := e.virt.GuestsRun()
+		port := kubetest.FreePort(t) // and port+1, for the binary: free in practice
+		r := e.density(t, "--deployments", "2,4", "--controller-address", fmt.Sprintf("127.0.0.1:%d", port), "--vm-memory", "256Mi",
+			"--memory-size", "16Mi", "--workload-runtime", "3s", "--memory-scan", "random", "--timeout", "60s",
+			"--node-selector", "kubernetes.io/hostname="+nodeName)
+		if r.err != nil || r.run == nil || len(r.run.Steps) != 2 {
+			t.Fatalf("density: %v", r.err)
+		}
+		for _, s := range r.run.Steps {
+			if s.Failed || s.AggregatePagesPerSec <= 0 {
+				t.Errorf("step %d: failed %v (%s), %.0f pages/s", s.Index, s.Failed, s.FailReason, s.AggregatePagesPerSec)
+			}
+			for _, w := range s.PerWorker {
+				if w.PagesPerSec <= 0 || w.Error != "" || w.PopulateSeconds <= 0 {
+					t.Errorf("step %d %s: %.0f pages/s, populated in %.2f s, error %q", s.Index, w.Name, w.PagesPerSec, w.PopulateSeconds, w.Error)
+				}
+			}
+		}
+		if got := e.virt.GuestsRun() - before; got != 6 {
+			t.Errorf("%d guests ran, want 6", got)
+		}
+		if left := e.virt.GuestsLeft(); left != 0 {
+			t.Errorf("%d guests still run after their VMIs were deleted", left)
+		}
+		e.assertNothingLeft(t)
+	})
+
 	t.Run("burst of 400", func(t *testing.T) {
 		r := e.density(t, "--deployments", "10:400:10", "--burst-only", "--qps", "400", "--burst", "400", "--timeout", "60s",
 			"--node-selector", "kubernetes.io/hostname="+nodeName)

@@ -149,6 +149,7 @@ func Instantiate(tmpl *unstructured.Unstructured, namespace, runID string, step,
 	u.SetUID("")
 	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
 	unstructured.RemoveNestedField(u.Object, "status")
+	fillUserData(u, name, index)
 	labels := map[string]string{LabelRun: runID, LabelStep: strconv.Itoa(step), LabelIndex: strconv.Itoa(index)}
 	u.SetLabels(merge(u.GetLabels(), labels))
 	if u.GetKind() == KindVM {
@@ -156,6 +157,31 @@ func Instantiate(tmpl *unstructured.Unstructured, namespace, runID string, step,
 		unstructured.SetNestedStringMap(u.Object, merge(tl, labels), "spec", "template", "metadata", "labels")
 	}
 	return u
+}
+
+// fillUserData replaces the workload placeholders in the object's
+// cloud-init user data with its name and index.
+func fillUserData(u *unstructured.Unstructured, name string, index int) {
+	path := []string{"spec", "volumes"}
+	if u.GetKind() == KindVM {
+		path = []string{"spec", "template", "spec", "volumes"}
+	}
+	vols, ok, _ := unstructured.NestedSlice(u.Object, path...)
+	if !ok {
+		return
+	}
+	r := strings.NewReplacer(WorkerPlaceholder, name, IndexPlaceholder, strconv.Itoa(index))
+	for _, v := range vols {
+		vol, _ := v.(map[string]any)
+		for _, src := range []string{"cloudInitNoCloud", "cloudInitConfigDrive"} {
+			if ci, ok := vol[src].(map[string]any); ok {
+				if ud, ok := ci["userData"].(string); ok {
+					ci["userData"] = r.Replace(ud)
+				}
+			}
+		}
+	}
+	unstructured.SetNestedSlice(u.Object, vols, path...)
 }
 
 // ObjectName names object index of step; the VMI of a VM has the same name.

@@ -5,8 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,12 +30,14 @@ import (
 )
 
 // VirtController stands in for KubeVirt's virt-controller, for the API
-// objects only: a VirtualMachine with runStrategy Always gets its
+// objects: a VirtualMachine with runStrategy Always gets its
 // VirtualMachineInstance, and every VMI its virt-launcher pod on the node
 // its nodeSelector names, with the memory request KubeVirt v1.6 computes
 // (internal/calc). Both are owned (the garbage collector deletes them with
 // their owner). The VMIs' phases are kwok's stages' business; kwok runs
-// the pods.
+// the pods. And it stands in for the guest: once a VMI is Running, its
+// cloud-init user data runs as a shell script on this machine until the
+// VMI is deleted.
 type VirtController struct {
 	dyn     dynamic.Interface
 	cs      kubernetes.Interface
@@ -39,6 +45,24 @@ type VirtController struct {
 	started map[types.UID]bool // VMIs with a pod, VMs with a VMI
 	errs    []string
 	pods    []*corev1.Pod
+	guests  map[types.UID]*exec.Cmd
+	logDir  string
+	ran     int
+}
+
+// GuestsRun is how many guests' user data it ran; GuestsLeft how many
+// still run.
+func (vc *VirtController) GuestsRun() int {
+	vc.mu.Lock()
+	defer vc.mu.Unlock()
+	return vc.ran
+}
+
+// GuestsLeft is how many guests still run.
+func (vc *VirtController) GuestsLeft() int {
+	vc.mu.Lock()
+	defer vc.mu.Unlock()
+	return len(vc.guests)
 }
 
 // Pods are the virt-launcher pods it created, in order.
@@ -64,7 +88,7 @@ func StartVirtController(t testing.TB, cp *ControlPlane) *VirtController {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vc := &VirtController{dyn: dyn, cs: cp.Clientset(t), started: map[types.UID]bool{}}
+	vc := &VirtController{dyn: dyn, cs: cp.Clientset(t), started: map[types.UID]bool{}, guests: map[types.UID]*exec.Cmd{}, logDir: t.TempDir()}
 	factory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	handle := func(f func(context.Context, *unstructured.Unstructured) error) cache.ResourceEventHandlerFuncs {
@@ -81,11 +105,35 @@ func StartVirtController(t testing.TB, cp *ControlPlane) *VirtController {
 	}
 	factory.ForResource(kubevirt.VMResource).Informer().AddEventHandler(handle(vc.syncVM))
 	factory.ForResource(kubevirt.VMIResource).Informer().AddEventHandler(handle(vc.syncVMI))
+	factory.ForResource(kubevirt.VMIResource).Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, o any) {
+			if u, ok := o.(*unstructured.Unstructured); ok && u.GetDeletionTimestamp() == nil {
+				vc.startGuest(u)
+			}
+		},
+		DeleteFunc: func(o any) {
+			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+				o = d.Obj
+			}
+			if u, ok := o.(*unstructured.Unstructured); ok {
+				vc.stopGuest(u.GetUID())
+			}
+		},
+	})
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
 	t.Cleanup(func() {
 		cancel()
 		factory.Shutdown()
+		vc.mu.Lock()
+		uids := make([]types.UID, 0, len(vc.guests))
+		for uid := range vc.guests {
+			uids = append(uids, uid)
+		}
+		vc.mu.Unlock()
+		for _, uid := range uids {
+			vc.stopGuest(uid)
+		}
 		vc.mu.Lock()
 		defer vc.mu.Unlock()
 		for _, e := range vc.errs {
@@ -109,6 +157,61 @@ func (vc *VirtController) first(uid types.UID) bool {
 func owner(u *unstructured.Unstructured) metav1.OwnerReference {
 	return metav1.OwnerReference{APIVersion: u.GetAPIVersion(), Kind: u.GetKind(), Name: u.GetName(), UID: u.GetUID(),
 		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
+}
+
+// startGuest runs a Running VMI's cloud-init user data, once.
+func (vc *VirtController) startGuest(vmi *unstructured.Unstructured) {
+	if phase, _, _ := unstructured.NestedString(vmi.Object, "status", "phase"); phase != "Running" {
+		return
+	}
+	vols, _, _ := unstructured.NestedSlice(vmi.Object, "spec", "volumes")
+	userData := ""
+	for _, v := range vols {
+		if ud, ok, _ := unstructured.NestedString(v.(map[string]any), "cloudInitNoCloud", "userData"); ok {
+			userData = ud
+		}
+	}
+	vc.mu.Lock()
+	defer vc.mu.Unlock()
+	if userData == "" || vc.guests[vmi.GetUID()] != nil || vc.started["guest-"+vmi.GetUID()] {
+		return
+	}
+	vc.started["guest-"+vmi.GetUID()] = true
+	log, err := os.Create(filepath.Join(vc.logDir, vmi.GetName()+".log"))
+	if err != nil {
+		vc.errs = append(vc.errs, err.Error())
+		return
+	}
+	cmd := exec.Command("sh", "-c", userData)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		vc.errs = append(vc.errs, fmt.Sprintf("guest %s: %v", vmi.GetName(), err))
+		return
+	}
+	vc.guests[vmi.GetUID()] = cmd
+	vc.ran++
+	uid := vmi.GetUID()
+	go func() {
+		cmd.Wait()
+		log.Close()
+		vc.mu.Lock()
+		if vc.guests[uid] == cmd {
+			delete(vc.guests, uid)
+		}
+		vc.mu.Unlock()
+	}()
+}
+
+// stopGuest ends a deleted VMI's guest (its whole process group).
+func (vc *VirtController) stopGuest(uid types.UID) {
+	vc.mu.Lock()
+	cmd := vc.guests[uid]
+	delete(vc.guests, uid)
+	vc.mu.Unlock()
+	if cmd != nil {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
 }
 
 // syncVM creates a running VM's VMI from its template, as virt-controller.
