@@ -123,11 +123,16 @@ func drawCharts(runs []Run) ([]chart, error) {
 }
 
 // controlPlaneOnly reports whether every run is a KubeVirt density run
-// (creation to Running on a cluster, no workload measured).
+// without a workload (creation to Running on a cluster, no pages/s).
 func controlPlaneOnly(runs []Run) bool {
 	for _, r := range runs {
 		if r.Params["backend"] != "kubevirt" {
 			return false
+		}
+		for _, s := range r.Steps {
+			if s.AggregatePagesPerSec > 0 {
+				return false
+			}
 		}
 	}
 	return true

@@ -307,4 +307,9 @@ func TestKubevirtRunChartsLatencyByPhase(t *testing.T) {
 	if got := strings.Join(phaseNames([]Run{{Dir: "kv", Run: run}}), ","); got != "pending,scheduling,scheduled,running,ready" {
 		t.Errorf("latency by phase draws %s", got)
 	}
+	// With the in-guest workload measured, the pages/s charts are back.
+	run.Steps[0].AggregatePagesPerSec = 1e6
+	if controlPlaneOnly([]Run{{Dir: "kv", Run: run}}) {
+		t.Errorf("a run with pages/s drawn as control plane only")
+	}
 }
