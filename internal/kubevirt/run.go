@@ -188,11 +188,14 @@ func Run(ctx context.Context, cfg *rest.Config, p Params, rep Reporter) (dir str
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
+		start := time.Now()
 		if derr := r.deleteNamespace(cctx); derr != nil {
 			rep.Note("cleanup: %v", derr)
 			if err == nil {
 				err = derr
 			}
+		} else {
+			rep.Note("namespace %s deleted in %.1f s", r.namespace, time.Since(start).Seconds())
 		}
 	}()
 	if r.vmis, err = NewTracker(ctx, r.limited, VMIResource, r.namespace, r.runID); err != nil {
