@@ -37,6 +37,14 @@ mod="$(cat "$src/go.mod")"
     sed -E "s#=> \./staging/src/(kubevirt\.io/[a-z-]+)#=> \1 ${KUBEVIRT_VERSION}#"
   echo ")"
 } >go.mod
+# The generator compiles virt-operator's crds.go and the schemas it reads
+# (validations_generated.go), unchanged, as a package of its own: the rest of
+# the components package (deployments, webhooks, certificates ...) would pull
+# in most of KubeVirt for nothing.
+mkdir components
+cp "$src/pkg/virt-operator/resource/generate/components/crds.go" \
+  "$src/pkg/virt-operator/resource/generate/components/validations_generated.go" components/
+chmod u+w components/*.go
 cat >main.go <<'GO'
 // Command kubevirtcrds prints the VirtualMachineInstance and VirtualMachine
 // CRDs as KubeVirt's virt-operator creates them.
@@ -47,7 +55,7 @@ import (
 	"os"
 
 	extv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"kubevirt.io/kubevirt/pkg/virt-operator/resource/generate/components"
+	"headroom.local/kubevirtcrds/components"
 	"sigs.k8s.io/yaml"
 )
 
