@@ -4,11 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
@@ -173,7 +175,7 @@ func Run(ctx context.Context, cfg *rest.Config, p Params, rep Reporter) (dir str
 		}
 	}()
 
-	if err := checkKubeVirt(cfg); err != nil {
+	if err := checkKubeVirt(ctx, cfg); err != nil {
 		return dir, run, err
 	}
 	if p.Workload != nil {
@@ -238,20 +240,36 @@ func Run(ctx context.Context, cfg *rest.Config, p Params, rep Reporter) (dir str
 }
 
 // checkKubeVirt fails early, in one line, when the cluster does not serve
-// KubeVirt's API (or cannot be reached), before anything is created.
-func checkKubeVirt(cfg *rest.Config) error {
+// KubeVirt's API (or cannot be reached), before anything is created. It
+// reads the group's discovery document itself: client-go's discovery
+// client links every built-in API type into the binary.
+func checkKubeVirt(ctx context.Context, cfg *rest.Config) error {
 	c := rest.CopyConfig(cfg)
 	c.Timeout = 30 * time.Second
-	dc, err := discovery.NewDiscoveryClientForConfig(c)
+	hc, err := rest.HTTPClientFor(c)
 	if err != nil {
 		return err
 	}
-	list, err := dc.ServerResourcesForGroupVersion(VMIResource.GroupVersion().String())
-	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("%s does not serve kubevirt.io/v1: is KubeVirt installed?", cfg.Host)
+	url := strings.TrimSuffix(c.Host, "/") + "/apis/" + VMIResource.GroupVersion().String()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
 	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("kubernetes API at %s: %w", cfg.Host, err)
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		return fmt.Errorf("%s does not serve kubevirt.io/v1: is KubeVirt installed?", cfg.Host)
+	case resp.StatusCode != http.StatusOK:
+		return fmt.Errorf("kubernetes API at %s: GET %s: %s", cfg.Host, url, resp.Status)
+	}
+	var list metav1.APIResourceList
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		return fmt.Errorf("kubernetes API at %s: %s: %w", cfg.Host, url, err)
 	}
 	for _, res := range list.APIResources {
 		if res.Name == VMIResource.Resource {

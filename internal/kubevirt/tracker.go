@@ -8,9 +8,10 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -95,9 +96,22 @@ type Tracker struct {
 // its list and watch.
 func NewTracker(ctx context.Context, client dynamic.Interface, resource schema.GroupVersionResource, namespace, runID string) (*Tracker, error) {
 	t := &Tracker{objects: map[string]*Timeline{}, changed: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), now: time.Now}
-	inf := dynamicinformer.NewFilteredDynamicInformer(client, resource, namespace, 0, cache.Indexers{}, func(o *metav1.ListOptions) {
-		o.LabelSelector = LabelRun + "=" + runID
-	}).Informer()
+	// A plain informer over the dynamic client: client-go's dynamicinformer
+	// links every built-in API type into the binary (it is also the
+	// micro-VM guest's /init).
+	rc := client.Resource(resource).Namespace(namespace)
+	sel := LabelRun + "=" + runID
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = sel
+			return rc.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = sel
+			return rc.Watch(ctx, o)
+		},
+	}
+	inf := cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{})
 	// Only the newest version of each object is needed; managed fields
 	// are most of a VMI's size.
 	inf.SetTransform(func(o any) (any, error) {
