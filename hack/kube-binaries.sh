@@ -3,7 +3,7 @@
 # etcd, kube-apiserver, kube-controller-manager, kubectl (from k8s.io/kubernetes
 # at a pinned version, its staging repos replaced by their published modules)
 # and kwok — into $XDG_CACHE_HOME/headroom/kube/<version>/bin, once. A cold
-# build takes about 10 minutes; later runs find the binaries and return.
+# build takes 10 to 20 minutes; later runs find the binaries and return.
 # Prints the bin directory.
 set -euo pipefail
 
@@ -27,10 +27,13 @@ trap 'rm -rf "$work"' EXIT
 out="$work/bin"
 mkdir -p "$out"
 
-echo "building the Kubernetes ${KUBE_VERSION} control plane (etcd ${ETCD_VERSION}) and kwok ${KWOK_VERSION} into $bin (cold: about 10 minutes)" >&2
+echo "building the Kubernetes ${KUBE_VERSION} control plane (etcd ${ETCD_VERSION}) and kwok ${KWOK_VERSION} into $bin (cold: 10 to 20 minutes)" >&2
 
-# kwok's module has no replace directives: go install builds it as released.
-GOBIN="$out" CGO_ENABLED=0 "$GO" install -trimpath -ldflags='-s -w' "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}" >&2
+# kwok's module has no replace directives: go install builds it as released,
+# beside the rest (its Kubernetes libraries are another version, nothing is
+# shared; two builds side by side fill the cores while either downloads).
+GOBIN="$out" CGO_ENABLED=0 "$GO" install -trimpath -ldflags='-s -w' "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}" >&2 &
+kwok=$!
 
 # k8s.io/kubernetes resolves its staging repos from ./staging; a scratch
 # module points each one at the published module of the matching version.
@@ -67,10 +70,12 @@ import (
 GO
 "$GO" mod tidy -e >&2 2>/dev/null || true
 "$GO" get "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" >&2
-for pkg in go.etcd.io/etcd/server/v3:etcd k8s.io/kubernetes/cmd/kube-apiserver:kube-apiserver \
-  k8s.io/kubernetes/cmd/kube-controller-manager:kube-controller-manager k8s.io/kubernetes/cmd/kubectl:kubectl; do
-  CGO_ENABLED=0 "$GO" build -mod=mod -trimpath -ldflags='-s -w' -o "$out/${pkg#*:}" "${pkg%%:*}" >&2
-done
+# One build for the four: their shared packages compile once, and the
+# links run side by side. etcd's main package is .../server/v3: "server".
+CGO_ENABLED=0 "$GO" build -mod=mod -trimpath -ldflags='-s -w' -o "$out/" go.etcd.io/etcd/server/v3 \
+  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl >&2
+mv "$out/server" "$out/etcd"
+wait "$kwok"
 
 mkdir -p "$cache"
 rm -rf "$bin"

@@ -175,7 +175,7 @@ func Run(ctx context.Context, cfg *rest.Config, p Params, rep Reporter) (dir str
 		}
 	}()
 
-	if err := checkKubeVirt(ctx, cfg); err != nil {
+	if err := checkKubeVirt(ctx, cfg, r.limiter); err != nil {
 		return dir, run, err
 	}
 	if p.Workload != nil {
@@ -242,8 +242,12 @@ func Run(ctx context.Context, cfg *rest.Config, p Params, rep Reporter) (dir str
 // checkKubeVirt fails early, in one line, when the cluster does not serve
 // KubeVirt's API (or cannot be reached), before anything is created. It
 // reads the group's discovery document itself: client-go's discovery
-// client links every built-in API type into the binary.
-func checkKubeVirt(ctx context.Context, cfg *rest.Config) error {
+// client links every built-in API type into the binary. Its request, like
+// every other, waits for a token.
+func checkKubeVirt(ctx context.Context, cfg *rest.Config, limiter flowcontrol.RateLimiter) error {
+	if err := limiter.Wait(ctx); err != nil {
+		return err
+	}
 	c := rest.CopyConfig(cfg)
 	c.Timeout = 30 * time.Second
 	hc, err := rest.HTTPClientFor(c)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -559,15 +560,17 @@ func TestSystemKubevirtDensity(t *testing.T) {
 			t.Fatalf("density: %v", r.err)
 		}
 		all := e.cp.Audit(t, e.user)[before:]
-		var creates, every []time.Time
+		var creates []time.Time
+		every := slices.Clone(all)
 		for _, ev := range all {
-			every = append(every, ev.RequestReceivedTimestamp)
 			if ev.Verb == "create" && ev.ObjectRef != nil && ev.ObjectRef.Resource == "virtualmachineinstances" {
 				creates = append(creates, ev.RequestReceivedTimestamp)
 			}
 		}
 		sort.Slice(creates, func(i, j int) bool { return creates[i].Before(creates[j]) })
-		sort.Slice(every, func(i, j int) bool { return every[i].Before(every[j]) })
+		sort.SliceStable(every, func(i, j int) bool {
+			return every[i].RequestReceivedTimestamp.Before(every[j].RequestReceivedTimestamp)
+		})
 		if len(creates) != n {
 			t.Fatalf("%d VMI creates in the audit log, want %d", len(creates), n)
 		}
@@ -578,12 +581,21 @@ func TestSystemKubevirtDensity(t *testing.T) {
 			t.Errorf("creates at %.2f/s, want %g ±10%%", rate, qps)
 		}
 		// No stretch of the run exceeds the bucket: requests in any window
-		// of w seconds are at most burst + qps·w (+1 for rounding).
+		// of w seconds are at most burst + qps·w (+1 for rounding). The
+		// apiserver sees arrivals, not tokens: a request that opened the
+		// connection took its token a TLS handshake before it arrived (seen:
+		// 9 requests within 0.145 s, the first the run's first), so the
+		// window is widened by that much.
+		const connectSlackSeconds = 0.1
 		for i := range every {
 			for j := i; j < len(every); j++ {
-				w := every[j].Sub(every[i]).Seconds()
-				if float64(j-i+1) > float64(burst)+qps*w+1 {
-					t.Fatalf("%d requests within %.3f s: above --qps %g --burst %d", j-i+1, w, qps, burst)
+				w := every[j].RequestReceivedTimestamp.Sub(every[i].RequestReceivedTimestamp).Seconds()
+				if float64(j-i+1) > float64(burst)+qps*(w+connectSlackSeconds)+1 {
+					var reqs []string
+					for _, ev := range every[i : j+1] {
+						reqs = append(reqs, fmt.Sprintf("%+.3fs %s %s", ev.RequestReceivedTimestamp.Sub(every[i].RequestReceivedTimestamp).Seconds(), ev.Verb, ev.RequestURI))
+					}
+					t.Fatalf("%d requests within %.3f s: above --qps %g --burst %d:\n%s", j-i+1, w, qps, burst, strings.Join(reqs, "\n"))
 				}
 			}
 		}

@@ -90,7 +90,9 @@ func (w Workload) UserData() (string, error) {
 	return fmt.Sprintf(`#!/bin/sh
 # headroom density: fetch headroom from the controller and run the workload.
 set -e
-bin=/tmp/headroom
+# A directory of its own: guests that share a /tmp (the test's stand-in runs
+# them side by side) must not rewrite a binary another one is executing.
+bin="$(mktemp -d)/headroom"
 curl -fsS -o "$bin" %[1]s || wget -q -O "$bin" %[1]s
 chmod +x "$bin"
 exec "$bin" load %[2]s --seed $((%[3]d + %[4]s)) --controller tcp:%[5]s --worker-id %[6]s

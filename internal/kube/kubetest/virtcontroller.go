@@ -182,8 +182,16 @@ func (vc *VirtController) startGuest(vmi *unstructured.Unstructured) {
 		vc.errs = append(vc.errs, err.Error())
 		return
 	}
+	tmp, err := os.MkdirTemp(vc.logDir, vmi.GetName()+"-tmp-")
+	if err != nil {
+		vc.errs = append(vc.errs, err.Error())
+		log.Close()
+		return
+	}
 	cmd := exec.Command("sh", "-c", userData)
 	cmd.Stdout, cmd.Stderr = log, log
+	// Its own /tmp, as a guest has: what the script leaves goes with the test.
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		vc.errs = append(vc.errs, fmt.Sprintf("guest %s: %v", vmi.GetName(), err))
