@@ -22,6 +22,9 @@ func TestParseTemplate(t *testing.T) {
 		{"no spec", "apiVersion: kubevirt.io/v1\nkind: VirtualMachineInstance\n", "without a spec"},
 		{"vm without template", "apiVersion: kubevirt.io/v1\nkind: VirtualMachine\nspec: {running: true}\n", "spec.template.spec"},
 		{"empty", "", "empty template"},
+		{"empty metadata", "apiVersion: kubevirt.io/v1\nkind: VirtualMachineInstance\nmetadata:\nspec: {}\n", ""},
+		{"metadata a string", "apiVersion: kubevirt.io/v1\nkind: VirtualMachineInstance\nmetadata: x\nspec: {}\n", "metadata is x: want a mapping"},
+		{"VM template labels a list", "apiVersion: kubevirt.io/v1\nkind: VirtualMachine\nspec: {template: {metadata: {labels: [a]}, spec: {}}}\n", "spec.template.metadata.labels"},
 		{"not yaml", "{{{", "not YAML"},
 		{"a list", "- a\n- b\n", "not YAML"},
 	} {
@@ -41,6 +44,7 @@ func FuzzParseTemplate(f *testing.F) {
 	f.Add([]byte("apiVersion: kubevirt.io/v1\nkind: VirtualMachine\nspec: {template: {spec: {domain: {}}}}\n"))
 	f.Add([]byte("apiVersion: kubevirt.io/v1\nkind: VirtualMachineInstance\nmetadata: {name: x, labels: {a: b}}\nspec: {}\n"))
 	f.Add([]byte("kind: VirtualMachine\napiVersion: kubevirt.io/v1\nspec: {template: 3}\n"))
+	f.Add([]byte("apiVersion: kubevirt.io/v1\nkind: VirtualMachine\nspec: {template: {metadata: , spec: {}}}\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		u, err := ParseTemplate(b)
 		if err != nil {
@@ -50,6 +54,11 @@ func FuzzParseTemplate(f *testing.F) {
 		o := Instantiate(u, "ns", "abc", 2, 7)
 		if o.GetName() != "density-abc-2-7" || o.GetNamespace() != "ns" || o.GetLabels()[LabelIndex] != "7" {
 			t.Fatalf("instantiated %s/%s labels %v", o.GetNamespace(), o.GetName(), o.GetLabels())
+		}
+		if o.GetKind() == KindVM {
+			if l, _, _ := unstructured.NestedStringMap(o.Object, "spec", "template", "metadata", "labels"); l[LabelIndex] != "7" {
+				t.Fatalf("the VM's VMI template labels %v", l)
+			}
 		}
 	})
 }

@@ -5,6 +5,7 @@ package kubevirt_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
@@ -42,6 +43,10 @@ const (
 	runningMs     = 400
 	runningSlowMs = 1000
 )
+
+// launcherRunningMs is the delay after which kwok runs a virt-launcher pod
+// (the stand-in virt-controller creates one per VMI, on the VMI's node).
+const launcherRunningMs = 250
 
 // slowIndexes are the objects (by index within a step) that take
 // runningSlowMs to run: one in ten, so p50 and p95 differ.
@@ -139,6 +144,63 @@ func vmiStages() string {
 			"      type: Warning\n      reason: SyncFailed\n      message: "+strconv.Quote(qemuTimeout)+"\n")
 }
 
+// launcherStages replace kwok's default pod stages: a virt-launcher pod
+// runs launcherRunningMs after kwok sees it, and a deleted pod goes at once.
+func launcherStages() string {
+	return fmt.Sprintf(`---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: launcher-running
+spec:
+  resourceRef: {apiGroup: v1, kind: Pod}
+  selector:
+    matchExpressions:
+    - {key: '.metadata.deletionTimestamp', operator: DoesNotExist}
+    - {key: '.spec.nodeName', operator: Exists}
+    - {key: '.status.phase', operator: NotIn, values: [Running]}
+  delay: {durationMilliseconds: %d}
+  next:
+    statusTemplate: |
+      phase: Running
+      hostIP: 10.0.0.1
+      podIP: 10.244.0.2
+      startTime: {{ Now | Quote }}
+      conditions:
+      {{ range list "PodScheduled" "Initialized" "ContainersReady" "Ready" }}
+      - type: {{ . }}
+        status: "True"
+        lastProbeTime: null
+        lastTransitionTime: {{ Now | Quote }}
+      {{ end }}
+      containerStatuses:
+      {{ range .spec.containers }}
+      - name: {{ .name }}
+        image: {{ .image }}
+        imageID: ""
+        ready: true
+        started: true
+        restartCount: 0
+        state:
+          running:
+            startedAt: {{ Now | Quote }}
+      {{ end }}
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: launcher-deleted
+spec:
+  resourceRef: {apiGroup: v1, kind: Pod}
+  selector:
+    matchExpressions:
+    - {key: '.metadata.deletionTimestamp', operator: Exists}
+  next:
+    finalizers: {empty: true}
+    delete: true
+`, launcherRunningMs)
+}
+
 // env is a control plane with KubeVirt's CRDs, kwok moving VMIs through
 // their phases, one kwok node and a service account bound to the
 // ClusterRole deploy/kubevirt-density/rbac.yaml documents.
@@ -154,7 +216,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	testenv.RequireRoot(t)
-	cp := kubetest.StartWith(t, kubetest.Options{CRDFiles: []string{kubetest.KubeVirtCRDs(t)}, KwokStages: vmiStages()})
+	cp := kubetest.StartWith(t, kubetest.Options{CRDFiles: []string{kubetest.KubeVirtCRDs(t)}, KwokStages: vmiStages() + launcherStages()})
 	e := &env{cp: cp, cs: cp.Clientset(t), bin: testenv.HeadroomBinary(t)}
 	var err error
 	if e.dyn, err = dynamic.NewForConfig(cp.RESTConfig(t)); err != nil {
@@ -240,6 +302,41 @@ spec:
 	return p
 }
 
+// watchLaunchers watches virt-launcher pods from now on; the function it
+// returns stops the watch and gives, per pod seen Running, the seconds
+// from when it was seen created to when it was seen Running.
+func (e *env) watchLaunchers(t *testing.T) func() map[string]float64 {
+	t.Helper()
+	w, err := e.cs.CoreV1().Pods("").Watch(context.Background(), metav1.ListOptions{LabelSelector: "kubevirt.io=virt-launcher"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, ran := map[string]time.Time{}, map[string]float64{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			pod, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			now := time.Now()
+			key := pod.Namespace + "/" + pod.Name
+			if _, seen := created[key]; !seen {
+				created[key] = now
+			}
+			if _, seen := ran[key]; !seen && pod.Status.Phase == corev1.PodRunning {
+				ran[key] = now.Sub(created[key]).Seconds()
+			}
+		}
+	}()
+	return func() map[string]float64 {
+		w.Stop()
+		<-done
+		return ran
+	}
+}
+
 // assertNothingLeft checks that no namespace and no VMI of a density run
 // remain.
 func (e *env) assertNothingLeft(t *testing.T) {
@@ -294,6 +391,7 @@ func TestSystemKubevirtDensity(t *testing.T) {
 	e := newEnv(t)
 
 	t.Run("ramp 10 to 100 with exact quantiles", func(t *testing.T) {
+		launchers := e.watchLaunchers(t)
 		// --qps 20 --burst 20: the seed's setting.
 		r := e.density(t, "--deployments", "10:100:10", "--qps", "20", "--burst", "20", "--timeout", "30s",
 			"--node-selector", "kubernetes.io/hostname="+nodeName, "--vm-memory", "128Mi")
@@ -407,6 +505,19 @@ func TestSystemKubevirtDensity(t *testing.T) {
 				break
 			}
 		}
+		// kwok's launcher stage ran each pod after its delay: seen Running
+		// by this test's watch no sooner than the delay after it was seen
+		// created (less the watch's jitter), and every pod ran.
+		ran := launchers()
+		if len(ran) != objects {
+			t.Errorf("%d virt-launcher pods seen Running, want %d", len(ran), objects)
+		}
+		for name, sec := range ran {
+			if sec < launcherRunningMs/1e3-0.05 {
+				t.Errorf("pod %s Running %.3f s after its creation, before its stage delay (%d ms)", name, sec, launcherRunningMs)
+			}
+		}
+		report("virt-launcher pods: created → Running (stage delay 0.25 s)", slices.Collect(maps.Values(ran)))
 		// The report draws latency by phase from these results.
 		html := filepath.Join(r.dir, "report.html")
 		if out, err := exec.Command(e.bin, "report", r.dir, "-o", html).CombinedOutput(); err != nil {

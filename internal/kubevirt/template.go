@@ -133,6 +133,18 @@ func ParseTemplate(b []byte) (*unstructured.Unstructured, error) {
 			return nil, fmt.Errorf("VirtualMachine without spec.template.spec")
 		}
 	}
+	// Instantiate writes names and labels into these: an empty one
+	// ("metadata:" alone) is dropped, anything but a mapping refused.
+	for _, path := range [][]string{{"metadata", "labels"}, {"metadata"}, {"spec", "template", "metadata", "labels"}, {"spec", "template", "metadata"}} {
+		v, found, _ := unstructured.NestedFieldNoCopy(obj, path...)
+		switch _, isMap := v.(map[string]any); {
+		case !found || isMap:
+		case v == nil:
+			unstructured.RemoveNestedField(obj, path...)
+		default:
+			return nil, fmt.Errorf("%s is %v: want a mapping", strings.Join(path, "."), v)
+		}
+	}
 	return u, nil
 }
 
