@@ -86,20 +86,26 @@ func stage(name, from string, delayMs int, extra, phase, status, event string) s
 	next := "phase: " + phase + "\n" + status + "phaseTransitionTimestamps:\n" +
 		"{{ with .status }}{{ range .phaseTransitionTimestamps }}\n- phase: {{ .phase }}\n  phaseTransitionTimestamp: {{ .phaseTransitionTimestamp | Quote }}\n{{ end }}{{ end }}\n" +
 		"- phase: " + phase + "\n  phaseTransitionTimestamp: {{ Now | Quote }}\n"
+	return kwokStage(name, "{apiGroup: kubevirt.io/v1, kind: VirtualMachineInstance}", sel, delayMs,
+		"    statusSubresource: \"\"\n"+ev+"    statusTemplate: |\n"+indent(next, "      "))
+}
+
+// kwokStage is one kwok Stage: after delayMs, objects of resourceRef that
+// match the selector's expressions get next. The selector's lines and
+// next's come indented for their place under spec.
+func kwokStage(name, resourceRef, selector string, delayMs int, next string) string {
 	return fmt.Sprintf(`---
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
   name: %s
 spec:
-  resourceRef: {apiGroup: kubevirt.io/v1, kind: VirtualMachineInstance}
+  resourceRef: %s
   selector:
     matchExpressions:
 %s  delay: {durationMilliseconds: %d}
   next:
-    statusSubresource: ""
-%s    statusTemplate: |
-%s`, name, sel, delayMs, ev, indent(next, "      "))
+%s`, name, resourceRef, selector, delayMs, next)
 }
 
 func indent(s, prefix string) string {
@@ -147,21 +153,8 @@ func vmiStages() string {
 // launcherStages replace kwok's default pod stages: a virt-launcher pod
 // runs launcherRunningMs after kwok sees it, and a deleted pod goes at once.
 func launcherStages() string {
-	return fmt.Sprintf(`---
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: launcher-running
-spec:
-  resourceRef: {apiGroup: v1, kind: Pod}
-  selector:
-    matchExpressions:
-    - {key: '.metadata.deletionTimestamp', operator: DoesNotExist}
-    - {key: '.spec.nodeName', operator: Exists}
-    - {key: '.status.phase', operator: NotIn, values: [Running]}
-  delay: {durationMilliseconds: %d}
-  next:
-    statusTemplate: |
+	const pod = "{apiGroup: v1, kind: Pod}"
+	running := `    statusTemplate: |
       phase: Running
       hostIP: 10.0.0.1
       podIP: 10.244.0.2
@@ -185,20 +178,13 @@ spec:
           running:
             startedAt: {{ Now | Quote }}
       {{ end }}
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: launcher-deleted
-spec:
-  resourceRef: {apiGroup: v1, kind: Pod}
-  selector:
-    matchExpressions:
-    - {key: '.metadata.deletionTimestamp', operator: Exists}
-  next:
-    finalizers: {empty: true}
-    delete: true
-`, launcherRunningMs)
+`
+	return kwokStage("launcher-running", pod, `    - {key: '.metadata.deletionTimestamp', operator: DoesNotExist}
+    - {key: '.spec.nodeName', operator: Exists}
+    - {key: '.status.phase', operator: NotIn, values: [Running]}
+`, launcherRunningMs, running) +
+		kwokStage("launcher-deleted", pod, "    - {key: '.metadata.deletionTimestamp', operator: Exists}\n", 0,
+			"    finalizers: {empty: true}\n    delete: true\n")
 }
 
 // env is a control plane with KubeVirt's CRDs, kwok moving VMIs through
