@@ -105,6 +105,7 @@ bench: build
 	bench/start-skew.sh
 	bench/swap-bound.sh
 	bench/agent-overhead.sh
+	$(GO) test -tags system -count 1 -run '^$$' -bench '^BenchmarkSystemKube' -benchtime 1x ./internal/kube/
 	bench/density-skew.sh
 	bench/vm-boot.sh
 	bench/vm-touch-rate.sh

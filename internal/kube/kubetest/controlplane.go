@@ -306,6 +306,13 @@ func (cp *ControlPlane) start(t testing.TB, name string, args ...string) {
 		close(done)
 	}()
 	t.Cleanup(func() {
+		// The log's tail as the test left it, not the shutdown's noise;
+		// short, so the failure it explains stays in view above it.
+		if t.Failed() {
+			if b, err := os.ReadFile(logPath); err == nil {
+				t.Logf("%s log (last %d bytes):\n%s", name, failureLogBytes, tail(b, failureLogBytes))
+			}
+		}
 		stopping.Store(true)
 		cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -315,13 +322,11 @@ func (cp *ControlPlane) start(t testing.TB, name string, args ...string) {
 			<-done
 		}
 		logf.Close()
-		if t.Failed() {
-			if b, err := os.ReadFile(logPath); err == nil {
-				t.Logf("%s log (last 3000 bytes):\n%s", name, tail(b, 3000))
-			}
-		}
 	})
 }
+
+// failureLogBytes is how much of each component's log a failed test shows.
+const failureLogBytes = 1000
 
 func tail(b []byte, n int) string {
 	if len(b) > n {
