@@ -8,7 +8,7 @@ import (
 // applySwap sets a workload's swap allowance (v1: memsw.limit = limit +
 // allowance; v2: memory.swap.max) and reports whether the kernel took it.
 func applySwap(g cgroup.Group, d policy.Decision) policy.SwapResult {
-	res := policy.SwapResult{Workload: d.Workload, SwapBytes: d.Swap.SwapBytes}
+	res := policy.SwapResult{Workload: d.Workload, SwapBytes: d.Swap.SwapBytes, TriedAt: d.Time}
 	switch {
 	case g == nil:
 		res.Err = "workload cgroup no longer exists"

@@ -354,17 +354,21 @@ type SwapResult struct {
 	Workload  string `json:"workload"`
 	SwapBytes uint64 `json:"swap_bytes"`
 	Err       string `json:"error,omitempty"`
+	// TriedAt is the decision's time: a refusal's retry wait counts from
+	// it, not from the round that learns of the refusal (zero: that round).
+	TriedAt time.Time `json:"tried_at,omitzero"`
 }
 
 // swapRetrySeconds is how long a refused allowance first waits before it
 // is tried again: short, because the usual refusal is a cgroup v1 group
 // whose memory limit is not written yet (a kubelet creates a pod's cgroup,
 // then sets its limits), and the swap limit should follow within a
-// second. Each further refusal doubles the wait, up to
+// second of the pod: at the agent's 0.5 s rounds, the round that learns
+// of the refusal tries again. Each further refusal doubles the wait, up to
 // swapRetryMaxSeconds (a group that can never take one is not retried,
-// and logged, every second).
+// and logged, every round).
 const (
-	swapRetrySeconds    = 1
+	swapRetrySeconds    = 0.25
 	swapRetryMaxSeconds = 64
 )
 
@@ -429,7 +433,11 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 			if prev, ok := st.swapRetry[r.Workload]; ok {
 				delay = min(2*prev.delaySeconds, swapRetryMaxSeconds)
 			}
-			st.swapRetry[r.Workload] = swapBackoff{at: now.Add(time.Duration(delay * float64(time.Second))), delaySeconds: delay}
+			tried := r.TriedAt
+			if tried.IsZero() || tried.After(now) {
+				tried = now
+			}
+			st.swapRetry[r.Workload] = swapBackoff{at: tried.Add(time.Duration(delay * float64(time.Second))), delaySeconds: delay}
 		}
 	}
 	for _, m := range []map[string]uint64{st.SwapAllowance, st.swapPending} {

@@ -104,7 +104,8 @@ func TestDecideAppliesAllowancesOnceAndOnChange(t *testing.T) {
 }
 
 // An allowance is in force only once the kernel took it; a refused one is
-// tried again after a while, not every round.
+// tried again after a wait counted from the refused attempt, doubling with
+// each refusal, not every round.
 func TestSwapAllowanceFollowsResults(t *testing.T) {
 	cfg := DefaultConfig()
 	snap := Snapshot{Sample: sample(0, 1, 0), Workloads: []Workload{wl("a", 0, 1, 0.5, 0)}}
@@ -112,38 +113,42 @@ func TestSwapAllowanceFollowsResults(t *testing.T) {
 	if len(ds) != 1 || len(st.SwapAllowance) != 0 {
 		t.Fatalf("decided %+v; in force %v before any result", ds, st.SwapAllowance)
 	}
-	snap.Sample = sample(1, 1, 0)
-	snap.SwapResults = []SwapResult{{Workload: "a", SwapBytes: gi, Err: "write memsw.limit_in_bytes: device or resource busy"}}
-	if ds, st = Decide(snap, cfg, st); len(ds) != 0 || len(st.SwapAllowance) != 0 {
+	step := func(sec float64, results []SwapResult) []Decision {
+		snap.Sample, snap.SwapResults = sample(sec, 1, 0), results
+		ds, st = Decide(snap, cfg, st)
+		return ds
+	}
+	refused := func(triedSec float64, err string) []SwapResult {
+		return []SwapResult{{Workload: "a", SwapBytes: gi, Err: err, TriedAt: at(triedSec)}}
+	}
+	// Tried at 0, refused (learned at 0.1): next try at 0 + the first wait.
+	if ds := step(0.1, refused(0, "write memsw.limit_in_bytes: device or resource busy")); len(ds) != 0 || len(st.SwapAllowance) != 0 {
 		t.Fatalf("after a refusal: decided %+v, in force %v", ds, st.SwapAllowance)
 	}
-	snap.SwapResults = nil
-	snap.Sample = sample(1+0.5*swapRetrySeconds, 1, 0)
-	if ds, st = Decide(snap, cfg, st); len(ds) != 0 {
-		t.Fatalf("retried within %d s: %+v", swapRetrySeconds, ds)
+	if ds := step(0.9*swapRetrySeconds, nil); len(ds) != 0 {
+		t.Fatalf("retried within %g s: %+v", swapRetrySeconds, ds)
 	}
-	snap.Sample = sample(1.1+swapRetrySeconds, 1, 0)
-	if ds, st = Decide(snap, cfg, st); len(ds) != 1 || ds[0].Swap.SwapBytes != gi {
-		t.Fatalf("no retry after %d s: %+v", swapRetrySeconds, ds)
+	if ds := step(1.1*swapRetrySeconds, nil); len(ds) != 1 || ds[0].Swap.SwapBytes != gi {
+		t.Fatalf("no retry after %g s: %+v", swapRetrySeconds, ds)
 	}
-	// Refused again: the wait doubles.
-	snap.Sample = sample(1.2+swapRetrySeconds, 1, 0)
-	snap.SwapResults = []SwapResult{{Workload: "a", SwapBytes: gi, Err: "no memory limit"}}
-	if ds, st = Decide(snap, cfg, st); len(ds) != 0 {
+	// Refused again: the wait doubles, from the second attempt.
+	second := 1.1 * swapRetrySeconds
+	if ds := step(second+0.01, refused(second, "no memory limit")); len(ds) != 0 {
 		t.Fatalf("decided with the refusal: %+v", ds)
 	}
-	snap.SwapResults = nil
-	snap.Sample = sample(1.3+2*swapRetrySeconds, 1, 0)
-	if ds, st = Decide(snap, cfg, st); len(ds) != 0 {
+	if ds := step(second+1.9*swapRetrySeconds, nil); len(ds) != 0 {
 		t.Fatalf("retried before twice the first wait: %+v", ds)
 	}
-	snap.Sample = sample(1.3+3*swapRetrySeconds, 1, 0)
-	if ds, st = Decide(snap, cfg, st); len(ds) != 1 {
+	if ds := step(second+2.1*swapRetrySeconds, nil); len(ds) != 1 {
 		t.Fatalf("no retry after twice the first wait: %+v", ds)
 	}
-	snap.Sample = sample(1.4+3*swapRetrySeconds, 1, 0)
-	snap.SwapResults = []SwapResult{{Workload: "a", SwapBytes: gi}}
-	if _, st = Decide(snap, cfg, st); st.SwapAllowance["a"] != gi {
+	// A refusal learned after its wait has passed is retried in that round
+	// (a 0.5 s round learning of a 0.25 s wait).
+	third := second + 2.1*swapRetrySeconds
+	if ds := step(third+5*swapRetrySeconds, refused(third, "no memory limit")); len(ds) != 1 {
+		t.Fatalf("not retried in the round that learned of a refusal past its wait: %+v", ds)
+	}
+	if step(third+5.1*swapRetrySeconds, []SwapResult{{Workload: "a", SwapBytes: gi}}); st.SwapAllowance["a"] != gi {
 		t.Fatalf("applied allowance not in force: %v", st.SwapAllowance)
 	}
 }

@@ -32,6 +32,11 @@ const LoadAnnotation = "headroom.test/load"
 // pod without a cgroup (a pod the agent cannot find).
 const NoCgroupAnnotation = "headroom.test/no-cgroup"
 
+// LimitDelayAnnotation, a duration, makes the stand-in kubelet write the
+// pod cgroup's memory limit that long after making the cgroup: a real
+// kubelet makes it, then sets it, and an agent may come in between.
+const LimitDelayAnnotation = "headroom.test/limit-delay"
+
 // Kubelet stands in for the kubelet of a kwok node, for memory only: for
 // each pod bound to the node it creates the pod's cgroup in the kubelet's
 // layout (memory limit = the pod's), runs the pod's `headroom load` in it,
@@ -120,6 +125,9 @@ func (k *Kubelet) sync(p *corev1.Pod) {
 		}
 	}
 	if limit > 0 {
+		if d, err := time.ParseDuration(p.Annotations[LimitDelayAnnotation]); err == nil {
+			time.Sleep(d) // the gap between mkdir and the limit, on purpose
+		}
 		if err := os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), []byte(strconv.FormatInt(limit, 10)), 0o644); err != nil {
 			k.t.Errorf("kubelet: pod %s memory limit: %v", p.Name, err)
 		}
