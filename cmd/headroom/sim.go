@@ -45,7 +45,8 @@ that share of the swap).
 --machine this measures this machine first — its RAM, cores, the touch
 rate of one headroom load worker, and the active swap device as headroom
 agent calibrate probes it (or, with no swap active, the file system where
-density --swap SIZE puts its swap file) — prints the figures, and uses
+density --swap SIZE puts its swap file), at queue depths 1 to 16 — prints
+the figures, and uses
 them where neither the command line nor the scenario gave a value.`
 
 type simFlags struct {
@@ -58,6 +59,7 @@ type simFlags struct {
 	swapTier                        string
 	agent                           bool
 	out, label, scenario, find      string
+	swapDepths                      string
 	machine                         string
 	minPerVM, maxSwapUtil           float64
 	seed                            uint64
@@ -93,6 +95,7 @@ func newSimCommand() *cobra.Command {
 	fl.Float64Var(&f.readIOPS, "swap-read-iops", f.readIOPS, "the swap device's 4 KiB random-read rate")
 	fl.Float64Var(&f.writeIOPS, "swap-write-iops", f.writeIOPS, "the swap device's 4 KiB random-write rate")
 	fl.DurationVar(&f.latency, "swap-latency", f.latency, "one 4 KiB read's latency at queue depth 1")
+	fl.StringVar(&f.swapDepths, "swap-depths", "", "the swap device's rates by queue depth, "+sim.DepthsForm+"; replaces --swap-read-iops and --swap-write-iops as its capacity")
 	fl.StringVar(&f.swapTier, "swap-tier", "", "compressed tier in front of the device: "+sim.TierForm+" (ratio: from --content unless given)")
 	fl.BoolVar(&f.agent, "agent", false, "run the agent's policy on the node (calibrated to half the device's rates)")
 	fl.StringVar(&f.find, "find", "", "max-vms: print the largest VM count that keeps --min-per-vm-fraction (and --max-swap-utilization)")
@@ -172,6 +175,9 @@ func applyMachine(cmd *cobra.Command, f *simFlags) error {
 	set("swap-read-iops", fmt.Sprint(fig.ReadIOPS))
 	set("swap-write-iops", fmt.Sprint(fig.WriteIOPS))
 	set("swap-latency", time.Duration(fig.LatencySeconds*float64(time.Second)).String())
+	if len(fig.Depths) > 0 {
+		set("swap-depths", sim.FormatDepths(fig.Depths))
+	}
 	if fig.SwapSizeBytes > 0 {
 		set("swap", fmt.Sprint(fig.SwapSizeBytes))
 	}
@@ -195,6 +201,11 @@ func simParams(f *simFlags) (sim.Params, error) {
 	node := sim.Node{RAMBytes: uint64(f.nodeMemory), SystemReserveBytes: uint64(f.systemReserve), CPUs: f.cpus,
 		TouchRatePerCore: f.touchRate, PopulateRatePerCore: f.populateRate, PageCluster: 3,
 		Swap: sim.Device{SizeBytes: uint64(f.swap), ReadIOPS: f.readIOPS, WriteIOPS: f.writeIOPS, LatencySeconds: f.latency.Seconds()}}
+	if f.swapDepths != "" {
+		if node.Swap.Depths, err = sim.ParseDepths(f.swapDepths); err != nil {
+			return sim.Params{}, usageError{err}
+		}
+	}
 	if f.swapTier != "" {
 		tier, err := sim.ParseTier(f.swapTier, ratio)
 		if err != nil {
@@ -304,7 +315,7 @@ func simParamsMap(f *simFlags) map[string]any {
 		"content": memload.Content(f.content).String(), "workload_runtime_seconds": f.runtime.Seconds(), "overcommit_percent": f.overcommit,
 		"overhead_bytes": uint64(f.overhead), "guest_overhead_bytes": uint64(f.guestOverhead), "node_memory_bytes": uint64(f.nodeMemory),
 		"system_reserve_bytes": uint64(f.systemReserve), "cpus": f.cpus, "touch_rate": f.touchRate, "populate_rate": f.populateRate, "swap_bytes": uint64(f.swap),
-		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(),
+		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(), "swap_depths": f.swapDepths,
 		"swap_tier": f.swapTier, "agent": f.agent, "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/headroom-dev/headroom/internal/density"
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/results"
+	"github.com/headroom-dev/headroom/internal/sim"
 	"github.com/headroom-dev/headroom/internal/testenv"
 )
 
@@ -219,5 +220,11 @@ func TestSystemSimMachineThis(t *testing.T) {
 		p["touch_rate"].(float64) < 1e6 {
 		t.Fatalf("node %+v, params %v: want this machine's RAM (%d B), the 512 MiB swap file, a measured device and touch rate, and the given 3 CPUs",
 			run.Node, p, memTotal)
+	}
+	// The device at queue depths 1 to 16, reads and writes (a scratch
+	// file beside the swap file), is the model's device.
+	depths, _ := p["swap_depths"].(string)
+	if ds, err := sim.ParseDepths(depths); err != nil || len(ds) != 5 || ds[0].QueueDepth != 1 || ds[4].QueueDepth != 16 {
+		t.Errorf("swap_depths %q (%v): want the device's rates at depths 1, 2, 4, 8 and 16", depths, err)
 	}
 }

@@ -25,6 +25,9 @@ type CalibrateOptions struct {
 	// WriteTestDir is a directory on the swap device for the write test
 	// (default: beside a swap file; none for a partition).
 	WriteTestDir string
+	// Depths are further queue depths to measure (the simulator's device
+	// model; the thresholds use Jobs').
+	Depths []int
 }
 
 // Validate names the first bad option by its flag.
@@ -56,7 +59,7 @@ type Calibration struct {
 // blocks would be answered without device I/O); a partition is only read,
 // and written only in WriteTestDir on the same device.
 func Calibrate(ctx context.Context, dev host.SwapDevice, o CalibrateOptions) (Calibration, error) {
-	opts := probe.Options{Duration: o.Duration, Jobs: o.Jobs, ScratchBytes: min(dev.SizeBytes, 256<<20)}
+	opts := probe.Options{Duration: o.Duration, Jobs: o.Jobs, ScratchBytes: min(dev.SizeBytes, 256<<20), Depths: o.Depths}
 	switch {
 	case o.WriteTestDir != "":
 		opts.Dir = o.WriteTestDir

@@ -30,6 +30,17 @@ type Result struct {
 	WriteIOPS      float64 `json:"write_iops,omitempty"`
 	ReadLatencyUs  float64 `json:"read_latency_us"`
 	WriteLatencyUs float64 `json:"write_latency_us,omitempty"`
+	// Depths are the rates at each queue depth Options.Depths asked for.
+	Depths []DepthRates `json:"depths,omitempty"`
+}
+
+// DepthRates are a device's 4 KiB random rates at one queue depth: many
+// devices (NVMe, virtio) serve several times more I/Os at depth 16 than
+// at depth 1, and paging's depth is the number of tasks faulting at once.
+type DepthRates struct {
+	QueueDepth int     `json:"queue_depth"`
+	ReadIOPS   float64 `json:"read_iops"`
+	WriteIOPS  float64 `json:"write_iops,omitempty"`
 }
 
 // Options choose what to measure: either a block device (a swap
@@ -45,9 +56,13 @@ type Options struct {
 	ScratchBytes uint64
 	Duration     time.Duration
 	Jobs         int
+	// Depths, if any, are further queue depths to measure, each for
+	// Duration (Jobs' own rates are Result's main figures).
+	Depths []int
 }
 
-// Run measures random reads, then (with a scratch file) random writes.
+// Run measures random reads, then (with a scratch file) random writes, at
+// Jobs and then at each of Depths.
 func Run(ctx context.Context, o Options) (Result, error) {
 	r := Result{Device: o.Device, Jobs: o.Jobs, Seconds: o.Duration.Seconds()}
 	readPath, readBytes := o.Device, o.DeviceBytes
@@ -70,15 +85,32 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	r.ReadIOPS = float64(n) / d.Seconds()
 	r.ReadLatencyUs = latencyMicros(n, d, o.Jobs)
-	if o.Dir == "" {
-		return r, nil
+	if o.Dir != "" {
+		n, d, err = randomIO(ctx, r.WritePath, unix.O_WRONLY, o.ScratchBytes, o.Duration, o.Jobs, true)
+		if err != nil {
+			return r, err
+		}
+		r.WriteIOPS = float64(n) / d.Seconds()
+		r.WriteLatencyUs = latencyMicros(n, d, o.Jobs)
 	}
-	n, d, err = randomIO(ctx, r.WritePath, unix.O_WRONLY, o.ScratchBytes, o.Duration, o.Jobs, true)
-	if err != nil {
-		return r, err
+	for _, depth := range o.Depths {
+		if depth < 1 {
+			return r, fmt.Errorf("probe: queue depth %d: want at least 1", depth)
+		}
+		dr := DepthRates{QueueDepth: depth}
+		n, d, err := randomIO(ctx, readPath, unix.O_RDONLY, readBytes, o.Duration, depth, false)
+		if err != nil {
+			return r, err
+		}
+		dr.ReadIOPS = float64(n) / d.Seconds()
+		if o.Dir != "" {
+			if n, d, err = randomIO(ctx, r.WritePath, unix.O_WRONLY, o.ScratchBytes, o.Duration, depth, true); err != nil {
+				return r, err
+			}
+			dr.WriteIOPS = float64(n) / d.Seconds()
+		}
+		r.Depths = append(r.Depths, dr)
 	}
-	r.WriteIOPS = float64(n) / d.Seconds()
-	r.WriteLatencyUs = latencyMicros(n, d, o.Jobs)
 	return r, nil
 }
 

@@ -22,6 +22,29 @@ func TestRunOnScratchFile(t *testing.T) {
 	}
 }
 
+// Further queue depths are each measured, reads and writes, in order.
+func TestRunAtQueueDepths(t *testing.T) {
+	dir := t.TempDir()
+	r, err := Run(context.Background(), Options{Dir: dir, ScratchBytes: 16 << 20, Duration: 200 * time.Millisecond, Jobs: 1, Depths: []int{1, 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Depths) != 2 || r.Depths[0].QueueDepth != 1 || r.Depths[1].QueueDepth != 4 {
+		t.Fatalf("depths %+v, want 1 and 4", r.Depths)
+	}
+	for _, d := range r.Depths {
+		if d.ReadIOPS <= 0 || d.WriteIOPS <= 0 {
+			t.Errorf("depth %d: %+v", d.QueueDepth, d)
+		}
+	}
+	if _, err := Run(context.Background(), Options{Dir: dir, ScratchBytes: 16 << 20, Duration: time.Millisecond, Jobs: 1, Depths: []int{0}}); err == nil {
+		t.Error("queue depth 0 was accepted")
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("scratch file left behind: %v", left)
+	}
+}
+
 func TestRunRejectsTinyDevice(t *testing.T) {
 	if _, err := Run(context.Background(), Options{Device: "/dev/null", DeviceBytes: 4096, Duration: time.Millisecond, Jobs: 1}); err == nil {
 		t.Fatal("probed a one-page device")

@@ -177,11 +177,13 @@ func (s *node) dirtyShare(v *vmState) float64 {
 // deviceLoad is the share of the swap device's capacity the running VMs
 // use at a given read wait: their reads plus the writes of the pages
 // evicted to make room for what they read (in steady state, as many).
+// Reads are served at the rate of the depth they keep outstanding (by
+// Little's law, their rate times the wait), writes at the deepest.
 func (s *node) deviceLoad(cpuShare, readWait float64) float64 {
 	if s.n.Swap.ReadIOPS <= 0 {
 		return 0
 	}
-	var load float64
+	var reads, writes float64
 	toDevice := 1 - s.tierRoomShare() // evictions the tier does not take
 	for _, v := range s.vms {
 		if v.phase != phaseRunning {
@@ -196,11 +198,10 @@ func (s *node) deviceLoad(cpuShare, readWait float64) float64 {
 		// Readahead reads a sequential window's pages in parallel, but
 		// each is its own I/O: swap slots of pages evicted from many VMs
 		// at once are not adjacent, so nothing merges.
-		reads := r * miss * (1 - z)
-		writes := r * miss * s.dirtyShare(v) * toDevice / writeMergePages
-		load += reads/s.n.Swap.ReadIOPS + writes/s.n.Swap.WriteIOPS
+		reads += r * miss * (1 - z)
+		writes += r * miss * s.dirtyShare(v) * toDevice / writeMergePages
 	}
-	return load
+	return reads/s.n.Swap.readIOPSAt(reads*readWait) + writes/s.n.Swap.writeIOPS()
 }
 
 // tierRoomShare is 1 while the compressed tier has room (evictions go

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os/exec"
 	"runtime"
 	"strings"
@@ -33,6 +34,9 @@ type MachineFigures struct {
 	ReadIOPS       float64 `json:"swap_read_iops"`
 	WriteIOPS      float64 `json:"swap_write_iops"`
 	LatencySeconds float64 `json:"swap_latency_seconds"`
+	// Depths are the device's rates at queue depths 1 to 16 (writes only
+	// where a scratch file could be written).
+	Depths []DepthRate `json:"swap_depths,omitempty"`
 }
 
 // MeasureOptions say how to measure.
@@ -46,9 +50,12 @@ type MeasureOptions struct {
 	Duration time.Duration
 }
 
-// probeJobs is the queue depth of the device probe: the model's read
-// latency is a read's time at this depth.
+// probeJobs is the queue depth of the device probe's main figures.
 const probeJobs = 4
+
+// probeDepths are the queue depths the device is measured at for the
+// model: one faulting VM up to many.
+var probeDepths = []int{1, 2, 4, 8, 16}
 
 // MeasureMachine measures RAM, cores, the touch rate of `headroom load`,
 // and the swap device as the agent's calibration does.
@@ -75,25 +82,37 @@ func MeasureMachine(ctx context.Context, o MeasureOptions) (MachineFigures, erro
 	}
 	var res probe.Result
 	if dev, err := agent.PickSwapDevice(""); err == nil {
-		c, err := agent.Calibrate(ctx, dev, agent.CalibrateOptions{Duration: o.Duration, Jobs: probeJobs, Fraction: 1})
+		c, err := agent.Calibrate(ctx, dev, agent.CalibrateOptions{Duration: o.Duration, Jobs: probeJobs, Fraction: 1, Depths: probeDepths})
 		if err != nil {
 			return f, fmt.Errorf("probe swap %s: %w", dev.Path, err)
 		}
 		res, f.SwapDevice, f.SwapSizeBytes = c.Probe, dev.Path, dev.SizeBytes
 	} else {
-		res, err = probe.Run(ctx, probe.Options{Dir: o.SwapFileDir, ScratchBytes: 256 << 20, Duration: o.Duration, Jobs: probeJobs})
+		res, err = probe.Run(ctx, probe.Options{Dir: o.SwapFileDir, ScratchBytes: 256 << 20, Duration: o.Duration, Jobs: probeJobs, Depths: probeDepths})
 		if err != nil {
 			return f, fmt.Errorf("probe %s: %w", o.SwapFileDir, err)
 		}
 		f.SwapDevice = o.SwapFileDir + " (no swap active: where density puts its swap file)"
 	}
 	f.ReadIOPS, f.WriteIOPS, f.LatencySeconds = res.ReadIOPS, res.WriteIOPS, res.ReadLatencyUs/1e6
+	for _, d := range res.Depths {
+		if d.QueueDepth == 1 && d.ReadIOPS > 0 {
+			f.LatencySeconds = 1 / d.ReadIOPS // a read's time alone
+		}
+		if d.WriteIOPS > 0 { // a partition is only read: no depths then
+			f.Depths = append(f.Depths, DepthRate{QueueDepth: float64(d.QueueDepth), ReadIOPS: math.Round(d.ReadIOPS), WriteIOPS: math.Round(d.WriteIOPS)})
+		}
+	}
 	return f, nil
 }
 
 // String is the one-line account `sim --machine this` prints.
 func (f MachineFigures) String() string {
-	return fmt.Sprintf("this machine: %s RAM, %d cores, %s pages/s per core touching and %s filling (headroom load); swap %s: 4 KiB random read %s IOPS, write %s IOPS, %.0f µs a read at queue depth %d",
+	s := fmt.Sprintf("this machine: %s RAM, %d cores, %s pages/s per core touching and %s filling (headroom load); swap %s: 4 KiB random read %s IOPS, write %s IOPS at queue depth %d, %.0f µs a read alone",
 		units.FormatBytes(f.RAMBytes), f.CPUs, units.FormatRate(f.TouchRatePerCore), units.FormatRate(f.PopulateRatePerCore), f.SwapDevice, units.FormatRate(f.ReadIOPS),
-		units.FormatRate(f.WriteIOPS), f.LatencySeconds*1e6, probeJobs)
+		units.FormatRate(f.WriteIOPS), probeJobs, f.LatencySeconds*1e6)
+	if len(f.Depths) > 0 {
+		s += "; by queue depth (read/write IOPS) " + FormatDepths(f.Depths)
+	}
+	return s
 }

@@ -67,6 +67,16 @@ type Device struct {
 	// queue depth; LatencySeconds is one read's time at queue depth 1.
 	ReadIOPS, WriteIOPS float64
 	LatencySeconds      float64
+	// Depths, when given (ascending), replace ReadIOPS and WriteIOPS as
+	// the device's capacity: reads at the depth the faulting VMs keep,
+	// writes (reclaim's, queued deep) at the deepest.
+	Depths []DepthRate
+}
+
+// DepthRate is a device's 4 KiB random rates at one queue depth.
+type DepthRate struct {
+	QueueDepth          float64
+	ReadIOPS, WriteIOPS float64
 }
 
 // Tier is a compressed RAM tier (zram, zswap) in front of the device.
@@ -116,6 +126,8 @@ func Validate(n Node, v VMSpec) error {
 		return fmt.Errorf("--swap-write-iops must be positive with --swap")
 	case n.Swap.SizeBytes > 0 && !(n.Swap.LatencySeconds > 0):
 		return fmt.Errorf("--swap-latency must be positive with --swap (e.g. 100us)")
+	case !depthsAscending(n.Swap.Depths):
+		return fmt.Errorf("--swap-depths: want %s, depths ascending, rates positive", DepthsForm)
 	case n.Tier != nil && !(n.Tier.Ratio >= 1):
 		return fmt.Errorf("--swap-tier ratio must be at least 1")
 	case n.PageCluster < 0 || n.PageCluster > 10:

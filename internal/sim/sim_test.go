@@ -66,19 +66,26 @@ func TestSequentialScanLargerThanItsShareMissesEveryPage(t *testing.T) {
 	}
 }
 
+// allFaulting runs count VMs of random access, all on the device, for a
+// one-second tick; it returns the node and the reads it served.
+func allFaulting(nd Node, count int) (*node, float64) {
+	n := newNode(nd, oneVM(memload.ScanRandom), count, 1, 1)
+	running(n, 0)
+	n.capacityPages = 1e12 // nothing evicted during the tick
+	n.tick(0, true)
+	var reads float64
+	for _, v := range n.vms {
+		reads += v.faults
+	}
+	return n, reads
+}
+
 // A device at its IOPS limit queues: the reads it serves stay at its
 // rate however many VMs fault, and each waits longer; under the limit a
 // read takes the device's latency.
 func TestDeviceAtItsLimitQueues(t *testing.T) {
 	for _, count := range []int{1, 50, 200} {
-		n := newNode(smallNode(), oneVM(memload.ScanRandom), count, 1, 1)
-		running(n, 0)
-		n.capacityPages = 1e12
-		n.tick(0, true)
-		var reads float64
-		for _, v := range n.vms {
-			reads += v.faults
-		}
+		n, reads := allFaulting(smallNode(), count)
 		load := n.deviceLoad(n.cpuShare(), n.readWait)
 		switch {
 		case count == 1 && (n.readWait != 100e-6 || reads > 10000):
@@ -90,6 +97,75 @@ func TestDeviceAtItsLimitQueues(t *testing.T) {
 			t.Errorf("200 VMs on a 10k IOPS device wait %g s per read; want about 200/10000 s", n.readWait)
 		}
 	}
+}
+
+// With rates by queue depth, the reads a device serves follow the depth
+// the faulting VMs keep: one VM waiting on one read at a time gets the
+// depth-1 rate, sixteen get the depth-16 rate; between measured depths
+// the rate is interpolated in log2 of the depth.
+func TestDeviceRateFollowsQueueDepth(t *testing.T) {
+	nd := smallNode()
+	nd.Swap.Depths = []DepthRate{{QueueDepth: 1, ReadIOPS: 1000, WriteIOPS: 1e9}, {QueueDepth: 16, ReadIOPS: 16000, WriteIOPS: 1e9}}
+	for count, want := range map[int]float64{1: 1000, 16: 16000, 64: 16000} {
+		if _, reads := allFaulting(nd, count); math.Abs(reads-want) > 0.02*want {
+			t.Errorf("%d VMs: %.0f reads/s, want %.0f (the rate at their depth)", count, reads, want)
+		}
+	}
+	if got := nd.Swap.readIOPSAt(4); math.Abs(got-8500) > 1e-9 {
+		t.Errorf("depth 4 between 1:1000 and 16:16000: %g IOPS, want 8500 (halfway in log2)", got)
+	}
+	if got := nd.Swap.readIOPSAt(0.2); got != 1000 {
+		t.Errorf("below the first depth: %g, want its rate", got)
+	}
+}
+
+func TestParseDepths(t *testing.T) {
+	for in, want := range map[string][]DepthRate{
+		"1:6500/3700":                {{1, 6500, 3700}},
+		"1:6500/3700, 16:45e3/29000": {{1, 6500, 3700}, {16, 45000, 29000}},
+		"":                           nil,
+		"4:1/1,2:1/1":                nil, // not ascending
+		"1:6500":                     nil,
+		"0:1/1":                      nil,
+		"1:0/1":                      nil,
+		"1:1/-1":                     nil,
+		"a:1/1":                      nil,
+		"1:1/1,1:2/2":                nil,
+		"1:NaN/1":                    nil,
+		"1:Inf/1":                    nil,
+	} {
+		got, err := ParseDepths(in)
+		if want == nil {
+			if err == nil || !strings.Contains(err.Error(), DepthsForm) {
+				t.Errorf("%q: %+v, %v; want an error naming %s", in, got, err, DepthsForm)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("%q: %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+}
+
+// What ParseDepths accepts, FormatDepths writes back in a form it
+// accepts again, unchanged.
+func FuzzParseDepths(f *testing.F) {
+	for _, s := range []string{"1:6500/3700", "1:6517.2/3720,2:13065/12313,4:28298/22077,8:37661/29155,16:44762/28759", "4:1/1,2:1/1", "1:1e300/1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ds, err := ParseDepths(s)
+		if err != nil {
+			return
+		}
+		again, err := ParseDepths(FormatDepths(ds))
+		if err != nil {
+			t.Fatalf("%q parsed to %+v, formatted to %q, refused: %v", s, ds, FormatDepths(ds), err)
+		}
+		if !reflect.DeepEqual(again, ds) {
+			t.Fatalf("%q: %+v, %+v after a round trip", s, ds, again)
+		}
+	})
 }
 
 // Reclaim spares pages touched since it last passed: a VM touching its
@@ -238,10 +314,13 @@ func TestValidate(t *testing.T) {
 		"--swap-write-iops": func(n *Node, _ *VMSpec) { n.Swap.WriteIOPS = 0 },
 		"--swap-latency":    func(n *Node, _ *VMSpec) { n.Swap.LatencySeconds = 0 },
 		"ratio":             func(n *Node, _ *VMSpec) { n.Tier = &Tier{SizeBytes: 1 << 30, Ratio: 0.5} },
-		"--memory-size":     func(_ *Node, v *VMSpec) { v.Workload.SizeBytes = 0 },
-		"--guest-overhead":  func(_ *Node, v *VMSpec) { v.GuestOverheadBytes = v.MemoryBytes },
-		"--writes":          func(_ *Node, v *VMSpec) { v.Workload.WriteFraction = 2 },
-		"--memory-scan":     func(_ *Node, v *VMSpec) { v.Workload.Scan = "zigzag" },
+		"--swap-depths": func(n *Node, _ *VMSpec) {
+			n.Swap.Depths = []DepthRate{{QueueDepth: 4, ReadIOPS: 1, WriteIOPS: 1}, {QueueDepth: 2, ReadIOPS: 1, WriteIOPS: 1}}
+		},
+		"--memory-size":    func(_ *Node, v *VMSpec) { v.Workload.SizeBytes = 0 },
+		"--guest-overhead": func(_ *Node, v *VMSpec) { v.GuestOverheadBytes = v.MemoryBytes },
+		"--writes":         func(_ *Node, v *VMSpec) { v.Workload.WriteFraction = 2 },
+		"--memory-scan":    func(_ *Node, v *VMSpec) { v.Workload.Scan = "zigzag" },
 	} {
 		n, v := good.Node, good.VM
 		f(&n, &v)
