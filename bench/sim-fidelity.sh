@@ -6,7 +6,10 @@
 # their ratio, and per ramp both knees. Targets: within 15% per step in RAM
 # and on the plateau, the knee within one worker. Needs root (density);
 # removes all it made. RESULTS=dir keeps both runs per case (for
-# `headroom report`, measured solid and simulated dashed).
+# `headroom report`, measured solid and simulated dashed). SCANS picks the
+# scans (default "seq random"); TIER=zram:SIZE puts a compressed tier in
+# front of the swap file in both, and CONTENT=compress=2 (say) gives the
+# workers' pages content it can compress.
 source "$(dirname "$0")/lib.sh"
 [ "$(id -u)" = 0 ] || { echo "sim-fidelity.sh needs root" >&2; exit 2; }
 OUT=${RESULTS:-$BENCH_TMP/results}
@@ -15,15 +18,21 @@ RUNTIME=${RUNTIME:-8s}
 # node, swap file, deployments
 CASES=${CASES:-"1Gi,3Gi,1:10:1 2Gi,6Gi,1:16:1"}
 
+extra=() sim_extra=() content=()
+# density's node is a memory cgroup on this larger host: zram's pool is
+# charged to no cgroup, so the model keeps it outside the node's RAM.
+[ -n "${TIER:-}" ] && extra+=(--swap-tier "$TIER") && sim_extra+=(--swap-tier "$TIER,pool=host")
+[ -n "${CONTENT:-}" ] && content+=(--content "$CONTENT")
+
 for c in $CASES; do
   IFS=, read -r node swap deploy <<<"$c"
-  for scan in seq random; do
+  for scan in ${SCANS:-seq random}; do
     common=(--node-memory "$node" --swap "$swap" --vm-memory 320Mi --memory-size 256Mi --overcommit-percent 400
-      --deployments "$deploy" --workload-runtime "$RUNTIME" --memory-scan "$scan" --stop-on-failure=false)
-    "$HEADROOM" density "${common[@]}" --label "measured $scan $node" --out "$OUT/measured-$scan-$node" \
+      --deployments "$deploy" --workload-runtime "$RUNTIME" --memory-scan "$scan" --stop-on-failure=false "${content[@]}")
+    "$HEADROOM" density "${common[@]}" "${extra[@]}" --label "measured $scan $node" --out "$OUT/measured-$scan-$node" \
       > "$BENCH_TMP/d.log" 2>&1 || { echo "density $scan $node failed:"; tail -3 "$BENCH_TMP/d.log"; continue; }
     # A worker is a process: no guest overhead, its runtime beside the block.
-    "$HEADROOM" sim "${common[@]}" --machine this --system-reserve 0 --guest-overhead 0 --overhead 16Mi \
+    "$HEADROOM" sim "${common[@]}" "${sim_extra[@]}" --machine this --system-reserve 0 --guest-overhead 0 --overhead 16Mi \
       --label "sim $scan $node" --out "$OUT/sim-$scan-$node" > "$BENCH_TMP/s.log" 2> "$BENCH_TMP/s.err" || { cat "$BENCH_TMP/s.err"; continue; }
     echo "== $scan, $node node, $swap swap: $(cat "$BENCH_TMP/s.err")"
     printf '%7s %14s %14s %7s\n' workers measured simulated ratio

@@ -137,6 +137,7 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"sim", "--memory-size", "20Gi"}, "larger than --vm-memory"},
 		{[]string{"sim", "--swap", "1Ti", "--swap-read-iops", "0"}, "--swap-read-iops"},
 		{[]string{"sim", "--swap-tier", "zswap:1Gi"}, "zram:SIZE[,ratio=R]"},
+		{[]string{"sim", "--swap-depths", "4:1/1,2:1/1"}, "--swap-depths"},
 		{[]string{"sim", "--find", "min-cost"}, "--find"},
 		{[]string{"sim", "--scenario", "testdata/sim-unknown-key.yaml"}, `key "swap-iops" does not exist`},
 		{[]string{"sim", "--scenario", "testdata/sim-bad-value.yaml"}, "node-memory"},

@@ -26,6 +26,9 @@ const (
 	// maxWaitSeconds bounds a read's modelled wait (a device that cannot
 	// keep up at all).
 	maxWaitSeconds = 10.0
+	// minPages is the least page count that counts as some (the model's
+	// pages are fractional).
+	minPages = 1e-6
 )
 
 type phase int
@@ -207,6 +210,14 @@ func (s *node) deviceLoad(cpuShare, readWait float64) float64 {
 // tierRoomShare is 1 while the compressed tier has room (evictions go
 // there, not to the device), else 0.
 func (s *node) tierRoomShare() float64 {
+	if s.tierRoomPages() > minPages {
+		return 1
+	}
+	return 0
+}
+
+// tierRoomPages is what the compressed tier can still take.
+func (s *node) tierRoomPages() float64 {
 	if s.tierCapPages <= 0 {
 		return 0
 	}
@@ -214,10 +225,7 @@ func (s *node) tierRoomShare() float64 {
 	for _, v := range s.vms {
 		used += v.tier
 	}
-	if used < s.tierCapPages {
-		return 1
-	}
-	return 0
+	return s.tierCapPages - used
 }
 
 // solveReadWait finds how long a swap-in read waits: its latency while
@@ -332,7 +340,7 @@ func (s *node) usedPages() float64 {
 			tier += v.tier
 		}
 	}
-	if s.n.Tier != nil {
+	if s.n.Tier != nil && !s.n.Tier.PoolOnHost {
 		used += tier / s.n.Tier.Ratio
 	}
 	return used
@@ -344,30 +352,26 @@ func (s *node) usedPages() float64 {
 func (s *node) reclaim(dt float64) {
 	for range 4 {
 		over := s.usedPages() - s.capacityPages
-		if over <= 1e-6 {
+		if over <= minPages {
 			return
 		}
-		toTier := s.tierRoomShare() > 0 && s.n.Tier != nil && s.n.Tier.Ratio > 1.05
-		if toTier {
+		toTier := s.tierRoomShare() > 0 && s.n.Tier != nil && (s.n.Tier.Ratio > 1.05 || s.n.Tier.PoolOnHost)
+		if toTier && !s.n.Tier.PoolOnHost {
 			// Every page put in the pool takes 1/ratio of a page back.
 			over /= 1 - 1/s.n.Tier.Ratio
 		}
-		var resident, tierUsed, diskUsed float64
+		var resident, diskUsed float64
 		for _, v := range s.vms {
 			if v.live() {
 				resident += v.resident
-				tierUsed += v.tier
 				diskUsed += v.disk
 			}
 		}
 		room := s.diskCapPages - diskUsed
 		if toTier {
-			room = s.tierCapPages - tierUsed
+			room = s.tierRoomPages() // more than minPages: toTier says so
 		}
-		if room <= 1e-6 || resident <= 0 {
-			if toTier {
-				continue // the tier is full: the device next
-			}
+		if room <= minPages || resident <= 0 {
 			s.oomKill()
 			continue
 		}

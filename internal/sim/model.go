@@ -86,6 +86,10 @@ type Tier struct {
 	Ratio float64
 	// CPUSecondsPerPage is the cost of compressing or decompressing a page.
 	CPUSecondsPerPage float64
+	// PoolOnHost: the compressed pool's RAM is the host's, not the node's
+	// (a node that is a memory cgroup on a larger host, as density's
+	// cgroup backend builds it: zram's pool is charged to no cgroup).
+	PoolOnHost bool
 }
 
 // VMSpec is one VM and its workload.

@@ -57,6 +57,9 @@ func Run(ctx context.Context, p Params, done func(results.Step)) (*results.Run, 
 			SwapReadIOPS: p.Node.Swap.ReadIOPS, RequestBytes: p.VM.RequestBytes}, StopReason: "completed"}
 	if p.Node.Tier != nil {
 		run.Node.SwapTier = fmt.Sprintf("compressed %s at %g:1", units.FormatBytes(p.Node.Tier.SizeBytes), p.Node.Tier.Ratio)
+		if p.Node.Tier.PoolOnHost {
+			run.Node.SwapTier += ", its pool outside the node's RAM"
+		}
 	}
 	var decisions []policy.Decision
 	allocatable := p.Node.RAMBytes - p.Node.SystemReserveBytes

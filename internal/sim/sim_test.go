@@ -182,6 +182,45 @@ func TestReclaimTakesColdPagesFirst(t *testing.T) {
 	}
 }
 
+// A compressed tier that is full (to within a fraction of a page) sends
+// evictions to the device: the VMs never hold more than RAM.
+func TestFullTierSendsEvictionsToTheDevice(t *testing.T) {
+	nd := smallNode()
+	nd.Tier = &Tier{SizeBytes: 1 << 30, Ratio: 2, CPUSecondsPerPage: tierCPUSecondsPerPage}
+	for _, left := range []float64{0, 1e-7, 0.5} {
+		n := newNode(nd, oneVM(memload.ScanRandom), 2, 0.25, 1)
+		running(n, 1)
+		n.vms[0].resident -= n.tierCapPages - left
+		n.vms[0].tier = n.tierCapPages - left
+		n.capacityPages = n.usedPages() - 1000 // 1000 pages too many
+		disk := n.vms[0].disk + n.vms[1].disk
+		n.reclaim(0.25)
+		if over := n.usedPages() - n.capacityPages; over > 1e-3 {
+			t.Errorf("tier %g pages short of full: %.3f pages over RAM after reclaim", left, over)
+		}
+		if left < 1 && n.vms[0].disk+n.vms[1].disk <= disk {
+			t.Errorf("tier %g pages short of full: nothing went to the device", left)
+		}
+	}
+}
+
+// A pool on the host takes none of the node's RAM; on the node, 1/ratio
+// of a page per page it holds.
+func TestTierPoolOnHostTakesNoNodeRAM(t *testing.T) {
+	used := map[bool]float64{}
+	for _, onHost := range []bool{false, true} {
+		nd := smallNode()
+		nd.Tier = &Tier{SizeBytes: 1 << 30, Ratio: 4, PoolOnHost: onHost}
+		n := newNode(nd, oneVM(memload.ScanRandom), 1, 0.25, 1)
+		running(n, 0.5)
+		n.vms[0].tier, n.vms[0].disk = 4000, n.vms[0].disk-4000
+		used[onHost] = n.usedPages()
+	}
+	if d := used[false] - used[true]; math.Abs(d-1000) > 1e-9 {
+		t.Errorf("the pool of 4000 pages at 4:1 takes %g pages of the node's RAM more on the node than on the host, want 1000", d)
+	}
+}
+
 func paper(scan memload.Scan, deployments []int) Params {
 	return Params{Node: Node{RAMBytes: 192 << 30, SystemReserveBytes: 10 << 30, CPUs: 64, TouchRatePerCore: 2e7, PageCluster: 3,
 		Swap: Device{SizeBytes: 1400 << 30, ReadIOPS: 1.3e6, WriteIOPS: 215e3, LatencySeconds: 80e-6}},
@@ -350,12 +389,15 @@ func BenchmarkPaperSweep(b *testing.B) {
 
 func TestParseTier(t *testing.T) {
 	for in, want := range map[string]*Tier{
-		"zram:1Gi":           {SizeBytes: 1 << 30, Ratio: 2, CPUSecondsPerPage: tierCPUSecondsPerPage},
-		"zram:512Mi,ratio=3": {SizeBytes: 512 << 20, Ratio: 3, CPUSecondsPerPage: tierCPUSecondsPerPage},
-		"zswap:1Gi":          nil,
-		"zram:":              nil,
-		"zram:1Gi,ratio=0.5": nil,
-		"zram:1Gi,speed=3":   nil,
+		"zram:1Gi":                     {SizeBytes: 1 << 30, Ratio: 2, CPUSecondsPerPage: tierCPUSecondsPerPage},
+		"zram:512Mi,ratio=3":           {SizeBytes: 512 << 20, Ratio: 3, CPUSecondsPerPage: tierCPUSecondsPerPage},
+		"zram:512Mi,pool=host,ratio=3": {SizeBytes: 512 << 20, Ratio: 3, CPUSecondsPerPage: tierCPUSecondsPerPage, PoolOnHost: true},
+		"zram:512Mi,pool=node":         {SizeBytes: 512 << 20, Ratio: 2, CPUSecondsPerPage: tierCPUSecondsPerPage},
+		"zram:512Mi,pool=guest":        nil,
+		"zswap:1Gi":                    nil,
+		"zram:":                        nil,
+		"zram:1Gi,ratio=0.5":           nil,
+		"zram:1Gi,speed=3":             nil,
 	} {
 		got, err := ParseTier(in, 2)
 		if want == nil {

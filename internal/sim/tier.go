@@ -10,7 +10,7 @@ import (
 )
 
 // TierForm describes the accepted --swap-tier syntax.
-const TierForm = "zram:SIZE[,ratio=R]"
+const TierForm = "zram:SIZE[,ratio=R][,pool=node|host]"
 
 // tierCPUSecondsPerPage is zram's cost to compress or decompress a page.
 const tierCPUSecondsPerPage = 3e-6
@@ -28,8 +28,9 @@ func ContentRatio(c memload.Content) float64 {
 	return 1
 }
 
-// ParseTier parses --swap-tier zram:SIZE[,ratio=R]; without a ratio the
-// tier compresses at contentRatio.
+// ParseTier parses --swap-tier zram:SIZE[,ratio=R][,pool=node|host];
+// without a ratio the tier compresses at contentRatio; pool=host puts the
+// compressed pool outside the node's RAM.
 func ParseTier(s string, contentRatio float64) (*Tier, error) {
 	bad := fmt.Errorf("--swap-tier %q: want %s with R >= 1", s, TierForm)
 	kind, opts, _ := strings.Cut(s, ":")
@@ -44,11 +45,21 @@ func ParseTier(s string, contentRatio float64) (*Tier, error) {
 	t := &Tier{SizeBytes: size, Ratio: contentRatio, CPUSecondsPerPage: tierCPUSecondsPerPage}
 	for _, o := range parts[1:] {
 		k, v, _ := strings.Cut(o, "=")
-		r, err := strconv.ParseFloat(v, 64)
-		if k != "ratio" || err != nil || !(r >= 1) {
+		switch k {
+		case "ratio":
+			r, err := strconv.ParseFloat(v, 64)
+			if err != nil || !(r >= 1) {
+				return nil, bad
+			}
+			t.Ratio = r
+		case "pool":
+			if v != "node" && v != "host" {
+				return nil, bad
+			}
+			t.PoolOnHost = v == "host"
+		default:
 			return nil, bad
 		}
-		t.Ratio = r
 	}
 	return t, nil
 }
