@@ -82,6 +82,12 @@ func (b *Block) Page(i uint64) []byte {
 	return b.mem[off : off+b.pageBytes : off+b.pageBytes]
 }
 
+// populateStopCheckPages is how often Populate polls stop: every MiB. A
+// populate that pages (a node over its RAM, a slow guest) may fill only a
+// few MiB a second, and an evicted workload must leave within its grace
+// period (a 2 s grace missed at 16 MiB between polls in a TCG guest).
+const populateStopCheckPages = 256
+
 // Populate writes every page's initial content (faulting it in) and returns
 // how long that took. stop is polled between pages so a signal during a long
 // populate ends it early; Populate then returns the pages done so far.
@@ -91,7 +97,7 @@ func (b *Block) Populate(c Content, seed uint64, stop func() bool) PopulateStats
 	start := time.Now()
 	var i uint64
 	for ; i < b.Pages(); i++ {
-		if i%4096 == 0 && stop() {
+		if i%populateStopCheckPages == 0 && stop() {
 			break
 		}
 		f.fill(b.Page(i), i)

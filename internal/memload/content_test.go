@@ -78,6 +78,20 @@ func populated(t *testing.T, pages uint64, c Content, seed uint64) *Block {
 
 func pageBytesForTest() int { return os.Getpagesize() }
 
+// A stop asked for during populate ends it within populateStopCheckPages.
+func TestPopulateStopsPromptly(t *testing.T) {
+	b, err := Map(8192*uint64(pageBytesForTest()), false, HugePagesNever)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	polls := 0
+	st := b.Populate(Content{Kind: ContentRandom}, 1, func() bool { polls++; return polls > 1 })
+	if st.Pages != populateStopCheckPages {
+		t.Fatalf("stopped after %d pages, want %d (the stop asked for at the second poll)", st.Pages, populateStopCheckPages)
+	}
+}
+
 // duplicateFraction counts pages whose exact content occurs more than once.
 func duplicateFraction(b *Block) float64 {
 	counts := map[[32]byte]int{}
