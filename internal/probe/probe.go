@@ -79,35 +79,34 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return r, fmt.Errorf("probe %s: too small to probe", readPath)
 	}
 	r.ReadPath = readPath
-	n, d, err := randomIO(ctx, readPath, unix.O_RDONLY, readBytes, o.Duration, o.Jobs, false)
-	if err != nil {
-		return r, err
-	}
-	r.ReadIOPS = float64(n) / d.Seconds()
-	r.ReadLatencyUs = latencyMicros(n, d, o.Jobs)
-	if o.Dir != "" {
-		n, d, err = randomIO(ctx, r.WritePath, unix.O_WRONLY, o.ScratchBytes, o.Duration, o.Jobs, true)
-		if err != nil {
-			return r, err
-		}
-		r.WriteIOPS = float64(n) / d.Seconds()
-		r.WriteLatencyUs = latencyMicros(n, d, o.Jobs)
-	}
-	for _, depth := range o.Depths {
-		if depth < 1 {
-			return r, fmt.Errorf("probe: queue depth %d: want at least 1", depth)
-		}
-		dr := DepthRates{QueueDepth: depth}
+	// rates measures reads, and writes with a scratch file, at one depth.
+	rates := func(depth int) (read, write float64, readLatUs, writeLatUs float64, err error) {
 		n, d, err := randomIO(ctx, readPath, unix.O_RDONLY, readBytes, o.Duration, depth, false)
 		if err != nil {
-			return r, err
+			return 0, 0, 0, 0, err
 		}
-		dr.ReadIOPS = float64(n) / d.Seconds()
+		read, readLatUs = float64(n)/d.Seconds(), latencyMicros(n, d, depth)
 		if o.Dir != "" {
 			if n, d, err = randomIO(ctx, r.WritePath, unix.O_WRONLY, o.ScratchBytes, o.Duration, depth, true); err != nil {
+				return 0, 0, 0, 0, err
+			}
+			write, writeLatUs = float64(n)/d.Seconds(), latencyMicros(n, d, depth)
+		}
+		return read, write, readLatUs, writeLatUs, nil
+	}
+	var err error
+	if r.ReadIOPS, r.WriteIOPS, r.ReadLatencyUs, r.WriteLatencyUs, err = rates(o.Jobs); err != nil {
+		return r, err
+	}
+	for _, depth := range o.Depths {
+		dr := DepthRates{QueueDepth: depth, ReadIOPS: r.ReadIOPS, WriteIOPS: r.WriteIOPS}
+		switch {
+		case depth < 1:
+			return r, fmt.Errorf("probe: queue depth %d: want at least 1", depth)
+		case depth != o.Jobs: // Jobs' depth is measured already
+			if dr.ReadIOPS, dr.WriteIOPS, _, _, err = rates(depth); err != nil {
 				return r, err
 			}
-			dr.WriteIOPS = float64(n) / d.Seconds()
 		}
 		r.Depths = append(r.Depths, dr)
 	}
