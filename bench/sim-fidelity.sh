@@ -31,8 +31,9 @@ for c in $CASES; do
       --deployments "$deploy" --workload-runtime "$RUNTIME" --memory-scan "$scan" --stop-on-failure=false "${content[@]}")
     "$HEADROOM" density "${common[@]}" "${extra[@]}" --label "measured $scan $node" --out "$OUT/measured-$scan-$node" \
       > "$BENCH_TMP/d.log" 2>&1 || { echo "density $scan $node failed:"; tail -3 "$BENCH_TMP/d.log"; continue; }
-    # A worker is a process: no guest overhead, its runtime beside the block.
-    "$HEADROOM" sim "${common[@]}" "${sim_extra[@]}" --machine this --system-reserve 0 --guest-overhead 0 --overhead 16Mi \
+    # A worker is a process: no guest overhead, its runtime beside the block,
+    # its sequential readahead one read per window.
+    "$HEADROOM" sim "${common[@]}" "${sim_extra[@]}" --machine this --worker-kind process --system-reserve 0 --guest-overhead 0 --overhead 16Mi \
       --label "sim $scan $node" --out "$OUT/sim-$scan-$node" > "$BENCH_TMP/s.log" 2> "$BENCH_TMP/s.err" || { cat "$BENCH_TMP/s.err"; continue; }
     echo "== $scan, $node node, $swap swap: $(cat "$BENCH_TMP/s.err")"
     printf '%7s %14s %14s %7s\n' workers measured simulated ratio

@@ -43,10 +43,11 @@ one-VM rate (and, with --max-swap-utilization, whose swap use stays under
 that share of the swap).
 
 --machine this measures this machine first — its RAM, cores, the touch
-rate of one headroom load worker, and the active swap device as headroom
+rate of one headroom load worker, the active swap device as headroom
 agent calibrate probes it (or, with no swap active, the file system where
-density --swap SIZE puts its swap file), at queue depths 1 to 16 — prints
-the figures, and uses
+density --swap SIZE puts its swap file) at queue depths 1 to 16, and, as
+root, the kernel's CPU per page paged (one headroom load worker in a memory
+cgroup smaller than it, over that swap) — prints the figures, and uses
 them where neither the command line nor the scenario gave a value.`
 
 type simFlags struct {
@@ -55,11 +56,11 @@ type simFlags struct {
 	nodeMemory, systemReserve, swap bytesValue
 	cpus, touchRate, populateRate   float64
 	readIOPS, writeIOPS             float64
-	latency                         time.Duration
+	latency, pagingCPU              time.Duration
 	swapTier                        string
 	agent                           bool
 	out, label, scenario, find      string
-	swapDepths                      string
+	swapDepths, workerKind          string
 	machine                         string
 	minPerVM, maxSwapUtil           float64
 	seed                            uint64
@@ -68,7 +69,7 @@ type simFlags struct {
 
 func newSimCommand() *cobra.Command {
 	f := &simFlags{guestOverhead: 1 << 30, nodeMemory: 192 << 30, systemReserve: 8 << 30, cpus: 64, touchRate: 20e6,
-		readIOPS: 1.3e6, writeIOPS: 215e3, latency: 80 * time.Microsecond, minPerVM: 0.5, seed: 1,
+		readIOPS: 1.3e6, writeIOPS: 215e3, latency: 80 * time.Microsecond, pagingCPU: 5 * time.Microsecond, minPerVM: 0.5, seed: 1,
 		rampFlags: rampFlags{deployments: "1:20:1", vmMemory: 16 << 30, memorySize: 14 << 30, scan: scanValue(memload.ScanSeq),
 			writes: 1, content: contentValue(memload.Content{Kind: memload.ContentRandom}), runtime: 180 * time.Second,
 			overcommit: 100, overhead: 256 << 20}}
@@ -95,8 +96,10 @@ func newSimCommand() *cobra.Command {
 	fl.Float64Var(&f.readIOPS, "swap-read-iops", f.readIOPS, "the swap device's 4 KiB random-read rate")
 	fl.Float64Var(&f.writeIOPS, "swap-write-iops", f.writeIOPS, "the swap device's 4 KiB random-write rate")
 	fl.DurationVar(&f.latency, "swap-latency", f.latency, "one 4 KiB read's latency at queue depth 1")
+	fl.DurationVar(&f.pagingCPU, "paging-cpu", f.pagingCPU, "the kernel's CPU to page one page in from the swap device and another out (fault, reclaim, I/O); bounds paging on few cores")
 	fl.StringVar(&f.swapDepths, "swap-depths", "", "the swap device's rates by queue depth, "+sim.DepthsForm+"; replaces --swap-read-iops and --swap-write-iops as its capacity")
 	fl.StringVar(&f.swapTier, "swap-tier", "", "compressed tier in front of the device: "+sim.TierForm+" (ratio: from --content unless given)")
+	fl.StringVar(&f.workerKind, "worker-kind", "vm", "what runs each workload: vm (a guest: its pages are scattered in the host's address space, so each page of a sequential readahead window is its own read) or process (as density's cgroup backend runs it: a window is one read)")
 	fl.BoolVar(&f.agent, "agent", false, "run the agent's policy on the node (calibrated to half the device's rates)")
 	fl.StringVar(&f.find, "find", "", "max-vms: print the largest VM count that keeps --min-per-vm-fraction (and --max-swap-utilization)")
 	fl.Float64Var(&f.minPerVM, "min-per-vm-fraction", f.minPerVM, "with --find: the least mean per-VM rate, as a fraction of the one-VM rate")
@@ -178,6 +181,9 @@ func applyMachine(cmd *cobra.Command, f *simFlags) error {
 	if len(fig.Depths) > 0 {
 		set("swap-depths", sim.FormatDepths(fig.Depths))
 	}
+	if fig.PagingCPUSecondsPerPage > 0 {
+		set("paging-cpu", time.Duration(fig.PagingCPUSecondsPerPage*float64(time.Second)).String())
+	}
 	if fig.SwapSizeBytes > 0 {
 		set("swap", fmt.Sprint(fig.SwapSizeBytes))
 	}
@@ -199,7 +205,7 @@ func simParams(f *simFlags) (sim.Params, error) {
 	content := memload.Content(f.content)
 	ratio := sim.ContentRatio(content)
 	node := sim.Node{RAMBytes: uint64(f.nodeMemory), SystemReserveBytes: uint64(f.systemReserve), CPUs: f.cpus,
-		TouchRatePerCore: f.touchRate, PopulateRatePerCore: f.populateRate, PageCluster: 3,
+		TouchRatePerCore: f.touchRate, PopulateRatePerCore: f.populateRate, PageCluster: 3, PagingCPUSecondsPerPage: f.pagingCPU.Seconds(),
 		Swap: sim.Device{SizeBytes: uint64(f.swap), ReadIOPS: f.readIOPS, WriteIOPS: f.writeIOPS, LatencySeconds: f.latency.Seconds()}}
 	if f.swapDepths != "" {
 		if node.Swap.Depths, err = sim.ParseDepths(f.swapDepths); err != nil {
@@ -213,7 +219,10 @@ func simParams(f *simFlags) (sim.Params, error) {
 		}
 		node.Tier = tier
 	}
-	vm := sim.VMSpec{MemoryBytes: uint64(f.vmMemory), GuestOverheadBytes: uint64(f.guestOverhead), HostOverheadBytes: uint64(f.overhead),
+	if f.workerKind != "vm" && f.workerKind != "process" {
+		return sim.Params{}, usagef("--worker-kind %q: want vm or process", f.workerKind)
+	}
+	vm := sim.VMSpec{Process: f.workerKind == "process", MemoryBytes: uint64(f.vmMemory), GuestOverheadBytes: uint64(f.guestOverhead), HostOverheadBytes: uint64(f.overhead),
 		RequestBytes: density.RequestBytes(uint64(f.vmMemory), f.overcommit, uint64(f.overhead)),
 		Workload: sim.Workload{SizeBytes: uint64(f.memorySize), Scan: memload.Scan(f.scan), WriteFraction: float64(f.writes),
 			RatePagesPerSec: float64(f.rate)}}
@@ -315,7 +324,7 @@ func simParamsMap(f *simFlags) map[string]any {
 		"content": memload.Content(f.content).String(), "workload_runtime_seconds": f.runtime.Seconds(), "overcommit_percent": f.overcommit,
 		"overhead_bytes": uint64(f.overhead), "guest_overhead_bytes": uint64(f.guestOverhead), "node_memory_bytes": uint64(f.nodeMemory),
 		"system_reserve_bytes": uint64(f.systemReserve), "cpus": f.cpus, "touch_rate": f.touchRate, "populate_rate": f.populateRate, "swap_bytes": uint64(f.swap),
-		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(), "swap_depths": f.swapDepths,
+		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(), "swap_depths": f.swapDepths, "paging_cpu_seconds": f.pagingCPU.Seconds(), "worker_kind": f.workerKind,
 		"swap_tier": f.swapTier, "agent": f.agent, "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
 }
 

@@ -227,4 +227,9 @@ func TestSystemSimMachineThis(t *testing.T) {
 	if ds, err := sim.ParseDepths(depths); err != nil || len(ds) != 5 || ds[0].QueueDepth != 1 || ds[4].QueueDepth != 16 {
 		t.Errorf("swap_depths %q (%v): want the device's rates at depths 1, 2, 4, 8 and 16", depths, err)
 	}
+	// The kernel's CPU per page paged, measured over the same swap file:
+	// a microsecond to a millisecond (some 30 µs here).
+	if c, _ := p["paging_cpu_seconds"].(float64); c < 1e-6 || c > 1e-3 || !strings.Contains(r.stderr, "of CPU per page in and out") {
+		t.Errorf("paging_cpu_seconds %v, figures %q: want the measured kernel CPU per page paged", p["paging_cpu_seconds"], r.stderr)
+	}
 }

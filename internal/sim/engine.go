@@ -10,9 +10,10 @@ import (
 // Model constants. Each is a property of Linux or of the workload, not a
 // fit to a measured curve.
 const (
-	// faultCPUSeconds is the CPU a major fault costs besides the read
-	// (the fault path, the swap cache, mapping the page).
-	faultCPUSeconds = 5e-6
+	// tierFaultCPUSeconds is the CPU a fault from the compressed tier
+	// costs besides decompressing (the fault path, the swap cache, mapping
+	// the page).
+	tierFaultCPUSeconds = 5e-6
 	// populateCost is how many touches' time a first touch takes (the
 	// page is allocated and zeroed) when the populate rate is not given.
 	populateCost = 4.0
@@ -78,6 +79,8 @@ type node struct {
 	vms       []*vmState
 	rng       *rand.Rand
 	dtSeconds float64
+	// process: the workloads run as host processes, not in guests.
+	process bool
 	// capacityPages is RAM the VMs' pages may use: RAM minus the reserve.
 	capacityPages float64
 	tierCapPages  float64
@@ -92,7 +95,7 @@ type node struct {
 func pagesOf(b uint64) float64 { return float64(b) / PageBytes }
 
 func newNode(nd Node, spec VMSpec, count int, dt float64, seed uint64) *node {
-	s := &node{n: nd, w: spec.Workload, rng: rand.New(rand.NewPCG(seed, 0x5eed)), dtSeconds: dt,
+	s := &node{n: nd, w: spec.Workload, process: spec.Process, rng: rand.New(rand.NewPCG(seed, 0x5eed)), dtSeconds: dt,
 		capacityPages: pagesOf(nd.RAMBytes - nd.SystemReserveBytes), diskCapPages: pagesOf(nd.Swap.SizeBytes),
 		readWait: nd.Swap.LatencySeconds}
 	if nd.Tier != nil {
@@ -112,6 +115,20 @@ func newNode(nd Node, spec VMSpec, count int, dt float64, seed uint64) *node {
 func (s *node) readahead() float64 {
 	if s.w.Scan == memload.ScanSeq {
 		return math.Pow(2, float64(s.n.PageCluster))
+	}
+	return 1
+}
+
+// pagesPerRead is the pages one device read carries. A process's
+// sequential window is one read: reclaim took its pages from the LRU tail
+// in order, 32 at a time, into consecutive swap slots, and they are
+// adjacent in its address space (measured here: 6 pages and 25 KiB per
+// read at 6 seq workers). A guest's pages are scattered over the host's
+// address space by the guest's allocator: the host reads a sequential
+// window's pages in parallel, each its own I/O.
+func (s *node) pagesPerRead() float64 {
+	if s.process {
+		return s.readahead()
 	}
 	return 1
 }
@@ -139,23 +156,25 @@ func tierShare(v *vmState) float64 {
 // touchTime is the seconds one touch takes on average, and the part of it
 // spent waiting for the device, at a given CPU share and read wait.
 func (s *node) touchTime(v *vmState, cpuShare, readWait float64) (total, waiting float64) {
-	cpu := 1 / (s.n.TouchRatePerCore * cpuShare)
+	cpu := 1 / s.n.TouchRatePerCore // seconds of a whole core
 	miss := 1 - s.hit(v)
 	if miss <= 0 {
-		return cpu, 0
+		return cpu / cpuShare, 0
 	}
 	z := tierShare(v)
 	var tierCPU float64
 	if s.n.Tier != nil {
 		tierCPU = s.n.Tier.CPUSecondsPerPage
 	}
-	k := s.readahead()
-	// A sequential scan faults once per readahead window (the rest of the
-	// window is then resident); a random one on every miss.
-	faultsPerMiss := z + (1-z)/k
-	waiting = miss * (1 - z) / k * readWait
-	total = cpu + miss*(faultsPerMiss*faultCPUSeconds+z*tierCPU) + waiting
-	return total, waiting
+	// A sequential scan waits once per readahead window (the rest of the
+	// window comes in the same read); a random one on every miss. Every
+	// page from the device costs the kernel's paging CPU (its way in and,
+	// in steady state, another page's way out), a page from the tier its
+	// fault and its decompression.
+	// All of it runs on the VM's share of the cores.
+	waiting = miss * (1 - z) / s.readahead() * readWait
+	cpu += miss * ((1-z)*s.n.PagingCPUSecondsPerPage + z*(tierFaultCPUSeconds+tierCPU))
+	return cpu/cpuShare + waiting, waiting
 }
 
 // rateAt is a running VM's touches/s at a given CPU share and read wait,
@@ -198,10 +217,7 @@ func (s *node) deviceLoad(cpuShare, readWait float64) float64 {
 		}
 		r := s.rateAt(v, cpuShare, readWait)
 		z := tierShare(v)
-		// Readahead reads a sequential window's pages in parallel, but
-		// each is its own I/O: swap slots of pages evicted from many VMs
-		// at once are not adjacent, so nothing merges.
-		reads += r * miss * (1 - z)
+		reads += r * miss * (1 - z) / s.pagesPerRead()
 		writes += r * miss * s.dirtyShare(v) * toDevice / writeMergePages
 	}
 	return reads/s.n.Swap.readIOPSAt(reads*readWait) + writes/s.n.Swap.writeIOPS()
@@ -252,22 +268,38 @@ func (s *node) solveReadWait(cpuShare float64) float64 {
 }
 
 // cpuShare is the share of a core each busy VM gets: all of one while the
-// VMs' CPU demand fits the node's cores.
+// VMs' CPU demand fits the node's cores, else the share at which the cores
+// they use (a running VM only while it is not waiting for the device) add
+// up to the node's.
 func (s *node) cpuShare() float64 {
-	var demand float64
+	if s.coresUsed(1) <= s.n.CPUs {
+		return 1
+	}
+	lo, hi := 0.0, 1.0
+	for range 30 {
+		mid := (lo + hi) / 2
+		if s.coresUsed(mid) > s.n.CPUs {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return lo
+}
+
+// coresUsed is the cores the busy VMs use at a share of a core each.
+func (s *node) coresUsed(share float64) float64 {
+	var cores float64
 	for _, v := range s.vms {
 		switch v.phase {
 		case phasePopulating:
-			demand++
+			cores += share
 		case phaseRunning:
-			t, wait := s.touchTime(v, 1, s.readWait)
-			demand += (t - wait) / t
+			t, wait := s.touchTime(v, 1, s.readWait) // CPU seconds per touch: t - wait
+			cores += s.rateAt(v, share, s.readWait) * (t - wait)
 		}
 	}
-	if demand <= s.n.CPUs {
-		return 1
-	}
-	return s.n.CPUs / demand
+	return cores
 }
 
 // tick advances the node by one time step at simulated time now; measuring

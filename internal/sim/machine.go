@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os/exec"
@@ -37,6 +38,11 @@ type MachineFigures struct {
 	// Depths are the device's rates at queue depths 1 to 16 (writes only
 	// where a scratch file could be written).
 	Depths []DepthRate `json:"swap_depths,omitempty"`
+	// PagingCPUSecondsPerPage is the CPU per page paged in and out
+	// (MeasurePagingCPU); 0 with PagingNote saying why it was not
+	// measured.
+	PagingCPUSecondsPerPage float64 `json:"paging_cpu_seconds_per_page"`
+	PagingNote              string  `json:"paging_note,omitempty"`
 }
 
 // MeasureOptions say how to measure.
@@ -95,6 +101,13 @@ func MeasureMachine(ctx context.Context, o MeasureOptions) (MachineFigures, erro
 		f.SwapDevice = o.SwapFileDir + " (no swap active: where density puts its swap file)"
 	}
 	f.ReadIOPS, f.WriteIOPS, f.LatencySeconds = res.ReadIOPS, res.WriteIOPS, res.ReadLatencyUs/1e6
+	f.PagingCPUSecondsPerPage, err = MeasurePagingCPU(ctx, o.Headroom, o.Scan, f.CPUs, 2*o.Duration)
+	switch {
+	case errors.Is(err, ErrPagingNeedsRoot):
+		f.PagingNote = "not measured: " + err.Error()
+	case err != nil:
+		return f, fmt.Errorf("measure paging CPU: %w", err)
+	}
 	for _, d := range res.Depths {
 		if d.QueueDepth == 1 && d.ReadIOPS > 0 {
 			f.LatencySeconds = 1 / d.ReadIOPS // a read's time alone
@@ -114,5 +127,8 @@ func (f MachineFigures) String() string {
 	if len(f.Depths) > 0 {
 		s += "; by queue depth (read/write IOPS) " + FormatDepths(f.Depths)
 	}
-	return s
+	if f.PagingNote != "" {
+		return s + "; paging CPU " + f.PagingNote
+	}
+	return s + fmt.Sprintf("; paging %.1f µs of CPU per page in and out (headroom load workers over swap in a memory cgroup, %d a core)", f.PagingCPUSecondsPerPage*1e6, pagingWorkersPerCore)
 }

@@ -11,6 +11,8 @@
 //     a sequential scan larger than its resident set misses every page
 //     (LRU evicts exactly what the scan needs next) but each device read
 //     brings vm.page-cluster's 8 pages, which the scan then uses.
+//   - Every page paged costs the kernel's CPU (Node.PagingCPUSecondsPerPage),
+//     which on few cores bounds the paging rate before the device does.
 //   - Reclaim is a second-chance LRU over all VMs: a resident page is
 //     evicted when reclaim's scan finds it untouched, so a VM loses pages
 //     in proportion to resident × exp(−T × its per-page touch rate), T
@@ -24,7 +26,8 @@
 //     demand (reads plus the writes of dirty evictions) fits the rate.
 //   - CPUs are shared fairly; a VM waiting on the device uses none.
 //   - Ignored: THP, NUMA, the guest's own page cache and reclaim, KSM,
-//     balloons, swap slot fragmentation, readahead of random faults.
+//     balloons, swap slot fragmentation, readahead of random faults, the
+//     larger size of a readahead read.
 package sim
 
 import (
@@ -58,6 +61,11 @@ type Node struct {
 	// PageCluster is log2 of the pages a sequential swap-in reads at once
 	// (vm.page-cluster, 3: 8 pages).
 	PageCluster int
+	// PagingCPUSecondsPerPage is the kernel's CPU to bring one page in
+	// from the device and put another out (the fault, reclaim, the I/O's
+	// submission and completion): on few cores it, not the device, bounds
+	// the paging rate.
+	PagingCPUSecondsPerPage float64
 }
 
 // Device is a block device holding swap.
@@ -103,6 +111,10 @@ type VMSpec struct {
 	// RequestBytes is what the scheduler reserves for it.
 	RequestBytes uint64
 	Workload     Workload
+	// Process: the workload runs as a host process, not in a guest (as
+	// density's cgroup backend runs it), so its pages are adjacent in the
+	// host's address space and a sequential readahead window is one read.
+	Process bool
 }
 
 // Workload is `headroom load`'s parameters as the model needs them.
@@ -132,6 +144,8 @@ func Validate(n Node, v VMSpec) error {
 		return fmt.Errorf("--swap-latency must be positive with --swap (e.g. 100us)")
 	case !depthsAscending(n.Swap.Depths):
 		return fmt.Errorf("--swap-depths: want %s, depths ascending, rates positive", DepthsForm)
+	case n.PagingCPUSecondsPerPage < 0:
+		return fmt.Errorf("--paging-cpu must not be negative (e.g. 10us)")
 	case n.Tier != nil && !(n.Tier.Ratio >= 1):
 		return fmt.Errorf("--swap-tier ratio must be at least 1")
 	case n.PageCluster < 0 || n.PageCluster > 10:

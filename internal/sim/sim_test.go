@@ -99,6 +99,50 @@ func TestDeviceAtItsLimitQueues(t *testing.T) {
 	}
 }
 
+// A process's sequential readahead window is one device read (its pages
+// sit in adjacent swap slots and addresses), a guest's window eight: at
+// the device's read limit the process swaps eight times the pages in.
+func TestProcessSequentialWindowIsOneRead(t *testing.T) {
+	for _, process := range []bool{false, true} {
+		spec := oneVM(memload.ScanSeq)
+		spec.Process = process
+		n := newNode(smallNode(), spec, 50, 1, 1)
+		running(n, 0.5)
+		n.capacityPages = 1e12
+		n.tick(0, true)
+		want := 10000.0 // the device's reads
+		if process {
+			want *= 8
+		}
+		if math.Abs(n.swapIns-want) > 0.01*want {
+			t.Errorf("process %v: %.0f pages in per second from a 10k IOPS device, want %.0f", process, n.swapIns, want)
+		}
+	}
+}
+
+// On few cores the kernel's paging CPU, not the device, bounds the
+// paging rate: each page in costs the touch and the paging CPU, and the
+// cores are shared, so ten faulting VMs on two cores touch
+// 2 / (1/touch rate + paging CPU) pages a second together.
+func TestPagingCPUBoundsPagingOnFewCores(t *testing.T) {
+	nd := smallNode()
+	nd.CPUs, nd.Swap.ReadIOPS, nd.PagingCPUSecondsPerPage = 2, 1e9, 30e-6
+	spec := oneVM(memload.ScanSeq)
+	spec.Process = true
+	n := newNode(nd, spec, 10, 1, 1)
+	running(n, 0.5)
+	n.capacityPages = 1e12
+	n.tick(0, true)
+	var touches float64
+	for _, v := range n.vms {
+		touches += v.touches
+	}
+	want := 2 / (1/nd.TouchRatePerCore + 30e-6)
+	if math.Abs(touches-want) > 0.02*want {
+		t.Errorf("%.0f pages/s on 2 cores at 30 µs per page paged, want %.0f", touches, want)
+	}
+}
+
 // With rates by queue depth, the reads a device serves follow the depth
 // the faulting VMs keep: one VM waiting on one read at a time gets the
 // depth-1 rate, sixteen get the depth-16 rate; between measured depths
@@ -222,7 +266,7 @@ func TestTierPoolOnHostTakesNoNodeRAM(t *testing.T) {
 }
 
 func paper(scan memload.Scan, deployments []int) Params {
-	return Params{Node: Node{RAMBytes: 192 << 30, SystemReserveBytes: 10 << 30, CPUs: 64, TouchRatePerCore: 2e7, PageCluster: 3,
+	return Params{Node: Node{RAMBytes: 192 << 30, SystemReserveBytes: 10 << 30, CPUs: 64, TouchRatePerCore: 2e7, PageCluster: 3, PagingCPUSecondsPerPage: 5e-6,
 		Swap: Device{SizeBytes: 1400 << 30, ReadIOPS: 1.3e6, WriteIOPS: 215e3, LatencySeconds: 80e-6}},
 		VM: VMSpec{MemoryBytes: 16 << 30, GuestOverheadBytes: 1 << 30, HostOverheadBytes: 256 << 20, RequestBytes: 1700 << 20,
 			Workload: Workload{SizeBytes: 14 << 30, Scan: scan, WriteFraction: 1}},

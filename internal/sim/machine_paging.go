@@ -1,0 +1,166 @@
+package sim
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/procfs"
+
+	"github.com/headroom-dev/headroom/internal/cgroup"
+	"github.com/headroom-dev/headroom/internal/host"
+	"github.com/headroom-dev/headroom/internal/memload"
+	"github.com/headroom-dev/headroom/internal/swaptier"
+)
+
+// The paging measurement: pagingWorkersPerCore `headroom load` workers
+// per core, each of pagingWorkBytes in its own cgroup, under a memory
+// cgroup holding two thirds of them, so a third of their pages are always out (a sequential
+// scan misses on every page) and paging keeps every core busy, as on a
+// density plateau.
+const (
+	pagingWorkersPerCore = 4
+	pagingWorkBytes      = 96 << 20
+	pagingSwapBytes      = 2 << 30
+	// pagingMinPages is the least paging that gives a figure.
+	pagingMinPages = 2000
+)
+
+// ErrPagingNeedsRoot: the paging measurement makes a memory cgroup and,
+// with no swap active, a swap file.
+var ErrPagingNeedsRoot = errors.New("needs root (a memory cgroup and swap)")
+
+// MeasurePagingCPU measures the CPU per page paged on this machine with
+// paging saturating it: `headroom load` workers scanning as scan in a
+// memory cgroup smaller than their blocks, over the active swap or, with
+// none, a swap file where density puts one. It is the node's busy CPU time
+// (all but idle, iowait and steal) over the window divided by the pages
+// that went in and out, halved (a page in and another out). That holds the
+// kernel's fault, reclaim and I/O paths, the faulting tasks' contention
+// for them (here a seq page costs 30 µs with one worker and 80 µs with
+// six), and, where this machine is itself a VM, the time its own host
+// takes on the faults paging causes, which the guest sees as the workers'
+// user time (here a third of it). The workers' own touches are a rounding
+// error beside them (tens of nanoseconds a page against tens of
+// microseconds); the machine should be otherwise idle.
+func MeasurePagingCPU(ctx context.Context, headroom string, scan memload.Scan, cpus int, window time.Duration) (secondsPerPage float64, err error) {
+	if os.Geteuid() != 0 {
+		return 0, ErrPagingNeedsRoot
+	}
+	swaps, err := host.ReadSwaps()
+	if err != nil {
+		return 0, err
+	}
+	if len(swaps) == 0 {
+		setup, err := swaptier.Up(swaptier.Spec{File: &swaptier.FileSpec{SizeBytes: pagingSwapBytes}}, "")
+		if err != nil {
+			return 0, fmt.Errorf("swap file: %w", err)
+		}
+		defer func() {
+			if derr := setup.Down(); derr != nil && err == nil {
+				err = derr
+			}
+		}()
+	}
+	root, err := cgroup.Open("/")
+	if err != nil {
+		return 0, err
+	}
+	g, err := cgroup.Create(root, fmt.Sprintf("headroom-sim-paging-%d", os.Getpid()))
+	if err != nil {
+		return 0, err
+	}
+	defer cgroup.Remove(g, 10*time.Second)
+	workers := pagingWorkersPerCore * max(cpus, 1)
+	if err := g.SetMemoryLimit(uint64(workers) * pagingWorkBytes * 2 / 3); err != nil {
+		return 0, err
+	}
+	// Each worker's first interval record says its block is populated and
+	// its measured scan (the paging) has begun.
+	scanning := make(chan struct{}, workers)
+	for i := range workers {
+		// Each in its own cgroup under the limited one, as density's
+		// workers and libvirt's and KubeVirt's VMs are.
+		w, err := cgroup.Create(g, fmt.Sprintf("w%d", i+1))
+		if err != nil {
+			return 0, err
+		}
+		cmd := cgroup.Command(w.Path(), headroom, "load", "--size", fmt.Sprint(pagingWorkBytes), "--scan", string(scan),
+			"--duration", (window + 2*time.Minute).String(), "--interval", "250ms", "--json")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return 0, err
+		}
+		if err := cmd.Start(); err != nil {
+			return 0, fmt.Errorf("start headroom load: %w", err)
+		}
+		defer func() {
+			cmd.Process.Signal(syscall.SIGTERM)
+			cmd.Wait()
+		}()
+		go func() {
+			lines, started := bufio.NewScanner(out), false
+			for lines.Scan() {
+				if !started && strings.Contains(lines.Text(), `"type":"interval"`) {
+					scanning <- struct{}{}
+					started = true
+				}
+			}
+		}()
+	}
+	timeout := time.After(2 * time.Minute)
+	for range workers {
+		select {
+		case <-scanning:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-timeout:
+			return 0, fmt.Errorf("%d headroom load workers did not all start scanning within two minutes", workers)
+		}
+	}
+	before, err := readPagingCounters()
+	if err != nil {
+		return 0, err
+	}
+	select {
+	case <-time.After(window):
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	after, err := readPagingCounters()
+	if err != nil {
+		return 0, err
+	}
+	pages := float64(after.vm.PswpIn-before.vm.PswpIn+after.vm.PswpOut-before.vm.PswpOut) / 2
+	if pages < pagingMinPages {
+		return 0, fmt.Errorf("only %.0f pages paged in %s: too few to measure", pages, window)
+	}
+	return (after.busyCPUSeconds - before.busyCPUSeconds) / pages, nil
+}
+
+type pagingCounters struct {
+	vm             host.VMStat
+	busyCPUSeconds float64 // over all CPUs
+}
+
+func readPagingCounters() (pagingCounters, error) {
+	var c pagingCounters
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return c, err
+	}
+	st, err := fs.Stat()
+	if err != nil {
+		return c, fmt.Errorf("read /proc/stat: %w", err)
+	}
+	t := st.CPUTotal
+	c.busyCPUSeconds = t.User + t.Nice + t.System + t.IRQ + t.SoftIRQ
+	c.vm, err = host.ReadVMStat()
+	return c, err
+}
