@@ -56,11 +56,12 @@ type simFlags struct {
 	nodeMemory, systemReserve, swap bytesValue
 	cpus, touchRate, populateRate   float64
 	readIOPS, writeIOPS             float64
-	latency, pagingCPU              time.Duration
+	latency                         time.Duration
 	swapTier                        string
 	agent                           bool
 	out, label, scenario, find      string
 	swapDepths, workerKind          string
+	pagingCPU                       string
 	machine                         string
 	minPerVM, maxSwapUtil           float64
 	seed                            uint64
@@ -69,7 +70,7 @@ type simFlags struct {
 
 func newSimCommand() *cobra.Command {
 	f := &simFlags{guestOverhead: 1 << 30, nodeMemory: 192 << 30, systemReserve: 8 << 30, cpus: 64, touchRate: 20e6,
-		readIOPS: 1.3e6, writeIOPS: 215e3, latency: 80 * time.Microsecond, pagingCPU: 5 * time.Microsecond, minPerVM: 0.5, seed: 1,
+		readIOPS: 1.3e6, writeIOPS: 215e3, latency: 80 * time.Microsecond, pagingCPU: "5us", minPerVM: 0.5, seed: 1,
 		rampFlags: rampFlags{deployments: "1:20:1", vmMemory: 16 << 30, memorySize: 14 << 30, scan: scanValue(memload.ScanSeq),
 			writes: 1, content: contentValue(memload.Content{Kind: memload.ContentRandom}), runtime: 180 * time.Second,
 			overcommit: 100, overhead: 256 << 20}}
@@ -96,7 +97,7 @@ func newSimCommand() *cobra.Command {
 	fl.Float64Var(&f.readIOPS, "swap-read-iops", f.readIOPS, "the swap device's 4 KiB random-read rate")
 	fl.Float64Var(&f.writeIOPS, "swap-write-iops", f.writeIOPS, "the swap device's 4 KiB random-write rate")
 	fl.DurationVar(&f.latency, "swap-latency", f.latency, "one 4 KiB read's latency at queue depth 1")
-	fl.DurationVar(&f.pagingCPU, "paging-cpu", f.pagingCPU, "the kernel's CPU to page one page in from the swap device and another out (fault, reclaim, I/O); bounds paging on few cores")
+	fl.StringVar(&f.pagingCPU, "paging-cpu", f.pagingCPU, "CPU to page one page in from the swap device and another out (fault, reclaim, I/O), "+sim.PagingCPUForm+"; bounds paging on few cores")
 	fl.StringVar(&f.swapDepths, "swap-depths", "", "the swap device's rates by queue depth, "+sim.DepthsForm+"; replaces --swap-read-iops and --swap-write-iops as its capacity")
 	fl.StringVar(&f.swapTier, "swap-tier", "", "compressed tier in front of the device: "+sim.TierForm+" (ratio: from --content unless given)")
 	fl.StringVar(&f.workerKind, "worker-kind", "vm", "what runs each workload: vm (a guest: its pages are scattered in the host's address space, so each page of a sequential readahead window is its own read) or process (as density's cgroup backend runs it: a window is one read)")
@@ -181,8 +182,8 @@ func applyMachine(cmd *cobra.Command, f *simFlags) error {
 	if len(fig.Depths) > 0 {
 		set("swap-depths", sim.FormatDepths(fig.Depths))
 	}
-	if fig.PagingCPUSecondsPerPage > 0 {
-		set("paging-cpu", time.Duration(fig.PagingCPUSecondsPerPage*float64(time.Second)).String())
+	if len(fig.PagingCPU) > 0 {
+		set("paging-cpu", sim.FormatPagingCPU(fig.PagingCPU))
 	}
 	if fig.SwapSizeBytes > 0 {
 		set("swap", fmt.Sprint(fig.SwapSizeBytes))
@@ -205,12 +206,15 @@ func simParams(f *simFlags) (sim.Params, error) {
 	content := memload.Content(f.content)
 	ratio := sim.ContentRatio(content)
 	node := sim.Node{RAMBytes: uint64(f.nodeMemory), SystemReserveBytes: uint64(f.systemReserve), CPUs: f.cpus,
-		TouchRatePerCore: f.touchRate, PopulateRatePerCore: f.populateRate, PageCluster: 3, PagingCPUSecondsPerPage: f.pagingCPU.Seconds(),
+		TouchRatePerCore: f.touchRate, PopulateRatePerCore: f.populateRate, PageCluster: 3,
 		Swap: sim.Device{SizeBytes: uint64(f.swap), ReadIOPS: f.readIOPS, WriteIOPS: f.writeIOPS, LatencySeconds: f.latency.Seconds()}}
 	if f.swapDepths != "" {
 		if node.Swap.Depths, err = sim.ParseDepths(f.swapDepths); err != nil {
 			return sim.Params{}, usageError{err}
 		}
+	}
+	if node.PagingCPU, err = sim.ParsePagingCPU(f.pagingCPU); err != nil {
+		return sim.Params{}, usageError{err}
 	}
 	if f.swapTier != "" {
 		tier, err := sim.ParseTier(f.swapTier, ratio)
@@ -324,7 +328,7 @@ func simParamsMap(f *simFlags) map[string]any {
 		"content": memload.Content(f.content).String(), "workload_runtime_seconds": f.runtime.Seconds(), "overcommit_percent": f.overcommit,
 		"overhead_bytes": uint64(f.overhead), "guest_overhead_bytes": uint64(f.guestOverhead), "node_memory_bytes": uint64(f.nodeMemory),
 		"system_reserve_bytes": uint64(f.systemReserve), "cpus": f.cpus, "touch_rate": f.touchRate, "populate_rate": f.populateRate, "swap_bytes": uint64(f.swap),
-		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(), "swap_depths": f.swapDepths, "paging_cpu_seconds": f.pagingCPU.Seconds(), "worker_kind": f.workerKind,
+		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(), "swap_depths": f.swapDepths, "paging_cpu": f.pagingCPU, "worker_kind": f.workerKind,
 		"swap_tier": f.swapTier, "agent": f.agent, "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
 }
 

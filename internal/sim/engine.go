@@ -87,6 +87,9 @@ type node struct {
 	diskCapPages  float64
 	// readWait is the last tick's time a swap-in read takes.
 	readWait float64
+	// pagingCPU is this tick's CPU per page paged from the device, at
+	// the number of VMs faulting on it.
+	pagingCPU float64
 	// cumulative counters, like /proc/vmstat and PSI.
 	swapIns, swapOuts, majorFaults float64
 	psiSome, psiFull               float64 // seconds
@@ -173,7 +176,7 @@ func (s *node) touchTime(v *vmState, cpuShare, readWait float64) (total, waiting
 	// fault and its decompression.
 	// All of it runs on the VM's share of the cores.
 	waiting = miss * (1 - z) / s.readahead() * readWait
-	cpu += miss * ((1-z)*s.n.PagingCPUSecondsPerPage + z*(tierFaultCPUSeconds+tierCPU))
+	cpu += miss * ((1-z)*s.pagingCPU + z*(tierFaultCPUSeconds+tierCPU))
 	return cpu/cpuShare + waiting, waiting
 }
 
@@ -287,6 +290,17 @@ func (s *node) cpuShare() float64 {
 	return lo
 }
 
+// faultingOnDevice counts the running VMs that fault on the device.
+func (s *node) faultingOnDevice() float64 {
+	var n float64
+	for _, v := range s.vms {
+		if v.phase == phaseRunning && s.hit(v) < 1 && tierShare(v) < 1 {
+			n++
+		}
+	}
+	return n
+}
+
 // coresUsed is the cores the busy VMs use at a share of a core each.
 func (s *node) coresUsed(share float64) float64 {
 	var cores float64
@@ -306,6 +320,7 @@ func (s *node) coresUsed(share float64) float64 {
 // says whether the running VMs' touches count.
 func (s *node) tick(now float64, measuring bool) {
 	dt := s.dtSeconds
+	s.pagingCPU = pagingCPUAt(s.n.PagingCPU, s.faultingOnDevice())
 	share := s.cpuShare()
 	s.readWait = s.solveReadWait(share)
 	var stalledAll, anyStalled = 1.0, 0.0

@@ -38,11 +38,11 @@ type MachineFigures struct {
 	// Depths are the device's rates at queue depths 1 to 16 (writes only
 	// where a scratch file could be written).
 	Depths []DepthRate `json:"swap_depths,omitempty"`
-	// PagingCPUSecondsPerPage is the CPU per page paged in and out
-	// (MeasurePagingCPU); 0 with PagingNote saying why it was not
-	// measured.
-	PagingCPUSecondsPerPage float64 `json:"paging_cpu_seconds_per_page"`
-	PagingNote              string  `json:"paging_note,omitempty"`
+	// PagingCPU is the CPU per page paged in and out with one and with
+	// four workers a core (MeasurePagingCPU); none with PagingNote saying
+	// why it was not measured.
+	PagingCPU  []PagingCost `json:"paging_cpu,omitempty"`
+	PagingNote string       `json:"paging_note,omitempty"`
 }
 
 // MeasureOptions say how to measure.
@@ -101,12 +101,17 @@ func MeasureMachine(ctx context.Context, o MeasureOptions) (MachineFigures, erro
 		f.SwapDevice = o.SwapFileDir + " (no swap active: where density puts its swap file)"
 	}
 	f.ReadIOPS, f.WriteIOPS, f.LatencySeconds = res.ReadIOPS, res.WriteIOPS, res.ReadLatencyUs/1e6
-	f.PagingCPUSecondsPerPage, err = MeasurePagingCPU(ctx, o.Headroom, o.Scan, f.CPUs, 2*o.Duration)
-	switch {
-	case errors.Is(err, ErrPagingNeedsRoot):
-		f.PagingNote = "not measured: " + err.Error()
-	case err != nil:
-		return f, fmt.Errorf("measure paging CPU: %w", err)
+	for _, perCore := range pagingWorkersPerCore {
+		workers := perCore * f.CPUs
+		cost, err := MeasurePagingCPU(ctx, o.Headroom, o.Scan, workers, 2*o.Duration)
+		if errors.Is(err, ErrPagingNeedsRoot) {
+			f.PagingNote = "not measured: " + err.Error()
+			break
+		}
+		if err != nil {
+			return f, fmt.Errorf("measure paging CPU with %d workers: %w", workers, err)
+		}
+		f.PagingCPU = append(f.PagingCPU, PagingCost{Tasks: float64(workers), SecondsPerPage: cost})
 	}
 	for _, d := range res.Depths {
 		if d.QueueDepth == 1 && d.ReadIOPS > 0 {
@@ -130,5 +135,9 @@ func (f MachineFigures) String() string {
 	if f.PagingNote != "" {
 		return s + "; paging CPU " + f.PagingNote
 	}
-	return s + fmt.Sprintf("; paging %.1f µs of CPU per page in and out (headroom load workers over swap in a memory cgroup, %d a core)", f.PagingCPUSecondsPerPage*1e6, pagingWorkersPerCore)
+	s += "; CPU per page paged in and out by workers faulting at once (headroom load workers over swap under a memory cgroup)"
+	for _, c := range f.PagingCPU {
+		s += fmt.Sprintf(" %g: %.1f µs", c.Tasks, c.SecondsPerPage*1e6)
+	}
+	return s
 }

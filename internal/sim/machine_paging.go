@@ -18,15 +18,16 @@ import (
 	"github.com/headroom-dev/headroom/internal/swaptier"
 )
 
-// The paging measurement: pagingWorkersPerCore `headroom load` workers
-// per core, each of pagingWorkBytes in its own cgroup, under a memory
-// cgroup holding two thirds of them, so a third of their pages are always out (a sequential
-// scan misses on every page) and paging keeps every core busy, as on a
-// density plateau.
+// The paging measurement: `headroom load` workers, each of pagingWorkBytes
+// in its own cgroup, under a memory cgroup holding two thirds of them, so
+// a third of their pages are always out (a sequential scan misses on every
+// page); one worker a core, and four as on a density plateau, give how the
+// cost grows with the tasks faulting at once.
+var pagingWorkersPerCore = []int{1, 4}
+
 const (
-	pagingWorkersPerCore = 4
-	pagingWorkBytes      = 96 << 20
-	pagingSwapBytes      = 2 << 30
+	pagingWorkBytes = 96 << 20
+	pagingSwapBytes = 2 << 30
 	// pagingMinPages is the least paging that gives a figure.
 	pagingMinPages = 2000
 )
@@ -35,10 +36,10 @@ const (
 // with no swap active, a swap file.
 var ErrPagingNeedsRoot = errors.New("needs root (a memory cgroup and swap)")
 
-// MeasurePagingCPU measures the CPU per page paged on this machine with
-// paging saturating it: `headroom load` workers scanning as scan in a
-// memory cgroup smaller than their blocks, over the active swap or, with
-// none, a swap file where density puts one. It is the node's busy CPU time
+// MeasurePagingCPU measures the CPU per page paged on this machine by
+// workers `headroom load` workers scanning as scan in a memory cgroup
+// smaller than their blocks, over the active swap or, with none, a swap
+// file where density puts one. It is the node's busy CPU time
 // (all but idle, iowait and steal) over the window divided by the pages
 // that went in and out, halved (a page in and another out). That holds the
 // kernel's fault, reclaim and I/O paths, the faulting tasks' contention
@@ -48,7 +49,7 @@ var ErrPagingNeedsRoot = errors.New("needs root (a memory cgroup and swap)")
 // user time (here a third of it). The workers' own touches are a rounding
 // error beside them (tens of nanoseconds a page against tens of
 // microseconds); the machine should be otherwise idle.
-func MeasurePagingCPU(ctx context.Context, headroom string, scan memload.Scan, cpus int, window time.Duration) (secondsPerPage float64, err error) {
+func MeasurePagingCPU(ctx context.Context, headroom string, scan memload.Scan, workers int, window time.Duration) (secondsPerPage float64, err error) {
 	if os.Geteuid() != 0 {
 		return 0, ErrPagingNeedsRoot
 	}
@@ -76,7 +77,7 @@ func MeasurePagingCPU(ctx context.Context, headroom string, scan memload.Scan, c
 		return 0, err
 	}
 	defer cgroup.Remove(g, 10*time.Second)
-	workers := pagingWorkersPerCore * max(cpus, 1)
+	workers = max(workers, 1)
 	if err := g.SetMemoryLimit(uint64(workers) * pagingWorkBytes * 2 / 3); err != nil {
 		return 0, err
 	}

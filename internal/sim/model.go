@@ -11,8 +11,9 @@
 //     a sequential scan larger than its resident set misses every page
 //     (LRU evicts exactly what the scan needs next) but each device read
 //     brings vm.page-cluster's 8 pages, which the scan then uses.
-//   - Every page paged costs the kernel's CPU (Node.PagingCPUSecondsPerPage),
-//     which on few cores bounds the paging rate before the device does.
+//   - Every page paged costs CPU (Node.PagingCPU, more the more VMs fault
+//     at once), which on few cores bounds the paging rate before the
+//     device does.
 //   - Reclaim is a second-chance LRU over all VMs: a resident page is
 //     evicted when reclaim's scan finds it untouched, so a VM loses pages
 //     in proportion to resident × exp(−T × its per-page touch rate), T
@@ -61,11 +62,11 @@ type Node struct {
 	// PageCluster is log2 of the pages a sequential swap-in reads at once
 	// (vm.page-cluster, 3: 8 pages).
 	PageCluster int
-	// PagingCPUSecondsPerPage is the kernel's CPU to bring one page in
-	// from the device and put another out (the fault, reclaim, the I/O's
-	// submission and completion): on few cores it, not the device, bounds
-	// the paging rate.
-	PagingCPUSecondsPerPage float64
+	// PagingCPU is the CPU to bring one page in from the device and put
+	// another out (the fault, reclaim, the I/O's submission and
+	// completion), by the number of VMs faulting at once: on few cores it,
+	// not the device, bounds the paging rate.
+	PagingCPU []PagingCost
 }
 
 // Device is a block device holding swap.
@@ -144,8 +145,6 @@ func Validate(n Node, v VMSpec) error {
 		return fmt.Errorf("--swap-latency must be positive with --swap (e.g. 100us)")
 	case !depthsAscending(n.Swap.Depths):
 		return fmt.Errorf("--swap-depths: want %s, depths ascending, rates positive", DepthsForm)
-	case n.PagingCPUSecondsPerPage < 0:
-		return fmt.Errorf("--paging-cpu must not be negative (e.g. 10us)")
 	case n.Tier != nil && !(n.Tier.Ratio >= 1):
 		return fmt.Errorf("--swap-tier ratio must be at least 1")
 	case n.PageCluster < 0 || n.PageCluster > 10:
