@@ -48,6 +48,16 @@ const (
 // (the stand-in virt-controller creates one per VMI, on the VMI's node).
 const launcherRunningMs = 250
 
+// What a watch's delivery of a change may take here (from the apiserver's
+// answer to the event in density): its median and p99 over a run, and one
+// delivery delayed by a scheduling stall on two busy cores. A poll or a
+// missed event recovered by a resync takes far longer.
+const (
+	watchMedianSeconds = 0.010
+	watchP99Seconds    = 0.050
+	watchStallSeconds  = 0.250
+)
+
 // slowIndexes are the objects (by index within a step) that take
 // runningSlowMs to run: one in ten, so p50 and p95 differ.
 func slowIndex(i int) bool { return i%10 == 0 && i <= 100 }
@@ -394,7 +404,12 @@ func TestSystemKubevirtDensity(t *testing.T) {
 		// and when its response was written (microseconds). So seen −
 		// written splits into kwok sending the patch, the apiserver handling
 		// it, and the watch delivering it to density: the watch's own
-		// latency, which must stay within 50 ms. kwok plays
+		// latency. A watch delivers in about a millisecond; a poll or a
+		// missed event shows as a median or a tail far above that. Single
+		// deliveries on two shared cores running etcd, the apiserver, kwok
+		// and density stall up to ~50 ms (CI saw 52 ms once), so the
+		// bounds are on the distribution and the worst case is a stall, not
+		// a resync. kwok plays
 		// custom-resource stages one patch at a time, so under load phases
 		// come later than the stage delays: the simulator's backlog,
 		// reported apart.
@@ -410,6 +425,7 @@ func TestSystemKubevirtDensity(t *testing.T) {
 				t.Fatalf("step %d: failed %v (%s), %d objects recorded of %d", s.Index, s.Failed, s.FailReason, len(s.PerWorker), s.Workers)
 			}
 			var receivedRunning, answeredRunning []float64
+			var runningDeliver float64
 			for _, w := range s.PerWorker {
 				index, _ := strconv.Atoi(w.Name[strings.LastIndex(w.Name, "-")+1:])
 				ps := patches[w.Name]
@@ -435,7 +451,7 @@ func TestSystemKubevirtDensity(t *testing.T) {
 					deliver := seen.Sub(done).Seconds()
 					deliverLag = append(deliverLag, deliver)
 					kwokLag = append(kwokLag, api-expectedSeconds(phase, index))
-					if deliver > 0.050 || seen.Before(written) {
+					if deliver > watchStallSeconds || seen.Before(written) {
 						t.Errorf("step %d %s: %s written %s, patch received %s, answered %s, seen %s: the watch took %.1f ms",
 							s.Index, w.Name, phase, written.Format("15:04:05.000000"), received.Format("15:04:05.000000"),
 							done.Format("15:04:05.000000"), seen.Format("15:04:05.000000"), deliver*1e3)
@@ -451,15 +467,17 @@ func TestSystemKubevirtDensity(t *testing.T) {
 				// in between (the watch event may leave before the answer).
 				receivedRunning = append(receivedRunning, ps[len(ps)-1].RequestReceivedTimestamp.Sub(w.VM.CreatedAt).Seconds())
 				answeredRunning = append(answeredRunning, ps[len(ps)-1].StageTimestamp.Sub(w.VM.CreatedAt).Seconds())
+				runningDeliver = max(runningDeliver, deliverLag[len(deliverLag)-1])
 			}
 			// The step's exact quantiles are those of the true times (the
-			// Running patches answered), within the watch's latency.
+			// Running patches answered), late by at most the step's slowest
+			// delivery of a Running phase: each object is, so every quantile is.
 			for _, c := range []struct {
 				name string
 				got  float64
 				q    float64
 			}{{"p50", s.CreateP50Seconds, 0.5}, {"p95", s.CreateP95Seconds, 0.95}, {"p99", s.CreateP99Seconds, 0.99}} {
-				lo, hi := results.Quantile(receivedRunning, c.q), results.Quantile(answeredRunning, c.q)+0.050
+				lo, hi := results.Quantile(receivedRunning, c.q), results.Quantile(answeredRunning, c.q)+max(runningDeliver, 0)
 				if c.got < lo || c.got > hi {
 					t.Errorf("step %d: running %s %.4f s; the audit log puts it in [%.4f, %.4f] s", s.Index, c.name, c.got, lo, hi)
 				}
@@ -474,6 +492,10 @@ func TestSystemKubevirtDensity(t *testing.T) {
 		report("  the apiserver handling it", handleLag)
 		report("  the watch delivering it to density", deliverLag)
 		report("kwok's backlog (written − stage delays)", kwokLag)
+		if median, p99 := results.Quantile(deliverLag, 0.5), results.Quantile(deliverLag, 0.99); median > watchMedianSeconds || p99 > watchP99Seconds {
+			t.Errorf("the watch delivered phase changes in median %.1f ms, p99 %.1f ms; a watch takes under %.0f ms, %.0f ms",
+				median*1e3, p99*1e3, watchMedianSeconds*1e3, watchP99Seconds*1e3)
+		}
 
 		// Every VMI got its virt-launcher pod, with KubeVirt's request.
 		var objects int
@@ -499,7 +521,7 @@ func TestSystemKubevirtDensity(t *testing.T) {
 			t.Errorf("%d virt-launcher pods seen Running, want %d", len(ran), objects)
 		}
 		for name, sec := range ran {
-			if sec < launcherRunningMs/1e3-0.05 {
+			if sec < launcherRunningMs/1e3-watchP99Seconds {
 				t.Errorf("pod %s Running %.3f s after its creation, before its stage delay (%d ms)", name, sec, launcherRunningMs)
 			}
 		}
