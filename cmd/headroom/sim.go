@@ -43,9 +43,11 @@ one-VM rate (and, with --max-swap-utilization, whose swap use stays under
 that share of the swap).
 
 --machine this measures this machine first — its RAM, cores, the touch
-rate of one headroom load worker, the active swap device as headroom
-agent calibrate probes it (or, with no swap active, the file system where
-density --swap SIZE puts its swap file) at queue depths 1 to 16, and, as
+rate of one headroom load worker a core over blocks of 64 MiB, 256 MiB
+and 1 GiB (a core touches fewer pages/s the more memory it cycles
+through), the active swap device as headroom agent calibrate probes it
+(or, with no swap active, the file system where density --swap SIZE puts
+its swap file) at queue depths 1 to 16, and, as
 root, the kernel's CPU per page paged (one headroom load worker in a memory
 cgroup smaller than it, over that swap) — prints the figures, and uses
 them where neither the command line nor the scenario gave a value.`
@@ -54,7 +56,8 @@ type simFlags struct {
 	rampFlags
 	guestOverhead                   bytesValue
 	nodeMemory, systemReserve, swap bytesValue
-	cpus, touchRate, populateRate   float64
+	cpus, populateRate              float64
+	touchRate                       string
 	readIOPS, writeIOPS             float64
 	latency                         time.Duration
 	swapTier                        string
@@ -69,7 +72,7 @@ type simFlags struct {
 }
 
 func newSimCommand() *cobra.Command {
-	f := &simFlags{guestOverhead: 1 << 30, nodeMemory: 192 << 30, systemReserve: 8 << 30, cpus: 64, touchRate: 20e6,
+	f := &simFlags{guestOverhead: 1 << 30, nodeMemory: 192 << 30, systemReserve: 8 << 30, cpus: 64, touchRate: "20M",
 		readIOPS: 1.3e6, writeIOPS: 215e3, latency: 80 * time.Microsecond, pagingCPU: "5us", minPerVM: 0.5, seed: 1,
 		rampFlags: rampFlags{deployments: "1:20:1", vmMemory: 16 << 30, memorySize: 14 << 30, scan: scanValue(memload.ScanSeq),
 			writes: 1, content: contentValue(memload.Content{Kind: memload.ContentRandom}), runtime: 180 * time.Second,
@@ -91,8 +94,8 @@ func newSimCommand() *cobra.Command {
 	fl.Var(&f.nodeMemory, "node-memory", "the node's RAM")
 	fl.Var(&f.systemReserve, "system-reserve", "RAM the VMs never get (host kernel, daemons, reservations)")
 	fl.Float64Var(&f.cpus, "cpus", f.cpus, "the node's cores")
-	fl.Float64Var(&f.touchRate, "touch-rate", f.touchRate, "pages/s one core touches in RAM (headroom load's rate in a VM)")
-	fl.Float64Var(&f.populateRate, "populate-rate", 0, "pages/s one core fills a new block at (0: a quarter of --touch-rate)")
+	fl.StringVar(&f.touchRate, "touch-rate", f.touchRate, "pages/s one core touches in RAM (headroom load's rate in a VM), "+sim.TouchRateForm)
+	fl.Float64Var(&f.populateRate, "populate-rate", 0, "pages/s one core fills a new block at (0: a quarter of --touch-rate, at its smallest size)")
 	fl.Var(&f.swap, "swap", "swap device size (0: none)")
 	fl.Float64Var(&f.readIOPS, "swap-read-iops", f.readIOPS, "the swap device's 4 KiB random-read rate")
 	fl.Float64Var(&f.writeIOPS, "swap-write-iops", f.writeIOPS, "the swap device's 4 KiB random-write rate")
@@ -174,7 +177,7 @@ func applyMachine(cmd *cobra.Command, f *simFlags) error {
 	}
 	set("node-memory", fmt.Sprint(fig.RAMBytes))
 	set("cpus", fmt.Sprint(fig.CPUs))
-	set("touch-rate", fmt.Sprint(fig.TouchRatePerCore))
+	set("touch-rate", sim.FormatTouchRate(fig.TouchRate))
 	set("populate-rate", fmt.Sprint(fig.PopulateRatePerCore))
 	set("swap-read-iops", fmt.Sprint(fig.ReadIOPS))
 	set("swap-write-iops", fmt.Sprint(fig.WriteIOPS))
@@ -206,12 +209,15 @@ func simParams(f *simFlags) (sim.Params, error) {
 	content := memload.Content(f.content)
 	ratio := sim.ContentRatio(content)
 	node := sim.Node{RAMBytes: uint64(f.nodeMemory), SystemReserveBytes: uint64(f.systemReserve), CPUs: f.cpus,
-		TouchRatePerCore: f.touchRate, PopulateRatePerCore: f.populateRate, PageCluster: 3,
+		PopulateRatePerCore: f.populateRate, PageCluster: 3,
 		Swap: sim.Device{SizeBytes: uint64(f.swap), ReadIOPS: f.readIOPS, WriteIOPS: f.writeIOPS, LatencySeconds: f.latency.Seconds()}}
 	if f.swapDepths != "" {
 		if node.Swap.Depths, err = sim.ParseDepths(f.swapDepths); err != nil {
 			return sim.Params{}, usageError{err}
 		}
+	}
+	if node.TouchRate, err = sim.ParseTouchRate(f.touchRate); err != nil {
+		return sim.Params{}, usageError{err}
 	}
 	if node.PagingCPU, err = sim.ParsePagingCPU(f.pagingCPU); err != nil {
 		return sim.Params{}, usageError{err}

@@ -217,10 +217,21 @@ func TestSystemSimMachineThis(t *testing.T) {
 	}
 	p := run.Params
 	// /proc/swaps leaves out the swap header's page.
-	if run.Node.MemoryBytes != memTotal || run.Node.SwapBytes < 511<<20 || run.Node.SwapBytes > 512<<20 || run.Node.SwapReadIOPS <= 0 || p["cpus"] != 3.0 ||
-		p["touch_rate"].(float64) < 1e6 {
-		t.Fatalf("node %+v, params %v: want this machine's RAM (%d B), the 512 MiB swap file, a measured device and touch rate, and the given 3 CPUs",
+	if run.Node.MemoryBytes != memTotal || run.Node.SwapBytes < 511<<20 || run.Node.SwapBytes > 512<<20 || run.Node.SwapReadIOPS <= 0 || p["cpus"] != 3.0 {
+		t.Fatalf("node %+v, params %v: want this machine's RAM (%d B), the 512 MiB swap file, a measured device, and the given 3 CPUs",
 			run.Node, p, memTotal)
+	}
+	// The touch rate by the block one worker a core cycles through: 64
+	// MiB, 256 MiB and, where it fits in a quarter of RAM, 1 GiB.
+	touch, _ := p["touch_rate"].(string)
+	rates, err := sim.ParseTouchRate(touch)
+	if err != nil || len(rates) < 2 || rates[0].BytesPerCore != 64<<20 || rates[1].BytesPerCore != 256<<20 || !strings.Contains(r.stderr, "pages/s a core touches") {
+		t.Errorf("touch_rate %q (%v), figures %q: want rates measured over 64 MiB and 256 MiB a core", touch, err, r.stderr)
+	}
+	for _, rt := range rates {
+		if rt.PagesPerSec < 1e6 {
+			t.Errorf("touch_rate %q: %.0f pages/s over %.0f B a core; want over a million, as headroom load touches in RAM", touch, rt.PagesPerSec, rt.BytesPerCore)
+		}
 	}
 	// The device at queue depths 1 to 16, reads and writes (a scratch
 	// file beside the swap file), is the model's device.

@@ -88,8 +88,9 @@ type node struct {
 	// readWait is the last tick's time a swap-in read takes.
 	readWait float64
 	// pagingCPU is this tick's CPU per page paged from the device, at
-	// the number of VMs faulting on it.
-	pagingCPU float64
+	// the number of VMs faulting on it; touchRate its pages/s a core
+	// touches in RAM, at the memory the running VMs touch per core.
+	pagingCPU, touchRate float64
 	// cumulative counters, like /proc/vmstat and PSI.
 	swapIns, swapOuts, majorFaults float64
 	psiSome, psiFull               float64 // seconds
@@ -100,7 +101,7 @@ func pagesOf(b uint64) float64 { return float64(b) / PageBytes }
 func newNode(nd Node, spec VMSpec, count int, dt float64, seed uint64) *node {
 	s := &node{n: nd, w: spec.Workload, process: spec.Process, rng: rand.New(rand.NewPCG(seed, 0x5eed)), dtSeconds: dt,
 		capacityPages: pagesOf(nd.RAMBytes - nd.SystemReserveBytes), diskCapPages: pagesOf(nd.Swap.SizeBytes),
-		readWait: nd.Swap.LatencySeconds}
+		readWait: nd.Swap.LatencySeconds, touchRate: touchRateAt(nd.TouchRate, 0)}
 	if nd.Tier != nil {
 		s.tierCapPages = pagesOf(nd.Tier.SizeBytes)
 	}
@@ -159,7 +160,7 @@ func tierShare(v *vmState) float64 {
 // touchTime is the seconds one touch takes on average, and the part of it
 // spent waiting for the device, at a given CPU share and read wait.
 func (s *node) touchTime(v *vmState, cpuShare, readWait float64) (total, waiting float64) {
-	cpu := 1 / s.n.TouchRatePerCore // seconds of a whole core
+	cpu := 1 / s.touchRate // seconds of a whole core
 	miss := 1 - s.hit(v)
 	if miss <= 0 {
 		return cpu / cpuShare, 0
@@ -301,6 +302,25 @@ func (s *node) faultingOnDevice() float64 {
 	return n
 }
 
+// touchedBytesPerCore is the resident workload memory the running VMs
+// cycle through, per core they run on.
+func (s *node) touchedBytesPerCore() float64 {
+	if s.w.Scan == memload.ScanNone {
+		return 0
+	}
+	var pages, busy float64
+	for _, v := range s.vms {
+		if v.phase == phaseRunning {
+			pages += v.resident
+			busy++
+		}
+	}
+	if busy == 0 {
+		return 0
+	}
+	return pages * PageBytes / min(busy, s.n.CPUs)
+}
+
 // coresUsed is the cores the busy VMs use at a share of a core each.
 func (s *node) coresUsed(share float64) float64 {
 	var cores float64
@@ -321,6 +341,7 @@ func (s *node) coresUsed(share float64) float64 {
 func (s *node) tick(now float64, measuring bool) {
 	dt := s.dtSeconds
 	s.pagingCPU = pagingCPUAt(s.n.PagingCPU, s.faultingOnDevice())
+	s.touchRate = touchRateAt(s.n.TouchRate, s.touchedBytesPerCore())
 	share := s.cpuShare()
 	s.readWait = s.solveReadWait(share)
 	var stalledAll, anyStalled = 1.0, 0.0
@@ -334,7 +355,7 @@ func (s *node) tick(now float64, measuring bool) {
 		case phasePopulating:
 			rate := s.n.PopulateRatePerCore * share
 			if rate <= 0 {
-				rate = s.n.TouchRatePerCore * share / populateCost
+				rate = s.n.TouchRate[0].PagesPerSec * share / populateCost
 			}
 			n := min(v.pages-v.populated, rate*dt)
 			v.populated += n

@@ -8,11 +8,13 @@ import (
 	"math"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/headroom-dev/headroom/internal/agent"
 	"github.com/headroom-dev/headroom/internal/host"
+	"github.com/headroom-dev/headroom/internal/loadrun"
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/probe"
 	"github.com/headroom-dev/headroom/internal/units"
@@ -23,9 +25,10 @@ import (
 type MachineFigures struct {
 	RAMBytes uint64 `json:"ram_bytes"`
 	CPUs     int    `json:"cpus"`
-	// TouchRatePerCore is one `headroom load` worker's pages/s in RAM.
-	TouchRatePerCore float64 `json:"touch_rate_per_core"`
-	// PopulateRatePerCore is its pages/s filling its block.
+	// TouchRate is a `headroom load` worker's pages/s in RAM with one
+	// worker a core, by the size of each worker's block.
+	TouchRate []TouchRate `json:"touch_rate"`
+	// PopulateRatePerCore is a worker's pages/s filling its block.
 	PopulateRatePerCore float64 `json:"populate_rate_per_core"`
 	// SwapDevice is the active swap area probed, or the directory where
 	// `density --swap SIZE` puts its swap file when none is active;
@@ -72,19 +75,8 @@ func MeasureMachine(ctx context.Context, o MeasureOptions) (MachineFigures, erro
 		return f, err
 	}
 	f.RAMBytes, f.CPUs = mem.TotalBytes, runtime.NumCPU()
-	out, err := exec.CommandContext(ctx, o.Headroom, "load", "--size", "256Mi", "--scan", string(o.Scan),
-		"--duration", o.Duration.String(), "--json").Output()
-	if err != nil {
-		return f, fmt.Errorf("measure the touch rate (headroom load): %w", err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	var s memload.Summary
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &s); err != nil || s.PagesPerSec <= 0 {
-		return f, fmt.Errorf("measure the touch rate: no summary from headroom load")
-	}
-	f.TouchRatePerCore = s.PagesPerSec
-	if s.Populate.Seconds > 0 {
-		f.PopulateRatePerCore = float64(s.Populate.Pages) / s.Populate.Seconds
+	if f.TouchRate, f.PopulateRatePerCore, err = measureTouchRate(ctx, o, f.CPUs, f.RAMBytes); err != nil {
+		return f, err
 	}
 	var res probe.Result
 	if dev, err := agent.PickSwapDevice(""); err == nil {
@@ -124,10 +116,44 @@ func MeasureMachine(ctx context.Context, o MeasureOptions) (MachineFigures, erro
 	return f, nil
 }
 
+// touchSizesPerCore are the blocks the touch rate is measured with, one
+// worker a core: from what the caches hold to what they do not.
+var touchSizesPerCore = []uint64{64 << 20, 256 << 20, 1 << 30}
+
+// measureTouchRate runs one `headroom load` worker a core at each block
+// size that fits in a quarter of RAM, and returns each size's pages/s a
+// core and the pages/s a core filled the first block at.
+func measureTouchRate(ctx context.Context, o MeasureOptions, cpus int, ramBytes uint64) (rates []TouchRate, populatePerCore float64, err error) {
+	for _, size := range touchSizesPerCore {
+		if uint64(cpus)*size > ramBytes/4 && len(rates) > 0 {
+			break
+		}
+		out, err := exec.CommandContext(ctx, o.Headroom, "load", "--workers", strconv.Itoa(cpus), "--size", strconv.FormatUint(size, 10),
+			"--scan", string(o.Scan), "--duration", o.Duration.String(), "--json").Output()
+		if err != nil {
+			return nil, 0, fmt.Errorf("measure the touch rate (headroom load, %d workers of %s): %w", cpus, units.FormatBytes(size), err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		var s loadrun.FleetSummary
+		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &s); err != nil || !(s.PagesPerSec > 0) || s.Workers != cpus {
+			return nil, 0, fmt.Errorf("measure the touch rate: no summary of %d workers from headroom load", cpus)
+		}
+		rates = append(rates, TouchRate{BytesPerCore: float64(size), PagesPerSec: math.Round(s.PagesPerSec / float64(cpus))})
+		if populatePerCore == 0 && s.PopulateSeconds > 0 {
+			populatePerCore = math.Round(float64(size/PageBytes) / s.PopulateSeconds)
+		}
+	}
+	return rates, populatePerCore, nil
+}
+
 // String is the one-line account `sim --machine this` prints.
 func (f MachineFigures) String() string {
-	s := fmt.Sprintf("this machine: %s RAM, %d cores, %s pages/s per core touching and %s filling (headroom load); swap %s: 4 KiB random read %s IOPS, write %s IOPS at queue depth %d, %.0f µs a read alone",
-		units.FormatBytes(f.RAMBytes), f.CPUs, units.FormatRate(f.TouchRatePerCore), units.FormatRate(f.PopulateRatePerCore), f.SwapDevice, units.FormatRate(f.ReadIOPS),
+	touch := make([]string, len(f.TouchRate))
+	for i, r := range f.TouchRate {
+		touch[i] = fmt.Sprintf("%s over %s", units.FormatRate(r.PagesPerSec), units.FormatBytes(uint64(r.BytesPerCore)))
+	}
+	s := fmt.Sprintf("this machine: %s RAM, %d cores, pages/s a core touches %s and fills %s (headroom load, a worker a core); swap %s: 4 KiB random read %s IOPS, write %s IOPS at queue depth %d, %.0f µs a read alone",
+		units.FormatBytes(f.RAMBytes), f.CPUs, strings.Join(touch, ", "), units.FormatRate(f.PopulateRatePerCore), f.SwapDevice, units.FormatRate(f.ReadIOPS),
 		units.FormatRate(f.WriteIOPS), probeJobs, f.LatencySeconds*1e6)
 	if len(f.Depths) > 0 {
 		s += "; by queue depth (read/write IOPS) " + FormatDepths(f.Depths)

@@ -25,7 +25,9 @@
 //     read at a time; while the demand stays under the device's rate a
 //     read takes its latency, beyond it the latency grows until the
 //     demand (reads plus the writes of dirty evictions) fits the rate.
-//   - CPUs are shared fairly; a VM waiting on the device uses none.
+//   - CPUs are shared fairly; a VM waiting on the device uses none. A
+//     core touches fewer pages/s the more memory its VMs cycle through
+//     (Node.TouchRate by the resident workload bytes per busy core).
 //   - Ignored: THP, NUMA, the guest's own page cache and reclaim, KSM,
 //     balloons, swap slot fragmentation, readahead of random faults, the
 //     larger size of a readahead read.
@@ -48,10 +50,10 @@ type Node struct {
 	// daemons, the kubelet's reservations).
 	SystemReserveBytes uint64
 	CPUs               float64
-	// TouchRatePerCore is the pages/s one core touches in RAM (headroom
-	// load's rate, or a VM's: a guest's touches pay for the EPT or, under
-	// TCG, QEMU's software MMU).
-	TouchRatePerCore float64
+	// TouchRate is the pages/s one core touches in RAM (headroom load's
+	// rate, or a VM's: a guest's touches pay for the EPT or, under TCG,
+	// QEMU's software MMU), by the memory the workloads on a core touch.
+	TouchRate []TouchRate
 	// PopulateRatePerCore is the pages/s one core fills a new block at
 	// (allocating, zeroing and writing each page's content; 0: a quarter
 	// of the touch rate).
@@ -135,8 +137,8 @@ func Validate(n Node, v VMSpec) error {
 		return fmt.Errorf("--system-reserve %s leaves nothing of --node-memory %s", units.FormatBytes(n.SystemReserveBytes), units.FormatBytes(n.RAMBytes))
 	case !(n.CPUs > 0):
 		return fmt.Errorf("--cpus must be positive")
-	case !(n.TouchRatePerCore > 0):
-		return fmt.Errorf("--touch-rate must be positive (pages/s one core touches in RAM)")
+	case !touchRatesValid(n.TouchRate):
+		return fmt.Errorf("--touch-rate: want %s, sizes ascending, rates positive", TouchRateForm)
 	case n.Swap.SizeBytes > 0 && !(n.Swap.ReadIOPS > 0):
 		return fmt.Errorf("--swap-read-iops must be positive with --swap")
 	case n.Swap.SizeBytes > 0 && !(n.Swap.WriteIOPS > 0):

@@ -13,7 +13,7 @@ import (
 )
 
 func smallNode() Node {
-	return Node{RAMBytes: 8 << 30, CPUs: 64, TouchRatePerCore: 1e7, PageCluster: 3,
+	return Node{RAMBytes: 8 << 30, CPUs: 64, TouchRate: []TouchRate{{PagesPerSec: 1e7}}, PageCluster: 3,
 		Swap: Device{SizeBytes: 64 << 30, ReadIOPS: 10000, WriteIOPS: 1e9, LatencySeconds: 100e-6}}
 }
 
@@ -137,7 +137,7 @@ func TestPagingCPUBoundsPagingOnFewCores(t *testing.T) {
 	for _, v := range n.vms {
 		touches += v.touches
 	}
-	want := 2 / (1/nd.TouchRatePerCore + 30e-6)
+	want := 2 / (1/nd.TouchRate[0].PagesPerSec + 30e-6)
 	if math.Abs(touches-want) > 0.02*want {
 		t.Errorf("%.0f pages/s on 2 cores at 30 µs per page paged, want %.0f", touches, want)
 	}
@@ -266,7 +266,7 @@ func TestTierPoolOnHostTakesNoNodeRAM(t *testing.T) {
 }
 
 func paper(scan memload.Scan, deployments []int) Params {
-	return Params{Node: Node{RAMBytes: 192 << 30, SystemReserveBytes: 10 << 30, CPUs: 64, TouchRatePerCore: 2e7, PageCluster: 3, PagingCPU: []PagingCost{{Tasks: 1, SecondsPerPage: 5e-6}},
+	return Params{Node: Node{RAMBytes: 192 << 30, SystemReserveBytes: 10 << 30, CPUs: 64, TouchRate: []TouchRate{{PagesPerSec: 2e7}}, PageCluster: 3, PagingCPU: []PagingCost{{Tasks: 1, SecondsPerPage: 5e-6}},
 		Swap: Device{SizeBytes: 1400 << 30, ReadIOPS: 1.3e6, WriteIOPS: 215e3, LatencySeconds: 80e-6}},
 		VM: VMSpec{MemoryBytes: 16 << 30, GuestOverheadBytes: 1 << 30, HostOverheadBytes: 256 << 20, RequestBytes: 1700 << 20,
 			Workload: Workload{SizeBytes: 14 << 30, Scan: scan, WriteFraction: 1}},
@@ -349,7 +349,7 @@ func TestPaperScenario(t *testing.T) {
 func TestAgentEvictsBeforeTheOOMPoint(t *testing.T) {
 	// Slow touches: the VMs populate at 20 MB/s each, so the node fills
 	// over seconds, as VMs starting up do, not at once.
-	p := Params{Node: Node{RAMBytes: 4 << 30, CPUs: 8, TouchRatePerCore: 2e4, PageCluster: 3,
+	p := Params{Node: Node{RAMBytes: 4 << 30, CPUs: 8, TouchRate: []TouchRate{{PagesPerSec: 2e4}}, PageCluster: 3,
 		Swap: Device{SizeBytes: 2 << 30, ReadIOPS: 40000, WriteIOPS: 30000, LatencySeconds: 100e-6}},
 		VM:          VMSpec{MemoryBytes: 1 << 30, RequestBytes: 256 << 20, Workload: Workload{SizeBytes: 900 << 20, Scan: memload.ScanRandom, WriteFraction: 1}},
 		Deployments: []int{7}, RuntimeSeconds: 30, Seed: 1}
@@ -392,7 +392,7 @@ func TestValidate(t *testing.T) {
 		"--node-memory":     func(n *Node, _ *VMSpec) { n.RAMBytes = 0 },
 		"--system-reserve":  func(n *Node, _ *VMSpec) { n.SystemReserveBytes = n.RAMBytes },
 		"--cpus":            func(n *Node, _ *VMSpec) { n.CPUs = 0 },
-		"--touch-rate":      func(n *Node, _ *VMSpec) { n.TouchRatePerCore = 0 },
+		"--touch-rate":      func(n *Node, _ *VMSpec) { n.TouchRate = nil },
 		"--swap-read-iops":  func(n *Node, _ *VMSpec) { n.Swap.ReadIOPS = 0 },
 		"--swap-write-iops": func(n *Node, _ *VMSpec) { n.Swap.WriteIOPS = 0 },
 		"--swap-latency":    func(n *Node, _ *VMSpec) { n.Swap.LatencySeconds = 0 },

@@ -1,0 +1,127 @@
+package sim
+
+import (
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/headroom-dev/headroom/internal/memload"
+)
+
+func TestParseTouchRate(t *testing.T) {
+	for in, want := range map[string][]TouchRate{
+		"20M":                         {{0, 20e6}},
+		"1.69e+07":                    {{0, 16.9e6}}, // a scenario's YAML number, printed
+		"16900000":                    {{0, 16.9e6}},
+		"64Mi:75M, 256Mi:50M,1Gi:33M": {{64 << 20, 75e6}, {256 << 20, 50e6}, {1 << 30, 33e6}},
+		"268435456:5e+07":             {{256 << 20, 50e6}},
+		"":                            nil,
+		"0":                           nil, // no rate is no node
+		"-5M":                         nil,
+		"256Mi:50M,64Mi:75M":          nil, // not ascending
+		"256Mi:50M,256Mi:40M":         nil,
+		"0:50M":                       nil, // no memory touched in a list
+		"256Mi:0":                     nil,
+		"256Mi":                       nil,
+		"256Mi:":                      nil,
+		"big:50M":                     nil,
+		"256Mi:Inf":                   nil,
+		"256Mi:NaN":                   nil,
+	} {
+		got, err := ParseTouchRate(in)
+		if want == nil {
+			if err == nil || !strings.Contains(err.Error(), TouchRateForm) {
+				t.Errorf("%q: %+v, %v; want an error naming %s", in, got, err, TouchRateForm)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("%q: %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+}
+
+// What ParseTouchRate accepts, FormatTouchRate writes back in a form it
+// accepts again, unchanged, and the model takes it.
+func FuzzParseTouchRate(f *testing.F) {
+	for _, s := range []string{"20M", "1.69e+07", "64Mi:75M,256Mi:50M,1Gi:33M", "256Mi:50M,64Mi:75M", "1:1e300"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		rs, err := ParseTouchRate(s)
+		if err != nil {
+			return
+		}
+		if !touchRatesValid(rs) {
+			t.Fatalf("%q parsed to %+v, which the model refuses", s, rs)
+		}
+		again, err := ParseTouchRate(FormatTouchRate(rs))
+		if err != nil {
+			t.Fatalf("%q parsed to %+v, formatted to %q, refused: %v", s, rs, FormatTouchRate(rs), err)
+		}
+		if !reflect.DeepEqual(again, rs) {
+			t.Fatalf("%q: %+v, %+v after a round trip", s, rs, again)
+		}
+	})
+}
+
+// A core's rate follows the memory it cycles through: linear in log2 of
+// the bytes between measured sizes, the nearest size's rate beyond them;
+// one rate holds for any.
+func TestTouchRateFollowsTheMemoryTouched(t *testing.T) {
+	measured := []TouchRate{{64 << 20, 76e6}, {256 << 20, 50e6}, {1 << 30, 30e6}}
+	for bytes, want := range map[float64]float64{0: 76e6, 32 << 20: 76e6, 64 << 20: 76e6, 128 << 20: 63e6, 256 << 20: 50e6,
+		512 << 20: 40e6, 1 << 30: 30e6, 16 << 30: 30e6} {
+		if got := touchRateAt(measured, bytes); math.Abs(got-want) > 1 {
+			t.Errorf("%.0f MiB a core: %.1fM pages/s, want %.1fM", bytes/(1<<20), got/1e6, want/1e6)
+		}
+	}
+	if got := touchRateAt([]TouchRate{{0, 20e6}}, 1<<40); got != 20e6 {
+		t.Errorf("one rate at 1 TiB: %g, want it", got)
+	}
+}
+
+// In the engine the memory is the running VMs' resident workload pages
+// per core they run on: one VM of 256 MiB on a core, or four on two cores
+// (512 MiB a core), or eight of which half is on the device (512 MiB a
+// core resident). Populating VMs do not count.
+func TestEngineTouchRateByResidentMemoryPerCore(t *testing.T) {
+	nd := smallNode()
+	nd.CPUs, nd.TouchRate = 2, []TouchRate{{64 << 20, 76e6}, {256 << 20, 50e6}, {1 << 30, 30e6}}
+	spec := oneVM(memload.ScanRandom)
+	spec.Workload.SizeBytes = 256 << 20
+	for _, c := range []struct {
+		vms      int
+		resident float64
+		want     float64 // pages/s a core
+	}{{1, 1, 50e6}, {2, 1, 50e6}, {4, 1, 40e6}, {8, 0.5, 40e6}, {8, 1, 30e6}} {
+		n := newNode(nd, spec, c.vms, 0.001, 1)
+		running(n, c.resident)
+		n.capacityPages = 1e12
+		n.tick(0, true)
+		if math.Abs(n.touchRate-c.want) > 1 {
+			t.Errorf("%d VMs of 256 MiB, %g resident: %.1fM pages/s a core, want %.1fM", c.vms, c.resident, n.touchRate/1e6, c.want/1e6)
+		}
+	}
+	n := newNode(nd, spec, 4, 0.001, 1)
+	running(n, 1)
+	n.vms[0].phase, n.vms[1].phase = phasePopulating, phasePopulating
+	n.capacityPages = 1e12
+	n.tick(0, true)
+	if math.Abs(n.touchRate-50e6) > 1 {
+		t.Errorf("2 running and 2 populating VMs of 256 MiB: %.1fM pages/s a core, want 50M (256 MiB a core)", n.touchRate/1e6)
+	}
+	// In RAM, the four VMs' aggregate is the two cores at that rate.
+	n = newNode(nd, spec, 4, 1, 1)
+	running(n, 1)
+	n.capacityPages = 1e12
+	n.tick(0, true)
+	var touches float64
+	for _, v := range n.vms {
+		touches += v.touches
+	}
+	if math.Abs(touches-80e6) > 0.01*80e6 {
+		t.Errorf("4 VMs in RAM on 2 cores: %.1fM pages/s, want 80M", touches/1e6)
+	}
+}
