@@ -63,7 +63,7 @@ func (d Device) readIOPSAt(q float64) float64 {
 	if len(d.Depths) == 0 {
 		return d.ReadIOPS
 	}
-	return interpolateDepth(d.Depths, q, func(r DepthRate) float64 { return r.ReadIOPS })
+	return alongLog2(d.Depths, q, func(r DepthRate) float64 { return r.QueueDepth }, func(r DepthRate) float64 { return r.ReadIOPS }, false)
 }
 
 // writeIOPS is the device's rate for reclaim's writes, which queue deep.
@@ -72,18 +72,4 @@ func (d Device) writeIOPS() float64 {
 		return d.WriteIOPS
 	}
 	return d.Depths[len(d.Depths)-1].WriteIOPS
-}
-
-func interpolateDepth(ds []DepthRate, q float64, rate func(DepthRate) float64) float64 {
-	if q <= ds[0].QueueDepth {
-		return rate(ds[0])
-	}
-	for i := 1; i < len(ds); i++ {
-		if q <= ds[i].QueueDepth {
-			lo, hi := ds[i-1], ds[i]
-			f := math.Log2(q/lo.QueueDepth) / math.Log2(hi.QueueDepth/lo.QueueDepth)
-			return rate(lo) + f*(rate(hi)-rate(lo))
-		}
-	}
-	return rate(ds[len(ds)-1])
 }

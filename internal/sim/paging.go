@@ -61,18 +61,9 @@ func FormatPagingCPU(cs []PagingCost) string {
 // the nearest segment (a cost by one count alone holds for any), never
 // below zero.
 func pagingCPUAt(cs []PagingCost, tasks float64) float64 {
-	switch len(cs) {
-	case 0:
+	if len(cs) == 0 {
 		return 0
-	case 1:
-		return cs[0].SecondsPerPage
 	}
-	tasks = max(tasks, 1)
-	i := 1
-	for i < len(cs)-1 && tasks > cs[i].Tasks {
-		i++
-	}
-	lo, hi := cs[i-1], cs[i]
-	f := math.Log2(tasks/lo.Tasks) / math.Log2(hi.Tasks/lo.Tasks)
-	return max(lo.SecondsPerPage+f*(hi.SecondsPerPage-lo.SecondsPerPage), 0)
+	return max(alongLog2(cs, max(tasks, 1), func(c PagingCost) float64 { return c.Tasks },
+		func(c PagingCost) float64 { return c.SecondsPerPage }, true), 0)
 }

@@ -81,21 +81,11 @@ func FormatTouchRate(rs []TouchRate) string {
 // not extrapolating: past the largest size measured every walk already
 // misses the caches.
 func touchRateAt(rs []TouchRate, bytesPerCore float64) float64 {
-	switch {
-	case len(rs) == 0:
+	if len(rs) == 0 {
 		return 0
-	case len(rs) == 1 || bytesPerCore <= rs[0].BytesPerCore:
-		return rs[0].PagesPerSec
-	case bytesPerCore >= rs[len(rs)-1].BytesPerCore:
-		return rs[len(rs)-1].PagesPerSec
 	}
-	i := 1
-	for bytesPerCore > rs[i].BytesPerCore {
-		i++
-	}
-	lo, hi := rs[i-1], rs[i]
-	f := math.Log2(bytesPerCore/lo.BytesPerCore) / math.Log2(hi.BytesPerCore/lo.BytesPerCore)
-	return lo.PagesPerSec + f*(hi.PagesPerSec-lo.PagesPerSec)
+	return alongLog2(rs, bytesPerCore, func(r TouchRate) float64 { return r.BytesPerCore },
+		func(r TouchRate) float64 { return r.PagesPerSec }, false)
 }
 
 // touchRatesValid says whether rates are as ParseTouchRate returns them.
