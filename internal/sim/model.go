@@ -64,10 +64,10 @@ type Node struct {
 	// PageCluster is log2 of the pages a sequential swap-in reads at once
 	// (vm.page-cluster, 3: 8 pages).
 	PageCluster int
-	// PagingCPU is the CPU to bring one page in from the device and put
-	// another out (the fault, reclaim, the I/O's submission and
-	// completion), by the number of VMs faulting at once: on few cores it,
-	// not the device, bounds the paging rate.
+	// PagingCPU is the CPU to bring one page in, from the device or the
+	// compressed tier, and put another out (the fault, reclaim, the I/O's
+	// submission and completion), by the number of VMs faulting at once:
+	// on few cores it, not the device, bounds the paging rate.
 	PagingCPU []PagingCost
 }
 

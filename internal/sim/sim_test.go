@@ -540,3 +540,29 @@ func TestPagingCPUFollowsTheFaultingTasks(t *testing.T) {
 		t.Errorf("4 VMs faulting: %.1f µs a page, want 77", n.pagingCPU*1e6)
 	}
 }
+
+// A page from the compressed tier costs the paging CPU, as one from the
+// device does (the fault and reclaim are the same), plus its
+// decompression and another page's compression: ten VMs half in a tier
+// on two cores at 50 µs a page touch 2 / (1/touch rate + 0.5 × 56 µs)
+// pages a second together, and the paging CPU is taken at ten faulting.
+func TestTierPagesCostThePagingCPU(t *testing.T) {
+	nd := smallNode()
+	nd.CPUs, nd.PagingCPU = 2, []PagingCost{{Tasks: 1, SecondsPerPage: 10e-6}, {Tasks: 10, SecondsPerPage: 50e-6}}
+	nd.Tier = &Tier{SizeBytes: 64 << 30, Ratio: 2, CPUSecondsPerPage: 3e-6}
+	n := newNode(nd, oneVM(memload.ScanRandom), 10, 1, 1)
+	running(n, 0.5)
+	for _, v := range n.vms {
+		v.tier, v.disk = v.disk, 0
+	}
+	n.capacityPages = 1e12
+	n.tick(0, true)
+	var touches float64
+	for _, v := range n.vms {
+		touches += v.touches
+	}
+	want := 2 / (1/nd.TouchRate[0].PagesPerSec + 0.5*56e-6)
+	if math.Abs(touches-want) > 0.02*want {
+		t.Errorf("%.0f pages/s from the tier on 2 cores at 50 µs a page paged, want %.0f", touches, want)
+	}
+}
