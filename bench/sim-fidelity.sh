@@ -8,8 +8,10 @@
 # removes all it made. RESULTS=dir keeps both runs per case (for
 # `headroom report`, measured solid and simulated dashed). SCANS picks the
 # scans (default "seq random"); TIER=zram:SIZE puts a compressed tier in
-# front of the swap file in both, and CONTENT=compress=2 (say) gives the
-# workers' pages content it can compress.
+# front of the swap file in both (TIER=zswap:max_pool_percent=N with
+# SIM_TIER=zram:SIZE,pool=host, the model's stand-in), and
+# CONTENT=compress=2 (say) gives the workers' pages content it can
+# compress.
 source "$(dirname "$0")/lib.sh"
 [ "$(id -u)" = 0 ] || { echo "sim-fidelity.sh needs root" >&2; exit 2; }
 OUT=${RESULTS:-$BENCH_TMP/results}
@@ -21,7 +23,8 @@ CASES=${CASES:-"1Gi,3Gi,1:10:1 2Gi,6Gi,1:16:1"}
 extra=() sim_extra=() content=()
 # density's node is a memory cgroup on this larger host: zram's pool is
 # charged to no cgroup, so the model keeps it outside the node's RAM.
-[ -n "${TIER:-}" ] && extra+=(--swap-tier "$TIER") && sim_extra+=(--swap-tier "$TIER,pool=host")
+# SIM_TIER gives the model's tier where density's is not zram:SIZE (zswap).
+[ -n "${TIER:-}" ] && extra+=(--swap-tier "$TIER") && sim_extra+=(--swap-tier "${SIM_TIER:-$TIER,pool=host}")
 [ -n "${CONTENT:-}" ] && content+=(--content "$CONTENT")
 
 for c in $CASES; do
