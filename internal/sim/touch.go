@@ -27,40 +27,38 @@ type TouchRate struct {
 // touched) or rates by the memory touched per core, ascending.
 func ParseTouchRate(s string) ([]TouchRate, error) {
 	bad := fmt.Errorf("--touch-rate %q: want %s, sizes ascending, rates positive", s, TouchRateForm)
+	var out []TouchRate
 	if !strings.Contains(s, ":") {
-		r, err := parsePositiveRate(s)
+		r, err := parseRate(s)
 		if err != nil {
 			return nil, bad
 		}
-		return []TouchRate{{PagesPerSec: r}}, nil
+		out = []TouchRate{{PagesPerSec: r}}
+	} else {
+		for _, part := range strings.Split(s, ",") {
+			size, rate, ok := strings.Cut(strings.TrimSpace(part), ":")
+			b, err := units.ParseBytes(size)
+			r, err2 := parseRate(rate)
+			if !ok || err != nil || err2 != nil || b == 0 {
+				return nil, bad
+			}
+			out = append(out, TouchRate{BytesPerCore: float64(b), PagesPerSec: r})
+		}
 	}
-	var out []TouchRate
-	for _, part := range strings.Split(s, ",") {
-		size, rate, ok := strings.Cut(strings.TrimSpace(part), ":")
-		if !ok {
-			return nil, bad
-		}
-		b, err := units.ParseBytes(size)
-		r, err2 := parsePositiveRate(rate)
-		if err != nil || err2 != nil || b == 0 || (len(out) > 0 && !(float64(b) > out[len(out)-1].BytesPerCore)) {
-			return nil, bad
-		}
-		out = append(out, TouchRate{BytesPerCore: float64(b), PagesPerSec: r})
+	if !touchRatesValid(out) {
+		return nil, bad
 	}
 	return out, nil
 }
 
-// parsePositiveRate takes a rate as units.ParseRate does ("20M") or as a
+// parseRate takes a rate as units.ParseRate does ("20M") or as a
 // scenario's YAML number prints (1.69e+07).
-func parsePositiveRate(s string) (float64, error) {
+func parseRate(s string) (float64, error) {
 	r, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
 	if err != nil {
 		r, err = units.ParseRate(s)
 	}
-	if err != nil || !(r > 0) || math.IsInf(r, 0) {
-		return 0, fmt.Errorf("invalid rate %q", s)
-	}
-	return r, nil
+	return r, err
 }
 
 // FormatTouchRate is ParseTouchRate's inverse.
