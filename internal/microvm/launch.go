@@ -252,7 +252,11 @@ func (vm *VM) start(ctx context.Context) error {
 func (vm *VM) qemuArgs(initrd string) []string {
 	c := vm.cfg
 	nports := 3
-	append_ := []string{"console=ttyS0", "no_timer_check", "panic=-1", "quiet", guest.ArgsKey + "=" + guest.EncodeArgs(c.Args)}
+	// init_on_alloc=0: Debian's kernel zeroes every page it allocates,
+	// the balloon driver's too, so inflating a balloon wrote each page
+	// before handing it back — the host faulted in (from swap, if it had
+	// swapped the page) every page it was being given, only to discard it.
+	append_ := []string{"console=ttyS0", "no_timer_check", "panic=-1", "quiet", "init_on_alloc=0", guest.ArgsKey + "=" + guest.EncodeArgs(c.Args)}
 	if vm.accel == AccelTCG {
 		append_ = append(append_, tcgBootArgs(c.CPUs)...)
 	}

@@ -82,6 +82,13 @@ const (
 	momMaxChangeFraction  = 0.05
 	momMinChangeFraction  = 0.0025
 	momMaxFreeAfterGrowth = 0.20
+	// balloonProgressSeconds: balloons asked to shrink, or shrinking, within
+	// this long are reclaiming: an eviction for swap utilization waits for
+	// them (balloonsHoldEviction).
+	balloonProgressSeconds = 3.0
+	// balloonHoldRoomFraction: the eviction waits only while RAM + swap keep
+	// at least this share of swap free (the kernel's OOM point is RAM + swap).
+	balloonHoldRoomFraction = 0.1
 )
 
 // BalloonSetting is set_balloon's payload.
@@ -115,6 +122,11 @@ type BalloonState struct {
 	MinFreeBytes uint64    `json:"min_free_bytes"`
 	// Targets are the balloon targets decided per VM.
 	Targets map[string]uint64 `json:"targets"`
+	// ReclaimingBytes is what the balloons were asked for and have not yet
+	// returned (each guest's memory above its target, summed); ReclaimedAt
+	// is when a balloon last shrank a guest or was asked to.
+	ReclaimingBytes uint64    `json:"reclaiming_bytes"`
+	ReclaimedAt     time.Time `json:"reclaimed_at,omitzero"`
 	// changed is when each VM's target last changed; hold is until when a
 	// guest that was given memory back is left alone.
 	changed map[string]time.Time
@@ -154,6 +166,8 @@ type vmView struct {
 	// statsBeforeChange: the guest's stats predate its last target change.
 	statsBeforeChange bool
 	lastTarget        uint64
+	// shrank: the guest's memory fell since the last round.
+	shrank bool
 }
 
 // decideBalloon is the balloon part of Decide.
@@ -205,9 +219,21 @@ func decideBalloon(snap Snapshot, cfg Config, st *State) []Decision {
 		b.HostState, b.Since = next, now
 	}
 	if cfg.BalloonPolicy == BalloonMOM {
-		return append(out, b.decideMOM(vms, free, scope.RAMBytes, now, cfg)...)
+		out = append(out, b.decideMOM(vms, free, scope.RAMBytes, now, cfg)...)
+	} else {
+		out = append(out, b.decideStates(vms, free, now)...)
 	}
-	return append(out, b.decideStates(vms, free, now)...)
+	// What the balloons still owe, with this round's targets.
+	b.ReclaimingBytes = 0
+	for _, v := range vms {
+		if t, ok := b.Targets[v.w.Name]; ok && v.cur > t {
+			b.ReclaimingBytes += v.cur - t
+		}
+		if v.shrank {
+			b.ReclaimedAt = now
+		}
+	}
+	return out
 }
 
 // view reads one VM's guest stats: its floor (what its kernel reserved,
@@ -227,6 +253,7 @@ func (b *BalloonState) view(w Workload, cfg Config, now time.Time) vmView {
 	if seen && absDiff(v.cur, prev.memoryBytes) >= 2<<20 {
 		movedAt = now
 	}
+	v.shrank = seen && prev.memoryBytes >= v.cur+1<<20
 	active, peak, peakAt := prev.activeBytes, prev.peakActiveBytes, prev.peakAt
 	// The guest's stats are up to a poll old, its memory is read live:
 	// they match only once the balloon has stood still since the stats
@@ -326,6 +353,9 @@ func (b *BalloonState) set(out []Decision, v vmView, target uint64, now time.Tim
 	}
 	b.Targets[v.w.Name] = target
 	b.changed[v.w.Name] = now
+	if target < v.cur {
+		b.ReclaimedAt = now
+	}
 	return append(out, Decision{Time: now, Action: ActionSetBalloon, Workload: v.w.Name, Reason: reason,
 		Balloon: &BalloonSetting{TargetBytes: target, FromBytes: v.cur, MaxBytes: v.max, FloorBytes: v.floor,
 			HostState: b.HostState, FreeBytes: free}})
@@ -448,8 +478,68 @@ func (b *BalloonState) decideMOM(vms []vmView, free, ram uint64, now time.Time, 
 			continue
 		}
 		b.Targets[v.w.Name] = target
+		if target < v.cur {
+			b.ReclaimedAt = now
+		}
 		out = append(out, Decision{Time: now, Action: ActionSetBalloon, Workload: v.w.Name, Reason: why,
 			Balloon: &BalloonSetting{TargetBytes: target, FromBytes: v.cur, MaxBytes: v.max, HostState: b.HostState, FreeBytes: free}})
 	}
 	return out
+}
+
+// balloonsHoldEviction says whether an eviction should wait for the
+// balloons, and why: swap utilization is the only signal firing, the
+// scope's use (RAM + swap) fell over the last balloonProgressSeconds while
+// balloons moved, what they still owe would bring it back under the
+// threshold, and RAM + swap keep room. Evicting a VM then loses a whole
+// guest for memory that is already coming back, as the kubelet frees
+// images before it evicts pods. Balloons moving is not enough: a balloon
+// takes the guest's free pages first, and free page reporting has already
+// given those to the host — measured in a boot burst of 7 TCG guests,
+// balloons shrank the guests by 475 MiB in 12 s while the node's use grew
+// by 370 MiB. Rates (swap-ins, stall time) say the node thrashes now: they
+// never wait. window is oldest first, its last sample now's.
+func balloonsHoldEviction(b BalloonState, signals []Signal, window []Sample, now time.Time) (string, bool) {
+	if len(window) == 0 || b.ReclaimingBytes == 0 || b.ReclaimedAt.IsZero() || now.Sub(b.ReclaimedAt).Seconds() > balloonProgressSeconds {
+		return "", false
+	}
+	var util *Signal
+	for i := range signals {
+		if !signals[i].Firing {
+			continue
+		}
+		if signals[i].Name != SignalSwapUtilization {
+			return "", false
+		}
+		util = &signals[i]
+	}
+	if util == nil || util.Value-float64(b.ReclaimingBytes) > util.Threshold {
+		return "", false
+	}
+	scope := window[len(window)-1].Scope
+	// The use balloonProgressSeconds ago (or the window's oldest, if the
+	// window is shorter, but at least minRateSpanSeconds back).
+	var then *Sample
+	for i := len(window) - 1; i >= 0; i-- {
+		age := now.Sub(window[i].Time).Seconds()
+		if age >= minRateSpanSeconds && window[i].ScopeErr == "" {
+			then = &window[i]
+		}
+		if age >= balloonProgressSeconds {
+			break
+		}
+	}
+	if then == nil {
+		return "", false
+	}
+	fell := int64(then.Scope.UsedBytes()) - int64(scope.UsedBytes())
+	if fell <= 0 {
+		return "", false
+	}
+	room := float64(scope.RAMBytes+scope.SwapBytes) - float64(scope.UsedBytes())
+	if room < balloonHoldRoomFraction*float64(scope.SwapBytes) {
+		return "", false
+	}
+	return fmt.Sprintf("balloons are returning %d B: use fell %d B in %.1f s to %.0f B (threshold %.0f B), RAM + swap keep %.0f B free; the eviction waits while it falls",
+		b.ReclaimingBytes, fell, now.Sub(then.Time).Seconds(), util.Value, util.Threshold, room), true
 }

@@ -3,6 +3,7 @@ package policy
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 const mi = 1 << 20
@@ -252,5 +253,93 @@ func TestBalloonLeavesBootingAndGrowingGuestsAlone(t *testing.T) {
 	}
 	if ds, _ := Decide(balloonSnap(11, 20, vm("a", 512, 512, 110)), balloonConfig(), st); targets(ds)["a"] != 142 {
 		t.Fatalf("targets %v 11 s after the growth, want a at its floor (142 MiB)", targets(ds))
+	}
+}
+
+func TestBalloonsHoldEviction(t *testing.T) {
+	// 2 GiB RAM, 1 GiB swap: the threshold is 2 GiB + 0.8 GiB = 2867.2 MiB.
+	sample := func(sec float64, usedMi uint64) Sample {
+		return Sample{Time: at(sec), Scope: Scope{RAMBytes: 2 * gi, SwapBytes: gi, WorkingSetBytes: 2 * gi, SwapUsedBytes: usedMi*mi - 2*gi}}
+	}
+	util := func(usedMi uint64) Signal {
+		return above(SignalSwapUtilization, float64(usedMi*mi), 2*gi+0.8*gi, "bytes")
+	}
+	swapIn := Signal{Name: SignalSwapIn, Value: 5000, Threshold: 1000, Firing: true}
+	for _, c := range []struct {
+		name             string
+		usedThenMi       uint64 // 3 s ago
+		usedMi           uint64
+		reclaimingMi     uint64
+		balloonMovedSecs float64 // ago
+		extra            []Signal
+		want             bool
+	}{
+		{"use falling, balloons owe more than the excess", 2990, 2928, 560, 1, nil, true},
+		{"use rising: balloons take free pages the host never had", 2900, 2928, 560, 1, nil, false},
+		{"use flat", 2928, 2928, 560, 1, nil, false},
+		{"nothing asked of the balloons", 2990, 2928, 0, 1, nil, false},
+		{"balloons owe less than the excess", 2990, 2928, 50, 1, nil, false},
+		{"balloons stalled", 2990, 2928, 560, balloonProgressSeconds + 0.5, nil, false},
+		{"the node thrashes as well", 2990, 2928, 560, 1, []Signal{swapIn}, false},
+		{"RAM + swap nearly full", 3050, 3000, 900, 1, nil, false},
+		{"just enough room", 3000, 2969, 560, 1, nil, true},
+	} {
+		b := BalloonState{ReclaimingBytes: c.reclaimingMi * mi, ReclaimedAt: at(10 - c.balloonMovedSecs)}
+		window := []Sample{sample(6, c.usedThenMi+10), sample(7, c.usedThenMi), sample(9, (c.usedThenMi+c.usedMi)/2), sample(10, c.usedMi)}
+		signals := append([]Signal{util(c.usedMi)}, c.extra...)
+		reason, got := balloonsHoldEviction(b, signals, window, at(10))
+		if got != c.want {
+			t.Errorf("%s: hold %v (%q), want %v", c.name, got, reason, c.want)
+		}
+	}
+}
+
+// After an eviction, while balloons bring the node's use down but not yet
+// under the threshold, a second VM is not evicted; once the use stops
+// falling, it is.
+func TestBalloonsHoldASecondEvictionWhileUseFalls(t *testing.T) {
+	snap := func(sec float64, swapUsedMi uint64, vms ...Workload) Snapshot {
+		s := balloonSnap(sec, 20, vms...)
+		s.Sample.Scope.SwapUsedBytes = swapUsedMi * mi // threshold: used 2867.2 MiB
+		return s
+	}
+	cfg := balloonConfig()
+	st := settled(vm("a", 512, 512, 100), vm("b", 512, 512, 300))
+	// A victim chosen long ago is still leaving: no new eviction while the
+	// balloons are asked to go to their floors (132 and 332 MiB).
+	st.LastEviction, st.Evicting = at(-10), map[string]time.Time{"gone": at(-10)}
+	gone := Workload{Name: "gone", Processes: 1, WorkingSetBytes: 100 * mi}
+	ds, st := Decide(snap(0, 900, vm("a", 512, 512, 100), vm("b", 512, 512, 300), gone), cfg, st)
+	if got := targets(ds); got["a"] != 132 || got["b"] != 332 {
+		t.Fatalf("targets %v, want a 132 and b 332 MiB", got)
+	}
+	holds := 0
+	for _, r := range []struct {
+		sec        float64
+		swapUsedMi uint64
+		a, b       uint64 // the guests' memory, MiB
+	}{{1, 890, 480, 500}, {2, 880, 440, 490}, {3, 870, 400, 480}} {
+		ds, st = Decide(snap(r.sec, r.swapUsedMi, vm("a", 512, r.a, 100), vm("b", 512, r.b, 300)), cfg, st)
+		for _, d := range ds {
+			switch {
+			case d.Action == ActionEvict:
+				t.Fatalf("t=%gs: evicted %s while the balloons brought the use down", r.sec, d.Workload)
+			case d.Action == ActionNone && strings.Contains(d.Reason, "balloons are returning"):
+				holds++
+			}
+		}
+	}
+	if holds != 1 {
+		t.Fatalf("%d hold lines, want 1 (when the hold starts)", holds)
+	}
+	// The balloons stop short; the use stops falling.
+	_, st = Decide(snap(5, 870, vm("a", 512, 400, 100), vm("b", 512, 480, 300)), cfg, st)
+	ds, _ = Decide(snap(7, 870, vm("a", 512, 400, 100), vm("b", 512, 480, 300)), cfg, st)
+	evicted := false
+	for _, d := range ds {
+		evicted = evicted || d.Action == ActionEvict
+	}
+	if !evicted {
+		t.Fatalf("no eviction once the use stopped falling: %+v", ds)
 	}
 }
