@@ -11,7 +11,9 @@
 # Per step: aggregate and mean per-VM pages/s, the ratio to the swap-only
 # run, swap-outs/s, evictions and OOM kills; per run: the most VMs whose
 # mean per-VM rate stays at least half the one-VM rate. Needs root; removes
-# all it made. RESULTS=dir keeps the results (for `headroom report`).
+# all it made. RESULTS=dir keeps the results (for `headroom report`);
+# DEPLOYMENTS, RUNTIME, MEMORY_SIZE (the workload, 128Mi) and GUEST_CACHE
+# (192Mi) change the ramp.
 source "$(dirname "$0")/lib.sh"
 [ "$(id -u)" = 0 ] || { echo "density-balloon.sh needs root" >&2; exit 2; }
 OUT=${RESULTS:-$BENCH_TMP/results}
@@ -24,7 +26,7 @@ for setup in ${SETUPS:-swap headroom mom}; do
   balloon=()
   [ "$setup" != swap ] && balloon=(--balloon --balloon-policy "$setup")
   "$HEADROOM" density --backend qemu --agent "${balloon[@]}" --node-memory 1536Mi --swap 2Gi \
-    --vm-memory 512Mi --memory-size 128Mi --guest-cache 192Mi --overcommit-percent 400 \
+    --vm-memory 512Mi --memory-size "${MEMORY_SIZE:-128Mi}" --guest-cache "${GUEST_CACHE:-192Mi}" --overcommit-percent 400 \
     --deployments "$DEPLOY" --workload-runtime "$RUNTIME" --memory-scan random --stop-on-failure=false \
     --label "$setup" --out "$OUT/$setup" > "$BENCH_TMP/$setup.log" 2>&1 || { echo "$setup run failed:"; tail -3 "$BENCH_TMP/$setup.log"; }
 done

@@ -343,3 +343,27 @@ func TestBalloonsHoldASecondEvictionWhileUseFalls(t *testing.T) {
 		t.Fatalf("no eviction once the use stopped falling: %+v", ds)
 	}
 }
+
+// In the high state the balloons give back what is free beyond the goal
+// (125 MiB here), the most ballooned guest first — not everything at once.
+func TestBalloonHighDeflatesWhatIsFree(t *testing.T) {
+	a, b := vm("a", 512, 512, 100), vm("b", 512, 512, 300)
+	_, st := Decide(balloonSnap(0, 20, a, b), balloonConfig(), settled(a, b))
+	// a at 132 (380 MiB ballooned), b at 332 (180 MiB); 525 MiB free: a
+	// budget of 400 MiB, all of a's 380 and 20 of b's 180.
+	ds, st := Decide(balloonSnap(5, 525, vm("a", 512, 132, 100), vm("b", 512, 332, 300)), balloonConfig(), st)
+	if got := targets(ds); got["a"] != 512 || got["b"] != 352 {
+		t.Fatalf("targets %v (MiB), want a back at 512 and b at 352", got)
+	}
+	// The guests have not used it yet: free memory is the same, and
+	// nothing more is given.
+	ds, st = Decide(balloonSnap(7, 525, vm("a", 512, 512, 100), vm("b", 512, 352, 300)), balloonConfig(), st)
+	if got := targets(ds); len(got) != 0 {
+		t.Fatalf("targets %v given again from the same free memory", got)
+	}
+	// More comes free: b gets it.
+	ds, _ = Decide(balloonSnap(9, 625, vm("a", 512, 512, 100), vm("b", 512, 352, 300)), balloonConfig(), st)
+	if got := targets(ds); got["b"] != 452 {
+		t.Fatalf("targets %v, want b at 452 once 100 MiB more is free", got)
+	}
+}
