@@ -9,8 +9,8 @@
 # of clean page cache (--guest-cache: memory a balloon reclaims without
 # I/O, which host swap must write out); a 1.5 GiB node, a 2 GiB swap file.
 # Per step: aggregate and mean per-VM pages/s, the ratio to the swap-only
-# run, swap-outs/s, evictions and OOM kills; per run: the most VMs whose
-# mean per-VM rate stays at least half the one-VM rate. Needs root; removes
+# run, swap-outs/s, evictions and OOM kills; per run: the most VMs the
+# node held without an eviction, a failed step or an OOM kill. Needs root; removes
 # all it made. RESULTS=dir keeps the results (for `headroom report`);
 # DEPLOYMENTS, RUNTIME, MEMORY_SIZE (the workload, 128Mi) and GUEST_CACHE
 # (192Mi) change the ramp.
@@ -41,10 +41,12 @@ awk '
   END {for (i=1;i<=n;i++) {split(rows[i],f," "); r=(base[f[2]]>0)?f[3]/base[f[2]]:0;
        printf "%-9s %7s %12.0f %12.0f %8.2f %11.0f %9s %4s %s\n", f[1], f[2], f[3], f[3]/f[2], r, f[4], f[5], f[6], f[7]}}' "$BENCH_TMP/rows"
 echo
-# The most VMs held at half the one-VM rate or better (per VM, mean).
+# The most VMs the node held: the largest step that ran without a failure,
+# an eviction or an OOM kill. (Per-VM rates fall with the VM count in RAM
+# too — TCG guests share two cores — so compare them across setups at the
+# same step, the vs_swap column, not against the one-VM step.)
 awk '
-  $2==1 {one[$1]=$3}
-  {rows[++n]=$0}
-  END {for (i=1;i<=n;i++) {split(rows[i],f," "); if (f[7]=="ok" && f[3]/f[2] >= 0.5*one[f[1]] && f[2]>held[f[1]]) held[f[1]]=f[2]}
-       for (s in one) printf "%-9s holds %s VMs at >= half the one-VM rate\n", s, held[s]+0}' "$BENCH_TMP/rows" | sort
+  {rows[++n]=$0; seen[$1]=1}
+  END {for (i=1;i<=n;i++) {split(rows[i],f," "); if (f[7]=="ok" && f[5]==0 && f[6]==0 && f[2]+0>held[f[1]]) held[f[1]]=f[2]+0}
+       for (s in seen) printf "%-9s holds %s VMs without an eviction, failure or OOM kill\n", s, held[s]+0}' "$BENCH_TMP/rows" | sort
 echo "results: $OUT (headroom report $OUT/swap $OUT/headroom $OUT/mom)"
