@@ -91,7 +91,14 @@ func TestSystemKSMGovernor(t *testing.T) {
 		if burst.Phase != policy.KSMBurst || burst.Run != 1 || burst.PagesToScan < 1000 {
 			t.Fatalf("first decision %+v, want a burst of at least 1000 pages a batch", burst)
 		}
-		steady := nextKSM(t, records, 60*time.Second)
+		// The burst may retune its pace when ksmd's measured CPU drifts
+		// from the target (it does when other work shares the cores);
+		// the decision that ends the burst is the first of another phase.
+		steady, ends := nextKSM(t, records, 60*time.Second), time.Now().Add(60*time.Second)
+		for steady.Phase == policy.KSMBurst {
+			burst = steady
+			steady = nextKSM(t, records, time.Until(ends))
+		}
 		k, err := host.ReadKSM()
 		if err != nil {
 			t.Fatal(err)
