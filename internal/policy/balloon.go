@@ -227,13 +227,19 @@ func decideBalloon(snap Snapshot, cfg Config, st *State) []Decision {
 	} else {
 		out = append(out, b.decideStates(vms, free, now)...)
 	}
-	// What the balloons still owe, with this round's targets.
+	// What the balloons still owe, with this round's targets; and whether
+	// a balloon shrank a guest since the last round or was asked to now.
 	b.ReclaimingBytes = 0
 	for _, v := range vms {
 		if t, ok := b.Targets[v.w.Name]; ok && v.cur > t {
 			b.ReclaimingBytes += v.cur - t
 		}
 		if v.shrank {
+			b.ReclaimedAt = now
+		}
+	}
+	for _, d := range out {
+		if d.Balloon != nil && d.Balloon.TargetBytes < d.Balloon.FromBytes {
 			b.ReclaimedAt = now
 		}
 	}
@@ -357,9 +363,6 @@ func (b *BalloonState) set(out []Decision, v vmView, target uint64, now time.Tim
 	}
 	b.Targets[v.w.Name] = target
 	b.changed[v.w.Name] = now
-	if target < v.cur {
-		b.ReclaimedAt = now
-	}
 	return append(out, Decision{Time: now, Action: ActionSetBalloon, Workload: v.w.Name, Reason: reason,
 		Balloon: &BalloonSetting{TargetBytes: target, FromBytes: v.cur, MaxBytes: v.max, FloorBytes: v.floor,
 			HostState: b.HostState, FreeBytes: free}})
@@ -505,9 +508,6 @@ func (b *BalloonState) decideMOM(vms []vmView, free, ram uint64, now time.Time, 
 			continue
 		}
 		b.Targets[v.w.Name] = target
-		if target < v.cur {
-			b.ReclaimedAt = now
-		}
 		out = append(out, Decision{Time: now, Action: ActionSetBalloon, Workload: v.w.Name, Reason: why,
 			Balloon: &BalloonSetting{TargetBytes: target, FromBytes: v.cur, MaxBytes: v.max, HostState: b.HostState, FreeBytes: free}})
 	}

@@ -367,3 +367,18 @@ func TestBalloonHighDeflatesWhatIsFree(t *testing.T) {
 		t.Fatalf("targets %v, want b at 452 once 100 MiB more is free", got)
 	}
 }
+
+// A round that asks a balloon to shrink a guest marks the balloons as
+// reclaiming then (what an eviction hold waits on), before any guest has
+// shrunk; one that only holds them does not.
+func TestBalloonRequestMarksReclaiming(t *testing.T) {
+	a, b := vm("a", 512, 512, 100), vm("b", 512, 512, 300)
+	st := settled(a, b)
+	ds, st := Decide(balloonSnap(0, 20, a, b), balloonConfig(), st)
+	if len(targets(ds)) == 0 {
+		t.Fatal("no balloon asked to shrink with 20 MiB free")
+	}
+	if !st.Balloon.ReclaimedAt.Equal(at(0)) || st.Balloon.ReclaimingBytes == 0 {
+		t.Fatalf("reclaimed at %v, reclaiming %d B; want at %v and > 0", st.Balloon.ReclaimedAt, st.Balloon.ReclaimingBytes, at(0))
+	}
+}

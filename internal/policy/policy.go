@@ -285,9 +285,9 @@ type State struct {
 	Balloon BalloonState `json:"balloon"`
 	// lastNote avoids repeating the same non-action decision every tick.
 	lastNote string
-	// evictionHeldSince is when balloons began holding a due eviction
-	// (zero when none is held): the hold is logged once, when it starts.
-	evictionHeldSince time.Time
+	// evictionHeld: balloons are holding a due eviction; the hold is
+	// logged once, when it starts.
+	evictionHeld bool
 }
 
 // Actions a Decision asks for.
@@ -469,7 +469,7 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 		out = st.note(out, Decision{Time: now, Action: ActionNone, Reason: "scope stats unreadable, not acting: " + snap.Sample.ScopeErr})
 		return out, st
 	case firing == nil:
-		st.evictionHeldSince = time.Time{}
+		st.evictionHeld = false
 		if len(unreadable) > 0 {
 			out = st.note(out, Decision{Time: now, Action: ActionNone, Reason: "signals not evaluated, data unreadable: " + fmt.Sprint(unreadable)})
 		} else {
@@ -484,13 +484,13 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 		return out, st
 	}
 	if reason, hold := balloonsHoldEviction(st.Balloon, signals, st.Window, now); hold {
-		if st.evictionHeldSince.IsZero() {
-			st.evictionHeldSince = now
+		if !st.evictionHeld {
+			st.evictionHeld = true
 			out = append(out, Decision{Time: now, Action: ActionNone, Trigger: triggerOf(firing, signals), Reason: reason})
 		}
 		return out, st
 	}
-	st.evictionHeldSince = time.Time{}
+	st.evictionHeld = false
 
 	ranked := Rank(slices.DeleteFunc(slices.Clone(snap.Workloads), func(w Workload) bool {
 		_, abandoned := st.Abandoned[w.Name]
