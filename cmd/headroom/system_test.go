@@ -5,9 +5,11 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -247,5 +249,19 @@ func TestSystemSimMachineThis(t *testing.T) {
 	if err != nil || len(cs) != 2 || cs[0].Tasks != float64(runtime.NumCPU()) || cs[1].Tasks != float64(4*runtime.NumCPU()) ||
 		cs[0].SecondsPerPage < 1e-6 || cs[1].SecondsPerPage > 1e-3 || !strings.Contains(r.stderr, "CPU per page paged in and out") {
 		t.Errorf("paging_cpu %q (%v), figures %q: want the CPU per page paged measured with one and four workers a core", cpu, err, r.stderr)
+	}
+	// Each figure is the median of three runs with fresh workers, printed
+	// with their spread.
+	spreads := regexp.MustCompile(`([0-9.]+) µs \(([0-9]+)-([0-9]+), median of 3\)`).FindAllStringSubmatch(r.stderr, -1)
+	if len(spreads) != len(cs) {
+		t.Fatalf("figures %q: want each paging CPU figure with the spread of the three runs it is the median of", r.stderr)
+	}
+	for _, m := range spreads {
+		median, _ := strconv.ParseFloat(m[1], 64)
+		least, _ := strconv.ParseFloat(m[2], 64)
+		most, _ := strconv.ParseFloat(m[3], 64)
+		if !(least <= math.Round(median) && math.Round(median) <= most) {
+			t.Errorf("paging CPU %s: the median %.1f µs is not within its runs' %.0f-%.0f µs", m[0], median, least, most)
+		}
 	}
 }

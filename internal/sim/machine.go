@@ -8,6 +8,7 @@ import (
 	"math"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -42,11 +43,28 @@ type MachineFigures struct {
 	// where a scratch file could be written).
 	Depths []DepthRate `json:"swap_depths,omitempty"`
 	// PagingCPU is the CPU per page paged in and out with one and with
-	// four workers a core (MeasurePagingCPU); none with PagingNote saying
-	// why it was not measured.
-	PagingCPU  []PagingCost `json:"paging_cpu,omitempty"`
-	PagingNote string       `json:"paging_note,omitempty"`
+	// four workers a core (MeasurePagingCPU), the median of
+	// pagingProbeRuns runs; PagingCPUSpread the least and most of those
+	// runs, per entry. None with PagingNote saying why it was not measured.
+	PagingCPU       []PagingCost `json:"paging_cpu,omitempty"`
+	PagingCPUSpread []Spread     `json:"paging_cpu_spread,omitempty"`
+	PagingNote      string       `json:"paging_note,omitempty"`
 }
+
+// Spread is the least and the most of repeated measurements.
+type Spread struct {
+	Min float64 `json:"min"`
+	Max float64 `json:"max"`
+}
+
+// pagingProbeRuns is how often the paging CPU is measured, each time with
+// fresh workers, the runs of each worker count taking turns. One run is
+// not enough: a page's cost rises the longer the same workers page
+// (eight random workers here: 176-199 µs a page in the first 2 s and
+// 350-420 µs after 16-20 s in one run, 1.2× in another; fresh workers
+// start low again), so a 4 s window reads wherever that rise stood, and
+// runs minutes apart read 151-234 µs.
+const pagingProbeRuns = 3
 
 // MeasureOptions say how to measure.
 type MeasureOptions struct {
@@ -93,17 +111,10 @@ func MeasureMachine(ctx context.Context, o MeasureOptions) (MachineFigures, erro
 		f.SwapDevice = o.SwapFileDir + " (no swap active: where density puts its swap file)"
 	}
 	f.ReadIOPS, f.WriteIOPS, f.LatencySeconds = res.ReadIOPS, res.WriteIOPS, res.ReadLatencyUs/1e6
-	for _, perCore := range pagingWorkersPerCore {
-		workers := perCore * f.CPUs
-		cost, err := MeasurePagingCPU(ctx, o.Headroom, o.Scan, workers, 2*o.Duration)
-		if errors.Is(err, ErrPagingNeedsRoot) {
-			f.PagingNote = "not measured: " + err.Error()
-			break
-		}
-		if err != nil {
-			return f, fmt.Errorf("measure paging CPU with %d workers: %w", workers, err)
-		}
-		f.PagingCPU = append(f.PagingCPU, PagingCost{Tasks: float64(workers), SecondsPerPage: cost})
+	if f.PagingCPU, f.PagingCPUSpread, err = measurePagingCPURuns(ctx, o, f.CPUs); errors.Is(err, ErrPagingNeedsRoot) {
+		f.PagingNote = "not measured: " + err.Error()
+	} else if err != nil {
+		return f, err
 	}
 	for _, d := range res.Depths {
 		if d.QueueDepth == 1 && d.ReadIOPS > 0 {
@@ -114,6 +125,33 @@ func MeasureMachine(ctx context.Context, o MeasureOptions) (MachineFigures, erro
 		}
 	}
 	return f, nil
+}
+
+// measurePagingCPURuns measures the paging CPU pagingProbeRuns times at
+// each count of pagingWorkersPerCore and returns each count's median and
+// spread.
+func measurePagingCPURuns(ctx context.Context, o MeasureOptions, cpus int) ([]PagingCost, []Spread, error) {
+	runs := make([][]float64, len(pagingWorkersPerCore))
+	for range pagingProbeRuns {
+		for i, perCore := range pagingWorkersPerCore {
+			workers := perCore * cpus
+			cost, err := MeasurePagingCPU(ctx, o.Headroom, o.Scan, workers, 2*o.Duration)
+			if errors.Is(err, ErrPagingNeedsRoot) {
+				return nil, nil, err
+			}
+			if err != nil {
+				return nil, nil, fmt.Errorf("measure paging CPU with %d workers: %w", workers, err)
+			}
+			runs[i] = append(runs[i], cost)
+		}
+	}
+	costs, spreads := make([]PagingCost, len(runs)), make([]Spread, len(runs))
+	for i, r := range runs {
+		slices.Sort(r)
+		costs[i] = PagingCost{Tasks: float64(pagingWorkersPerCore[i] * cpus), SecondsPerPage: r[len(r)/2]}
+		spreads[i] = Spread{Min: r[0], Max: r[len(r)-1]}
+	}
+	return costs, spreads, nil
 }
 
 // touchSizesPerCore are the blocks the touch rate is measured with, one
@@ -162,8 +200,11 @@ func (f MachineFigures) String() string {
 		return s + "; paging CPU " + f.PagingNote
 	}
 	s += "; CPU per page paged in and out by workers faulting at once (headroom load workers over swap under a memory cgroup)"
-	for _, c := range f.PagingCPU {
+	for i, c := range f.PagingCPU {
 		s += fmt.Sprintf(" %g: %.1f µs", c.Tasks, c.SecondsPerPage*1e6)
+		if i < len(f.PagingCPUSpread) {
+			s += fmt.Sprintf(" (%.0f-%.0f, median of %d)", f.PagingCPUSpread[i].Min*1e6, f.PagingCPUSpread[i].Max*1e6, pagingProbeRuns)
+		}
 	}
 	return s
 }
