@@ -18,6 +18,7 @@ import (
 	"github.com/headroom-dev/headroom/internal/loadrun"
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/probe"
+	"github.com/headroom-dev/headroom/internal/results"
 	"github.com/headroom-dev/headroom/internal/units"
 )
 
@@ -147,9 +148,8 @@ func measurePagingCPURuns(ctx context.Context, o MeasureOptions, cpus int) ([]Pa
 	}
 	costs, spreads := make([]PagingCost, len(runs)), make([]Spread, len(runs))
 	for i, r := range runs {
-		slices.Sort(r)
-		costs[i] = PagingCost{Tasks: float64(pagingWorkersPerCore[i] * cpus), SecondsPerPage: r[len(r)/2]}
-		spreads[i] = Spread{Min: r[0], Max: r[len(r)-1]}
+		costs[i] = PagingCost{Tasks: float64(pagingWorkersPerCore[i] * cpus), SecondsPerPage: results.Quantile(r, 0.5)}
+		spreads[i] = Spread{Min: slices.Min(r), Max: slices.Max(r)}
 	}
 	return costs, spreads, nil
 }
