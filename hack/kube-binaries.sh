@@ -3,7 +3,7 @@
 # etcd, kube-apiserver, kube-controller-manager, kubectl (from k8s.io/kubernetes
 # at a pinned version, its staging repos replaced by their published modules)
 # and kwok, all in one module — into $XDG_CACHE_HOME/headroom/kube/<version>/bin,
-# once. A cold build takes about 7 minutes on an idle 2-core machine; later
+# once. A cold build takes about 7.5 minutes on an idle 2-core machine; later
 # runs find the binaries and return.
 # Prints the bin directory.
 set -euo pipefail
@@ -28,7 +28,7 @@ trap 'rm -rf "$work"' EXIT
 out="$work/bin"
 mkdir -p "$out"
 
-echo "building the Kubernetes ${KUBE_VERSION} control plane (etcd ${ETCD_VERSION}) and kwok ${KWOK_VERSION} into $bin (cold: about 7 minutes on 2 idle cores)" >&2
+echo "building the Kubernetes ${KUBE_VERSION} control plane (etcd ${ETCD_VERSION}) and kwok ${KWOK_VERSION} into $bin (cold: about 7.5 minutes on 2 idle cores)" >&2
 
 # k8s.io/kubernetes resolves its staging repos from ./staging; a scratch
 # module points each one at the published module of the matching version.

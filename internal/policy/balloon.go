@@ -155,7 +155,7 @@ type guestFaults struct {
 	// lowestBytes is the least memory seen since targetBytes became the
 	// guest's target: a guest that grew from there past its target
 	// deflated its balloon itself, however slowly (on OOM the driver
-	// gives back 1 MiB at a time).
+	// gives back 1 MiB at a time, as fast as the guest allocates).
 	lowestBytes, targetBytes uint64
 	// settled is when the guest's active memory last grew (or the guest
 	// was first seen) plus balloonSettleSeconds: it is not ballooned before.
