@@ -265,6 +265,7 @@ func TestBalloonGuestReachingItsTargetIsNotDeflatingOnOOM(t *testing.T) {
 	_, st := Decide(balloonSnap(0, 20, vm("a", 512, 512, 100)), balloonConfig(), settled(vm("a", 512, 512, 100)))
 	_, st = Decide(balloonSnap(1, 20, vm("a", 512, 132, 100)), balloonConfig(), st)
 	st.Balloon.Targets["a"] = 200*mi + 10000 // a partial deflation's target
+	_, st = Decide(balloonSnap(1.5, 300, vm("a", 512, 132, 100)), balloonConfig(), st)
 	reached := vm("a", 512, 200, 100)
 	reached.Guest.MemoryBytes += 10000 + 1639
 	// The host is clear: only a needy guest would be given memory.
