@@ -77,13 +77,14 @@ if os.path.exists(workers):
             acc = steady[r["step"]][r["worker"]]
             acc[0] += r["pages"]
             acc[1] += r["interval_seconds"]
-for label in ("whole step", "steady state"):
+per_vm = {
+    "whole step": lambda s: [w.get("pages_per_sec", 0) for w in s.get("per_worker") or []],
+    "steady state": lambda s: [pages / secs for pages, secs in steady[s["index"]].values() if secs > 0],
+}
+for label, rates_of in per_vm.items():
     held, rows = 0, []
     for s in run["steps"]:
-        if label == "whole step":
-            rates = [w.get("pages_per_sec", 0) for w in s.get("per_worker") or []]
-        else:
-            rates = [pages / secs for pages, secs in steady[s["index"]].values() if secs > 0]
+        rates = rates_of(s)
         slowest = min(rates) if rates else 0
         ok = not s["failed"] and s["evictions"] == 0 and s["oom_kills"] == 0 and len(rates) == s["workers"] and slowest >= 0.9 * target
         rows.append("%d: slowest %.2f×" % (s["workers"], slowest / target))

@@ -61,8 +61,7 @@ fi
 # control-plane build there). The one thing kwok ${KWOK_VERSION} uses that
 # apimachinery ${staging} no longer has is a constant: the watch-list
 # bookmark's annotation key, spelled out here with the same value.
-"$GO" mod download -json "sigs.k8s.io/kwok@${KWOK_VERSION}" >"$work/kwok.json"
-kwok_dir="$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p' "$work/kwok.json")"
+kwok_dir="$("$GO" mod download -json "sigs.k8s.io/kwok@${KWOK_VERSION}" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
 cp -r "$kwok_dir" kwok
 chmod -R u+w kwok
 sed -i 's/metav1\.InitialEventsListBlueprintAnnotationKey/"kubernetes.io\/initial-events-list-blueprint"/g' \
