@@ -137,7 +137,7 @@ func NewForScope(cfg Config, scope cgroup.Group, log *slog.Logger, decisions io.
 	}
 	a.obs = &observer{scope: scope, hostScope: filepath.Clean("/"+cfg.Scope) == "/", source: files,
 		readErrors: func(src string) { a.metrics.readErrors.WithLabelValues(src).Inc() },
-		vms:        map[string]*vmConn{}}
+		vms:        map[string]*vmConn{}, vmPoll: seconds(cfg.IntervalSeconds)}
 	if cfg.KSMMode != policy.KSMOff && cfg.KSMMode != "" {
 		a.obs.ksm = &ksmObserver{ksmDir: host.KSMDir}
 		a.ksm = &ksmActuator{dir: host.KSMDir}
@@ -261,7 +261,7 @@ func (a *Agent) Tick(ctx context.Context, now time.Time) {
 }
 
 // refreshGuests attaches every VM's latest guest statistics (its goroutine
-// reads them once a second; taking them costs no I/O): the balloon
+// reads them every round; taking them costs no I/O): the balloon
 // controller follows a guest's growth from one second to the next.
 func (a *Agent) refreshGuests(now time.Time) {
 	for name, w := range a.workloads {

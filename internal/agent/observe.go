@@ -25,8 +25,10 @@ type observer struct {
 	// workloadLimits caches each workload's memory limit (0: none), read
 	// in full when it is discovered and before every ranking.
 	workloadLimits map[string]uint64
-	// vms follows the workloads whose metadata names a QMP socket.
-	vms map[string]*vmConn
+	// vms follows the workloads whose metadata names a QMP socket, each
+	// read every vmPoll (the agent's round interval).
+	vms    map[string]*vmConn
+	vmPoll time.Duration
 	// ksm reads ksmd when a KSM mode is on (nil otherwise).
 	ksm *ksmObserver
 	// tiers are the swap tiers of the last sample.
@@ -209,7 +211,7 @@ func (o *observer) followVM(name, socket string) *vmConn {
 		vm = nil
 	}
 	if vm == nil && socket != "" {
-		vm = newVMConn(socket)
+		vm = newVMConn(socket, o.vmPoll)
 		o.vms[name] = vm
 	}
 	return vm

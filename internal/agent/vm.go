@@ -19,12 +19,19 @@ const qmpTimeout = time.Second
 
 // vmConn follows one VM through its QMP socket, in its own goroutine so a
 // VM that stops answering never delays the agent's loop: it reads the
-// guest's balloon statistics once a second (asking QEMU to poll them if
-// nobody has) and carries power-down and quit requests. It reconnects
-// after errors, at most once per second.
+// guest's balloon statistics every poll interval (asking QEMU to have the
+// guest report them once a second if nobody has) and carries power-down
+// and quit requests. It reconnects after errors, at most once per poll.
 type vmConn struct {
 	socket string
-	stop   chan struct{}
+	// pollEvery is how often QEMU's copy of the guest statistics is read.
+	// Reading it costs QEMU a QMP command, not the guest: read more often
+	// than the guest reports, a report reaches the policy within a poll
+	// instead of up to a second late (TestSystemBalloonController's grower
+	// got its memory back in 1.63, 1.73 and 3.07 s at 0.25 s, against
+	// 2.94 and 3.05 s at 1 s).
+	pollEvery time.Duration
+	stop      chan struct{}
 	// balloonSet wakes the goroutine to send a new balloon target.
 	balloonSet chan struct{}
 
@@ -40,14 +47,22 @@ type vmConn struct {
 	balloonErr    error
 }
 
-func newVMConn(socket string) *vmConn {
-	v := &vmConn{socket: socket, stop: make(chan struct{}), balloonSet: make(chan struct{}, 1)}
+// Bounds of a vmConn's poll interval: the guest reports once a second.
+const (
+	vmPollMin = 250 * time.Millisecond
+	vmPollMax = time.Second
+)
+
+// newVMConn follows the VM at socket, reading its statistics every poll
+// (bounded to [vmPollMin, vmPollMax]).
+func newVMConn(socket string, poll time.Duration) *vmConn {
+	v := &vmConn{socket: socket, pollEvery: min(max(poll, vmPollMin), vmPollMax), stop: make(chan struct{}), balloonSet: make(chan struct{}, 1)}
 	go v.run()
 	return v
 }
 
 func (v *vmConn) run() {
-	tick := time.NewTicker(time.Second)
+	tick := time.NewTicker(v.pollEvery)
 	defer tick.Stop()
 	for {
 		v.poll()

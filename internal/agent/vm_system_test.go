@@ -311,7 +311,7 @@ func TestSystemVMConnReadsGuestAndPowersDown(t *testing.T) {
 	img := testenv.GuestImage(t)
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "qmp.sock")
-	v := newVMConn(sock) // before the VM exists, as when the agent finds its cgroup first
+	v := newVMConn(sock, time.Second) // before the VM exists, as when the agent finds its cgroup first
 	defer v.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
