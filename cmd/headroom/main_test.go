@@ -139,6 +139,10 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"sim", "--swap-tier", "zswap:1Gi"}, "zram:SIZE[,ratio=R]"},
 		{[]string{"sim", "--swap-depths", "4:1/1,2:1/1"}, "--swap-depths"},
 		{[]string{"sim", "--find", "min-cost"}, "--find"},
+		{[]string{"sim", "--balloon"}, "--balloon needs --agent"},
+		{[]string{"sim", "--agent", "--balloon", "--balloon-policy", "esx"}, "--balloon-policy"},
+		{[]string{"sim", "--balloon-policy", "mom"}, "--balloon-policy needs --balloon"},
+		{[]string{"sim", "--guest-cache", "2Gi"}, "--guest-cache"},
 		{[]string{"sim", "--scenario", "testdata/sim-unknown-key.yaml"}, `key "swap-iops" does not exist`},
 		{[]string{"sim", "--scenario", "testdata/sim-bad-value.yaml"}, "node-memory"},
 		{[]string{"sim", "--scenario", "/nonexistent.yaml"}, "--scenario"},
@@ -446,6 +450,34 @@ func TestSimScenario(t *testing.T) {
 		if r := runHeadroom(t, "sim", "--scenario", s, "--deployments", "1,2", "--workload-runtime", "5s", "--out", filepath.Join(dir, filepath.Base(s))); r.code != 0 {
 			t.Errorf("%s: exit %d: %s", s, r.code, r.stderr)
 		}
+	}
+}
+
+// With --balloon the simulated agent drives the guests' balloons: its
+// set_balloon decisions are in agent.jsonl and run.json records the
+// policy and the guests' cache.
+func TestSimBalloon(t *testing.T) {
+	dir := t.TempDir()
+	r := runHeadroom(t, "sim", "--node-memory", "1536Mi", "--system-reserve", "0", "--cpus", "2", "--touch-rate", "10M", "--populate-rate", "10000",
+		"--swap", "2Gi", "--swap-read-iops", "20000", "--swap-write-iops", "20000", "--swap-latency", "200us", "--vm-memory", "512Mi",
+		"--memory-size", "32Mi", "--guest-overhead", "100Mi", "--overhead", "40Mi", "--guest-cache", "288Mi", "--overcommit-percent", "400",
+		"--deployments", "5", "--workload-runtime", "20s", "--memory-scan", "random", "--rate", "1M", "--agent", "--balloon", "--json", "--out", dir)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	var run struct {
+		Params map[string]any `json:"params"`
+		Steps  []struct{ Evictions int }
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &run); err != nil {
+		t.Fatalf("%v: %q", err, r.stdout)
+	}
+	if run.Params["balloon"] != "headroom" || run.Params["guest_cache_bytes"] != float64(288<<20) || len(run.Steps) != 1 {
+		t.Fatalf("params %v, steps %+v", run.Params, run.Steps)
+	}
+	decisions, err := os.ReadFile(filepath.Join(dir, "agent.jsonl"))
+	if err != nil || !strings.Contains(string(decisions), `"action":"set_balloon"`) {
+		t.Fatalf("agent.jsonl (%v) has no set_balloon: %.300s", err, decisions)
 	}
 }
 

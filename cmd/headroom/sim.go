@@ -29,8 +29,10 @@ density. The model keeps page counts per VM (resident, compressed, on the
 device), a second-chance LRU across VMs, swap readahead for sequential
 faults, and the device as a queue: see docs/sim.md for what it
 approximates and ignores. --agent runs the agent's real policy on
-simulated snapshots; its decisions (swap allowances, evictions) change the
-simulation.
+simulated snapshots; its decisions (swap allowances, evictions, and with
+--balloon the guests' balloons) change the simulation. --guest-cache gives
+every guest idle page cache, which host reclaim swaps out first and a
+balloon takes back without I/O.
 
 It takes density's flags plus the node's and device's figures; --scenario
 FILE.yaml holds the same keys (flag names without the dashes), and flags
@@ -54,7 +56,9 @@ them where neither the command line nor the scenario gave a value.`
 
 type simFlags struct {
 	rampFlags
-	guestOverhead                   bytesValue
+	guestOverhead, guestCache       bytesValue
+	balloon                         bool
+	balloonPol                      string
 	nodeMemory, systemReserve, swap bytesValue
 	cpus, populateRate              float64
 	touchRate                       string
@@ -105,6 +109,9 @@ func newSimCommand() *cobra.Command {
 	fl.StringVar(&f.swapTier, "swap-tier", "", "compressed tier in front of the device: "+sim.TierForm+" (ratio: from --content unless given)")
 	fl.StringVar(&f.workerKind, "worker-kind", "vm", "what runs each workload: vm (a guest: its pages are scattered in the host's address space, so each page of a sequential readahead window is its own read) or process (as density's cgroup backend runs it: a window is one read)")
 	fl.BoolVar(&f.agent, "agent", false, "run the agent's policy on the node (calibrated to half the device's rates)")
+	fl.BoolVar(&f.balloon, "balloon", false, "with --agent: the agent also drives the guests' balloons")
+	fl.StringVar(&f.balloonPol, "balloon-policy", "headroom", "with --balloon: headroom (memory states, guest-aware targets) or mom (oVirt MOM's rules)")
+	fl.Var(&f.guestCache, "guest-cache", "clean page cache each guest fills at boot beside its workload and never touches again (memory a balloon reclaims without I/O)")
 	fl.StringVar(&f.find, "find", "", "max-vms: print the largest VM count that keeps --min-per-vm-fraction (and --max-swap-utilization)")
 	fl.Float64Var(&f.minPerVM, "min-per-vm-fraction", f.minPerVM, "with --find: the least mean per-VM rate, as a fraction of the one-VM rate")
 	fl.Float64Var(&f.maxSwapUtil, "max-swap-utilization", 0, "with --find: the most swap in use at the end of a step, as a fraction of the swap (0: any)")
@@ -233,7 +240,8 @@ func simParams(f *simFlags) (sim.Params, error) {
 		return sim.Params{}, usagef("--worker-kind %q: want vm or process", f.workerKind)
 	}
 	vm := sim.VMSpec{Process: f.workerKind == "process", MemoryBytes: uint64(f.vmMemory), GuestOverheadBytes: uint64(f.guestOverhead), HostOverheadBytes: uint64(f.overhead),
-		RequestBytes: density.RequestBytes(uint64(f.vmMemory), f.overcommit, uint64(f.overhead)),
+		GuestCacheBytes: uint64(f.guestCache),
+		RequestBytes:    density.RequestBytes(uint64(f.vmMemory), f.overcommit, uint64(f.overhead)),
 		Workload: sim.Workload{SizeBytes: uint64(f.memorySize), Scan: memload.Scan(f.scan), WriteFraction: float64(f.writes),
 			RatePagesPerSec: float64(f.rate)}}
 	if err := sim.Validate(node, vm); err != nil {
@@ -245,10 +253,23 @@ func simParams(f *simFlags) (sim.Params, error) {
 	}
 	p := sim.Params{Node: node, VM: vm, Deployments: deployments, RuntimeSeconds: f.runtime.Seconds(), Seed: f.seed,
 		StopOnFailure: f.stopOnFail, Label: label}
+	switch {
+	case f.balloon && !f.agent:
+		return sim.Params{}, usagef("--balloon needs --agent")
+	case f.balloon && f.balloonPol != policy.BalloonHeadroom && f.balloonPol != policy.BalloonMOM:
+		return sim.Params{}, usagef("--balloon-policy %q: want headroom or mom", f.balloonPol)
+	case !f.balloon && f.balloonPol != policy.BalloonHeadroom:
+		return sim.Params{}, usagef("--balloon-policy needs --balloon")
+	case f.balloon && f.workerKind != "vm":
+		return sim.Params{}, usagef("--balloon needs --worker-kind vm (a process has no guest)")
+	}
 	if f.agent {
 		cfg := policy.DefaultConfig()
 		cfg.MaxAverageSwapInPagesPerSecond = 0.5 * f.readIOPS
 		cfg.MaxAverageSwapOutPagesPerSecond = 0.5 * f.writeIOPS
+		if f.balloon {
+			cfg.Balloon, cfg.BalloonPolicy = true, f.balloonPol
+		}
 		p.Agent = &cfg
 	}
 	return p, nil
@@ -335,7 +356,16 @@ func simParamsMap(f *simFlags) map[string]any {
 		"overhead_bytes": uint64(f.overhead), "guest_overhead_bytes": uint64(f.guestOverhead), "node_memory_bytes": uint64(f.nodeMemory),
 		"system_reserve_bytes": uint64(f.systemReserve), "cpus": f.cpus, "touch_rate": f.touchRate, "populate_rate": f.populateRate, "swap_bytes": uint64(f.swap),
 		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(), "swap_depths": f.swapDepths, "paging_cpu": f.pagingCPU, "worker_kind": f.workerKind,
-		"swap_tier": f.swapTier, "agent": f.agent, "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
+		"swap_tier": f.swapTier, "agent": f.agent, "balloon": balloonParam(f.balloon, f.balloonPol), "guest_cache_bytes": uint64(f.guestCache), "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
+}
+
+// balloonParam is the balloon policy in force ("" with none), as density
+// records it.
+func balloonParam(on bool, policyName string) string {
+	if on {
+		return policyName
+	}
+	return ""
 }
 
 // peakRSSBytes is this process's peak resident set.

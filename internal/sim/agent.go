@@ -42,12 +42,16 @@ func (a *simAgent) snapshot(s *node, now float64) policy.Snapshot {
 		if !v.live() {
 			continue
 		}
-		set := (v.resident + v.overhead) * PageBytes
+		set := (v.resident + v.cache + v.overhead) * PageBytes
 		scope.WorkingSetBytes += uint64(set)
 		scope.SwapUsedBytes += uint64(v.swapped() * PageBytes)
-		tier += v.tier
-		ws = append(ws, policy.Workload{Name: v.name, RequestBytes: a.request, Processes: 1, LimitBytes: a.limit,
-			WorkingSetBytes: uint64(set), SwapBytes: uint64(v.swapped() * PageBytes)})
+		tier += v.tier + v.cacheTier
+		w := policy.Workload{Name: v.name, RequestBytes: a.request, Processes: 1, LimitBytes: a.limit,
+			WorkingSetBytes: uint64(set), SwapBytes: uint64(v.swapped() * PageBytes)}
+		if !s.process {
+			w.Guest = guestStats(v)
+		}
+		ws = append(ws, w)
 	}
 	if s.n.Tier != nil {
 		scope.CompressedRAMBytes = uint64(tier / s.n.Tier.Ratio * PageBytes)
@@ -59,13 +63,24 @@ func (a *simAgent) snapshot(s *node, now float64) policy.Snapshot {
 	return snap
 }
 
+// guestStats is what the balloon's statistics would say of the guest:
+// its memory after the balloon, its idle cache as available (it is clean),
+// no faults (the guest has no swap; its workload is always resident in
+// it). The driver deflates on OOM, so MemTotal keeps the balloon.
+func guestStats(v *vmState) *policy.GuestMemory {
+	free := max(v.memPages-v.guestUsed()-v.cacheHeld(), 0)
+	b := func(pages float64) int64 { return int64(pages * PageBytes) }
+	return &policy.GuestMemory{MemoryBytes: uint64(b(v.memPages)), MaxBytes: uint64(b(v.maxPages)), TotalBytes: b(v.maxPages),
+		FreeBytes: b(free), DiskCachesBytes: b(v.cacheHeld()), AvailableBytes: b(free + v.cacheHeld())}
+}
+
 // round lets evicted VMs leave and, once per interval, decides and acts.
 func (a *simAgent) round(s *node, now float64) {
 	for v, at := range a.leaving {
 		if now >= at {
 			v.phase, v.gone = phaseGone, "evicted"
 			a.outcomes = append(a.outcomes, policy.EvictionOutcome{Workload: v.name, Result: policy.EvictedGracefully,
-				Seconds: gracefulExitSeconds, FreedBytes: uint64((v.resident + v.overhead + v.swapped()) * PageBytes)})
+				Seconds: gracefulExitSeconds, FreedBytes: uint64((v.resident + v.cache + v.overhead + v.swapped()) * PageBytes)})
 			delete(a.leaving, v)
 		}
 	}
@@ -89,6 +104,8 @@ func (a *simAgent) round(s *node, now float64) {
 			a.swapResults = append(a.swapResults, policy.SwapResult{Workload: v.name, SwapBytes: d.Swap.SwapBytes})
 		case d.Action == policy.ActionEvict:
 			a.leaving[v] = now + gracefulExitSeconds
+		case d.Action == policy.ActionSetBalloon:
+			v.setBalloon(float64(d.Balloon.TargetBytes) / PageBytes)
 		}
 	}
 }

@@ -46,6 +46,14 @@ type vmState struct {
 	phase    phase
 	pages    float64 // the workload's pages
 	overhead float64 // pages always resident (guest and host overhead)
+	// guestOverhead is the guest's part of overhead.
+	guestOverhead float64
+	// cache is the guest's idle page cache in RAM; cacheTier and cacheDisk
+	// are what host reclaim moved of it to the tier and the device.
+	// cacheGoal is what the guest fills at boot, cacheFilled what it has.
+	cache, cacheTier, cacheDisk, cacheGoal, cacheFilled float64
+	// memPages is the guest's memory after its balloon, maxPages its RAM.
+	memPages, maxPages float64
 	// populated pages have been touched once; each is resident, in the
 	// tier or on the device.
 	populated, resident, tier, disk float64
@@ -66,7 +74,30 @@ type vmState struct {
 
 func (v *vmState) live() bool { return v.phase != phaseGone }
 
-func (v *vmState) swapped() float64 { return v.tier + v.disk }
+// swapped is all the VM's pages in swap: its workload's and its cache's.
+func (v *vmState) swapped() float64 { return v.tier + v.disk + v.cacheTier + v.cacheDisk }
+
+// workloadSwapped is its workload's pages in swap (the only ones read back).
+func (v *vmState) workloadSwapped() float64 { return v.tier + v.disk }
+
+// cacheHeld is the guest's idle cache wherever the host keeps it.
+func (v *vmState) cacheHeld() float64 { return v.cache + v.cacheTier + v.cacheDisk }
+
+// guestUsed is what the guest's kernel and workload use, cache aside: a
+// balloon never takes it (the driver deflates on OOM).
+func (v *vmState) guestUsed() float64 { return v.guestOverhead + v.populated }
+
+// setBalloon sets the guest's memory after its balloon; the guest drops
+// the idle cache that no longer fits, and keeps what it uses.
+func (v *vmState) setBalloon(pages float64) {
+	v.memPages = min(max(pages, v.guestUsed()), v.maxPages)
+	if excess := v.guestUsed() + v.cacheHeld() - v.memPages; excess > minPages {
+		keep := 1 - excess/v.cacheHeld()
+		v.cache *= keep
+		v.cacheTier *= keep
+		v.cacheDisk *= keep
+	}
+}
 
 // node is the shared state of one simulated step.
 type node struct {
@@ -106,7 +137,9 @@ func newNode(nd Node, spec VMSpec, count int, dt float64, seed uint64) *node {
 		// a fifth: their workloads start populating at different times.
 		start := 2.0*(0.8+0.4*s.rng.Float64()) + 0.05*float64(i)
 		s.vms = append(s.vms, &vmState{name: workerName(i), startAt: start, pages: pagesOf(spec.Workload.SizeBytes),
-			overhead: pagesOf(spec.GuestOverheadBytes + spec.HostOverheadBytes), allowance: math.Inf(1)})
+			overhead: pagesOf(spec.GuestOverheadBytes + spec.HostOverheadBytes), guestOverhead: pagesOf(spec.GuestOverheadBytes),
+			cacheGoal: pagesOf(spec.GuestCacheBytes), memPages: pagesOf(spec.MemoryBytes), maxPages: pagesOf(spec.MemoryBytes),
+			allowance: math.Inf(1)})
 	}
 	return s
 }
@@ -145,9 +178,10 @@ func (s *node) hit(v *vmState) float64 {
 	return min(f, 1)
 }
 
-// tierShare is the share of a VM's swapped pages in the compressed tier.
+// tierShare is the share of a VM's swapped workload pages in the
+// compressed tier.
 func tierShare(v *vmState) float64 {
-	if sw := v.swapped(); sw > 0 {
+	if sw := v.workloadSwapped(); sw > 0 {
 		return v.tier / sw
 	}
 	return 0
@@ -241,7 +275,7 @@ func (s *node) tierRoomPages() float64 {
 	}
 	var used float64
 	for _, v := range s.vms {
-		used += v.tier
+		used += v.tier + v.cacheTier
 	}
 	return s.tierCapPages - used
 }
@@ -355,9 +389,18 @@ func (s *node) tick(now float64, measuring bool) {
 			if rate <= 0 {
 				rate = s.n.TouchRate[0].PagesPerSec * share / populateCost
 			}
-			n := min(v.pages-v.populated, rate*dt)
+			budget := rate * dt
+			// The guest fills its cache at boot, before its workload,
+			// as far as its balloon leaves it room.
+			if c := min(v.cacheGoal-v.cacheFilled, budget, max(v.memPages-v.guestUsed()-v.cacheHeld(), 0)); c > 0 {
+				v.cache += c
+				v.cacheFilled += c
+				budget -= c
+			}
+			n := min(v.pages-v.populated, budget)
 			v.populated += n
 			v.resident += n
+			v.setBalloon(v.memPages) // a growing guest takes back its balloon
 			v.rate = rate
 			if v.populated >= v.pages {
 				v.phase, v.readyAt, v.rate = phaseReady, now, 0
@@ -370,7 +413,7 @@ func (s *node) tick(now float64, measuring bool) {
 			touches := r * dt
 			miss := touches * (1 - s.hit(v))
 			z := tierShare(v)
-			in := min(miss, v.swapped())
+			in := min(miss, v.workloadSwapped())
 			fromTier := in * z
 			v.tier -= fromTier
 			v.disk -= in - fromTier
@@ -402,8 +445,8 @@ func (s *node) usedPages() float64 {
 	var used, tier float64
 	for _, v := range s.vms {
 		if v.live() {
-			used += v.resident + v.overhead
-			tier += v.tier
+			used += v.resident + v.cache + v.overhead
+			tier += v.tier + v.cacheTier
 		}
 	}
 	if s.n.Tier != nil && !s.n.Tier.PoolOnHost {
@@ -429,8 +472,8 @@ func (s *node) reclaim(dt float64) {
 		var resident, diskUsed float64
 		for _, v := range s.vms {
 			if v.live() {
-				resident += v.resident
-				diskUsed += v.disk
+				resident += v.resident + v.cache
+				diskUsed += v.disk + v.cacheDisk
 			}
 		}
 		room := s.diskCapPages - diskUsed
@@ -451,11 +494,13 @@ func (s *node) reclaim(dt float64) {
 		weights := make([]float64, len(s.vms))
 		var sum float64
 		for i, v := range s.vms {
-			if !v.live() || v.resident <= 0 || v.swapped() >= v.allowance {
+			if !v.live() || v.resident+v.cache <= 0 || v.swapped() >= v.allowance {
 				continue
 			}
+			// The guest's idle cache is never touched: reclaim always
+			// finds it unreferenced.
 			perPage := v.rate / v.pages
-			weights[i] = v.resident * math.Exp(-min(scanSeconds*perPage, 50))
+			weights[i] = v.cache + v.resident*math.Exp(-min(scanSeconds*perPage, 50))
 			sum += weights[i]
 		}
 		if sum <= 0 {
@@ -485,8 +530,20 @@ func (s *node) reclaim(dt float64) {
 			if shares[i] == 0 {
 				continue
 			}
-			e := min(evict*shares[i]/drawn, v.resident, v.allowance-v.swapped())
+			e := min(evict*shares[i]/drawn, v.resident+v.cache, v.allowance-v.swapped())
 			if e <= 0 {
+				continue
+			}
+			s.swapOuts += e
+			// The idle cache goes first (written: the host has no copy).
+			fromCache := min(e, v.cache)
+			v.cache -= fromCache
+			if toTier {
+				v.cacheTier += fromCache
+			} else {
+				v.cacheDisk += fromCache
+			}
+			if e -= fromCache; e <= 0 {
 				continue
 			}
 			cleanShare := 0.0
@@ -500,7 +557,6 @@ func (s *node) reclaim(dt float64) {
 			} else {
 				v.disk += e
 			}
-			s.swapOuts += e
 		}
 	}
 }
@@ -509,7 +565,7 @@ func (s *node) reclaim(dt float64) {
 func (s *node) oomKill() {
 	var victim *vmState
 	for _, v := range s.vms {
-		if v.live() && (victim == nil || v.resident+v.swapped() > victim.resident+victim.swapped()) {
+		if v.live() && (victim == nil || v.resident+v.cacheHeld()+v.workloadSwapped() > victim.resident+victim.cacheHeld()+victim.workloadSwapped()) {
 			victim = v
 		}
 	}

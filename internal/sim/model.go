@@ -28,9 +28,15 @@
 //   - CPUs are shared fairly; a VM waiting on the device uses none. A
 //     core touches fewer pages/s the more memory its VMs cycle through
 //     (Node.TouchRate by the resident workload bytes per busy core).
-//   - Ignored: THP, NUMA, the guest's own page cache and reclaim, KSM,
-//     balloons, swap slot fragmentation, readahead of random faults, the
-//     larger size of a readahead read.
+//   - A guest's idle page cache (VMSpec.GuestCacheBytes) is host memory
+//     like any other, the first a VM loses to host reclaim (it is never
+//     touched). A balloon (the agent's set_balloon) shrinks the guest:
+//     the guest drops that cache, wherever the host keeps its pages, and
+//     never goes below its overhead and its workload. Balloon moves take
+//     effect within a tick; their CPU is not modelled.
+//   - Ignored: THP, NUMA, the guest's reclaim of anything but its idle
+//     cache, KSM, swap slot fragmentation, readahead of random faults,
+//     the larger size of a readahead read.
 package sim
 
 import (
@@ -111,6 +117,11 @@ type VMSpec struct {
 	// host memory its hypervisor process holds beyond the guest RAM.
 	GuestOverheadBytes uint64
 	HostOverheadBytes  uint64
+	// GuestCacheBytes is clean page cache the guest fills at boot and
+	// never touches again (density's --guest-cache): a balloon takes it
+	// back without I/O, while the host, blind to what it is, swaps it out
+	// as the idlest of the VM's pages.
+	GuestCacheBytes uint64
 	// RequestBytes is what the scheduler reserves for it.
 	RequestBytes uint64
 	Workload     Workload
@@ -156,6 +167,11 @@ func Validate(n Node, v VMSpec) error {
 	case v.Workload.SizeBytes+v.GuestOverheadBytes > v.MemoryBytes:
 		return fmt.Errorf("--memory-size %s plus --guest-overhead %s is larger than --vm-memory %s",
 			units.FormatBytes(v.Workload.SizeBytes), units.FormatBytes(v.GuestOverheadBytes), units.FormatBytes(v.MemoryBytes))
+	case v.Workload.SizeBytes+v.GuestOverheadBytes+v.GuestCacheBytes > v.MemoryBytes:
+		return fmt.Errorf("--guest-cache %s with --memory-size %s and --guest-overhead %s is larger than --vm-memory %s",
+			units.FormatBytes(v.GuestCacheBytes), units.FormatBytes(v.Workload.SizeBytes), units.FormatBytes(v.GuestOverheadBytes), units.FormatBytes(v.MemoryBytes))
+	case v.GuestCacheBytes > 0 && v.Process:
+		return fmt.Errorf("--guest-cache needs --worker-kind vm (a process has no guest)")
 	case v.Workload.WriteFraction < 0 || v.Workload.WriteFraction > 1:
 		return fmt.Errorf("--writes must be in [0,1]")
 	case v.Workload.Scan != memload.ScanSeq && v.Workload.Scan != memload.ScanRandom && v.Workload.Scan != memload.ScanNone:

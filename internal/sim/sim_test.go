@@ -382,6 +382,106 @@ func TestAgentEvictsBeforeTheOOMPoint(t *testing.T) {
 	}
 }
 
+// A guest's idle cache is the first of a VM's pages host reclaim takes:
+// a VM hot on its workload loses only cache while the cache covers the
+// shortfall.
+func TestReclaimTakesTheGuestCacheFirst(t *testing.T) {
+	vm := oneVM(memload.ScanRandom)
+	vm.GuestCacheBytes = 512 << 20
+	n := newNode(smallNode(), vm, 1, 0.25, 1)
+	running(n, 1)
+	v := n.vms[0]
+	v.rate, v.cache, v.cacheFilled = 0, v.cacheGoal, v.cacheGoal // idle workload: no touch spares it
+	n.capacityPages = v.pages + v.cache/2
+	n.reclaim(0.25)
+	if v.resident != v.pages || math.Abs(v.cacheDisk-v.cacheGoal/2) > 1 || v.disk != 0 {
+		t.Fatalf("workload %.0f of %.0f resident, %.0f on the device; cache %.0f in RAM, %.0f on the device; want only half the cache (%.0f) out",
+			v.resident, v.pages, v.disk, v.cache, v.cacheDisk, v.cacheGoal/2)
+	}
+}
+
+// A balloon shrinks the guest: the guest drops its idle cache wherever
+// the host keeps it, in proportion, and never gives up what its kernel
+// and workload use; deflating gives memory back but no cache.
+func TestBalloonDropsTheGuestCache(t *testing.T) {
+	vm := oneVM(memload.ScanRandom) // 2 GiB guest, 1 GiB workload
+	vm.GuestOverheadBytes, vm.GuestCacheBytes = 128<<20, 512<<20
+	n := newNode(smallNode(), vm, 1, 0.25, 1)
+	running(n, 1)
+	v := n.vms[0]
+	v.cache, v.cacheDisk, v.cacheFilled = v.cacheGoal/2, v.cacheGoal/2, v.cacheGoal
+	used := v.guestUsed()
+	v.setBalloon(used + v.cacheGoal/4) // room for a quarter of the cache
+	if math.Abs(v.cacheHeld()-v.cacheGoal/4) > 1 || math.Abs(v.cache-v.cacheDisk) > 1 || v.memPages != used+v.cacheGoal/4 {
+		t.Fatalf("cache %.0f in RAM + %.0f on the device at %.0f pages; want %.0f in all, half each", v.cache, v.cacheDisk, v.memPages, v.cacheGoal/4)
+	}
+	v.setBalloon(0)
+	if v.memPages != used || v.cacheHeld() != 0 || v.resident != v.pages {
+		t.Fatalf("ballooned to nothing: %.0f pages, cache %.0f, workload %.0f resident; want %.0f pages (what the guest uses), no cache, the workload whole",
+			v.memPages, v.cacheHeld(), v.resident, used)
+	}
+	v.setBalloon(v.maxPages * 2)
+	if v.memPages != v.maxPages || v.cacheHeld() != 0 {
+		t.Fatalf("deflated: %.0f pages, cache %.0f; want its %.0f pages and no cache back", v.memPages, v.cacheHeld(), v.maxPages)
+	}
+}
+
+// balloonBench is bench/density-balloon.sh's node in the model: 512 MiB
+// guests, each with a 32 MiB workload at 1M pages/s beside 288 MiB of
+// idle cache, on 1.5 GiB with 2 GiB of swap; the guests fill their cache
+// at 40 MiB/s, as a booting guest reads a disk, not at once.
+func balloonBench(count int) Params {
+	return Params{Node: Node{RAMBytes: 1536 << 20, CPUs: 2, TouchRate: []TouchRate{{PagesPerSec: 1e7}}, PopulateRatePerCore: 1e4, PageCluster: 3,
+		PagingCPU: []PagingCost{{Tasks: 1, SecondsPerPage: 150e-6}},
+		Swap:      Device{SizeBytes: 2 << 30, ReadIOPS: 20000, WriteIOPS: 20000, LatencySeconds: 200e-6}},
+		VM: VMSpec{MemoryBytes: 512 << 20, GuestOverheadBytes: 100 << 20, HostOverheadBytes: 40 << 20, GuestCacheBytes: 288 << 20,
+			RequestBytes: 168 << 20, Workload: Workload{SizeBytes: 32 << 20, Scan: memload.ScanRandom, WriteFraction: 1, RatePagesPerSec: 1e6}},
+		Deployments: []int{count}, RuntimeSeconds: 20, Seed: 1}
+}
+
+// The balloon policy in the loop: five guests' idle caches overflow the
+// node. Swap alone writes them out faster than the agent allows and a VM
+// is evicted; with the balloon controller the guests drop their caches,
+// and every VM runs at its rate without an eviction.
+func TestBalloonHoldsWhatSwapAloneEvicts(t *testing.T) {
+	p := balloonBench(5)
+	cfg := policy.DefaultConfig()
+	cfg.MaxAverageSwapInPagesPerSecond, cfg.MaxAverageSwapOutPagesPerSecond = 10000, 10000
+	p.Agent = &cfg
+	swapOnly, _, err := Run(context.Background(), p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := swapOnly.Steps[0]; s.Evictions == 0 {
+		t.Fatalf("swap alone: %+v; want an eviction", s)
+	}
+	withBalloons := cfg
+	withBalloons.Balloon, withBalloons.BalloonPolicy = true, policy.BalloonHeadroom
+	p.Agent = &withBalloons
+	run, decisions, err := Run(context.Background(), p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := run.Steps[0]
+	if s.Evictions != 0 || s.OOMKills != 0 {
+		t.Fatalf("with balloons: %d evictions, %d OOM kills; want none", s.Evictions, s.OOMKills)
+	}
+	for _, w := range s.PerWorker {
+		if w.PagesPerSec < 0.99e6 {
+			t.Errorf("with balloons: %s at %.0f pages/s; want its 1M", w.Name, w.PagesPerSec)
+		}
+	}
+	balloons := 0
+	for _, d := range decisions {
+		if d.Action == policy.ActionSetBalloon {
+			balloons++
+		}
+	}
+	if balloons == 0 {
+		t.Fatal("with balloons: no set_balloon decision")
+	}
+}
+
 // Bad input names the flag.
 func TestValidate(t *testing.T) {
 	good := paper(memload.ScanSeq, []int{1})
@@ -404,6 +504,8 @@ func TestValidate(t *testing.T) {
 		"--guest-overhead": func(_ *Node, v *VMSpec) { v.GuestOverheadBytes = v.MemoryBytes },
 		"--writes":         func(_ *Node, v *VMSpec) { v.Workload.WriteFraction = 2 },
 		"--memory-scan":    func(_ *Node, v *VMSpec) { v.Workload.Scan = "zigzag" },
+		"--guest-cache":    func(_ *Node, v *VMSpec) { v.GuestCacheBytes = v.MemoryBytes },
+		"--worker-kind":    func(_ *Node, v *VMSpec) { v.GuestCacheBytes, v.Process = 1<<20, true },
 	} {
 		n, v := good.Node, good.VM
 		f(&n, &v)
