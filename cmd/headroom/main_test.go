@@ -143,6 +143,7 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"sim", "--agent", "--balloon", "--balloon-policy", "esx"}, "--balloon-policy"},
 		{[]string{"sim", "--balloon-policy", "mom"}, "--balloon-policy needs --balloon"},
 		{[]string{"sim", "--guest-cache", "2Gi"}, "--guest-cache"},
+		{[]string{"sim", "--agent", "--max-swap-out-pages-per-sec", "-5"}, "--max-swap-out-pages-per-sec"},
 		{[]string{"sim", "--scenario", "testdata/sim-unknown-key.yaml"}, `key "swap-iops" does not exist`},
 		{[]string{"sim", "--scenario", "testdata/sim-bad-value.yaml"}, "node-memory"},
 		{[]string{"sim", "--scenario", "/nonexistent.yaml"}, "--scenario"},
@@ -454,14 +455,16 @@ func TestSimScenario(t *testing.T) {
 }
 
 // With --balloon the simulated agent drives the guests' balloons: its
-// set_balloon decisions are in agent.jsonl and run.json records the
-// policy and the guests' cache.
+// set_balloon decisions are in agent.jsonl, run.json records the policy
+// and the guests' cache, and the seven VMs of density-balloon's node run
+// without an eviction.
 func TestSimBalloon(t *testing.T) {
 	dir := t.TempDir()
 	r := runHeadroom(t, "sim", "--node-memory", "1536Mi", "--system-reserve", "0", "--cpus", "2", "--touch-rate", "10M", "--populate-rate", "10000",
 		"--swap", "2Gi", "--swap-read-iops", "20000", "--swap-write-iops", "20000", "--swap-latency", "200us", "--vm-memory", "512Mi",
 		"--memory-size", "32Mi", "--guest-overhead", "100Mi", "--overhead", "40Mi", "--guest-cache", "288Mi", "--overcommit-percent", "400",
-		"--deployments", "5", "--workload-runtime", "20s", "--memory-scan", "random", "--rate", "1M", "--agent", "--balloon", "--json", "--out", dir)
+		"--deployments", "7", "--workload-runtime", "20s", "--memory-scan", "random", "--rate", "1M", "--agent", "--balloon",
+		"--max-swap-in-pages-per-sec", "0", "--max-swap-out-pages-per-sec", "0", "--json", "--out", dir)
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
@@ -472,7 +475,7 @@ func TestSimBalloon(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &run); err != nil {
 		t.Fatalf("%v: %q", err, r.stdout)
 	}
-	if run.Params["balloon"] != "headroom" || run.Params["guest_cache_bytes"] != float64(288<<20) || len(run.Steps) != 1 {
+	if run.Params["balloon"] != "headroom" || run.Params["guest_cache_bytes"] != float64(288<<20) || len(run.Steps) != 1 || run.Steps[0].Evictions != 0 {
 		t.Fatalf("params %v, steps %+v", run.Params, run.Steps)
 	}
 	decisions, err := os.ReadFile(filepath.Join(dir, "agent.jsonl"))

@@ -59,6 +59,7 @@ type simFlags struct {
 	guestOverhead, guestCache       bytesValue
 	balloon                         bool
 	balloonPol                      string
+	maxSwapIn, maxSwapOut           float64
 	nodeMemory, systemReserve, swap bytesValue
 	cpus, populateRate              float64
 	touchRate                       string
@@ -78,6 +79,7 @@ type simFlags struct {
 func newSimCommand() *cobra.Command {
 	f := &simFlags{guestOverhead: 1 << 30, nodeMemory: 192 << 30, systemReserve: 8 << 30, cpus: 64, touchRate: "20M",
 		readIOPS: 1.3e6, writeIOPS: 215e3, latency: 80 * time.Microsecond, pagingCPU: "5us", minPerVM: 0.5, seed: 1,
+		maxSwapIn: -1, maxSwapOut: -1,
 		rampFlags: rampFlags{deployments: "1:20:1", vmMemory: 16 << 30, memorySize: 14 << 30, scan: scanValue(memload.ScanSeq),
 			writes: 1, content: contentValue(memload.Content{Kind: memload.ContentRandom}), runtime: 180 * time.Second,
 			overcommit: 100, overhead: 256 << 20}}
@@ -110,6 +112,8 @@ func newSimCommand() *cobra.Command {
 	fl.StringVar(&f.workerKind, "worker-kind", "vm", "what runs each workload: vm (a guest: its pages are scattered in the host's address space, so each page of a sequential readahead window is its own read) or process (as density's cgroup backend runs it: a window is one read)")
 	fl.BoolVar(&f.agent, "agent", false, "run the agent's policy on the node (calibrated to half the device's rates)")
 	fl.BoolVar(&f.balloon, "balloon", false, "with --agent: the agent also drives the guests' balloons")
+	fl.Float64Var(&f.maxSwapIn, "max-swap-in-pages-per-sec", f.maxSwapIn, "with --agent: its swap-in rate threshold (-1: half --swap-read-iops, as calibrate sets it; 0: off, as density's --agent runs)")
+	fl.Float64Var(&f.maxSwapOut, "max-swap-out-pages-per-sec", f.maxSwapOut, "with --agent: its swap-out rate threshold (-1: half --swap-write-iops; 0: off)")
 	fl.StringVar(&f.balloonPol, "balloon-policy", "headroom", "with --balloon: headroom (memory states, guest-aware targets) or mom (oVirt MOM's rules)")
 	fl.Var(&f.guestCache, "guest-cache", "clean page cache each guest fills at boot beside its workload and never touches again (memory a balloon reclaims without I/O)")
 	fl.StringVar(&f.find, "find", "", "max-vms: print the largest VM count that keeps --min-per-vm-fraction (and --max-swap-utilization)")
@@ -263,10 +267,18 @@ func simParams(f *simFlags) (sim.Params, error) {
 	case f.balloon && f.workerKind != "vm":
 		return sim.Params{}, usagef("--balloon needs --worker-kind vm (a process has no guest)")
 	}
+	if (f.maxSwapIn < 0 && f.maxSwapIn != -1) || (f.maxSwapOut < 0 && f.maxSwapOut != -1) {
+		return sim.Params{}, usagef("--max-swap-in-pages-per-sec and --max-swap-out-pages-per-sec: want a rate, 0 (off) or -1 (half the device's)")
+	}
 	if f.agent {
 		cfg := policy.DefaultConfig()
-		cfg.MaxAverageSwapInPagesPerSecond = 0.5 * f.readIOPS
-		cfg.MaxAverageSwapOutPagesPerSecond = 0.5 * f.writeIOPS
+		cfg.MaxAverageSwapInPagesPerSecond, cfg.MaxAverageSwapOutPagesPerSecond = f.maxSwapIn, f.maxSwapOut
+		if f.maxSwapIn == -1 {
+			cfg.MaxAverageSwapInPagesPerSecond = 0.5 * f.readIOPS
+		}
+		if f.maxSwapOut == -1 {
+			cfg.MaxAverageSwapOutPagesPerSecond = 0.5 * f.writeIOPS
+		}
 		if f.balloon {
 			cfg.Balloon, cfg.BalloonPolicy = true, f.balloonPol
 		}
@@ -356,7 +368,7 @@ func simParamsMap(f *simFlags) map[string]any {
 		"overhead_bytes": uint64(f.overhead), "guest_overhead_bytes": uint64(f.guestOverhead), "node_memory_bytes": uint64(f.nodeMemory),
 		"system_reserve_bytes": uint64(f.systemReserve), "cpus": f.cpus, "touch_rate": f.touchRate, "populate_rate": f.populateRate, "swap_bytes": uint64(f.swap),
 		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(), "swap_depths": f.swapDepths, "paging_cpu": f.pagingCPU, "worker_kind": f.workerKind,
-		"swap_tier": f.swapTier, "agent": f.agent, "balloon": balloonParam(f.balloon, f.balloonPol), "guest_cache_bytes": uint64(f.guestCache), "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
+		"swap_tier": f.swapTier, "agent": f.agent, "max_swap_in_pages_per_sec": f.maxSwapIn, "max_swap_out_pages_per_sec": f.maxSwapOut, "balloon": balloonParam(f.balloon, f.balloonPol), "guest_cache_bytes": uint64(f.guestCache), "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
 }
 
 // balloonParam is the balloon policy in force ("" with none), as density
