@@ -144,6 +144,9 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"sim", "--balloon-policy", "mom"}, "--balloon-policy needs --balloon"},
 		{[]string{"sim", "--guest-cache", "2Gi"}, "--guest-cache"},
 		{[]string{"sim", "--agent", "--max-swap-out-pages-per-sec", "-5"}, "--max-swap-out-pages-per-sec"},
+		{[]string{"sim", "--agent", "--ksm", "advisor"}, "advisor is not modelled"},
+		{[]string{"sim", "--ksm", "governor"}, "--ksm needs --agent"},
+		{[]string{"sim", "--agent", "--ksm", "fast"}, "want off or governor"},
 		{[]string{"sim", "--scenario", "testdata/sim-unknown-key.yaml"}, `key "swap-iops" does not exist`},
 		{[]string{"sim", "--scenario", "testdata/sim-bad-value.yaml"}, "node-memory"},
 		{[]string{"sim", "--scenario", "/nonexistent.yaml"}, "--scenario"},
@@ -481,6 +484,35 @@ func TestSimBalloon(t *testing.T) {
 	decisions, err := os.ReadFile(filepath.Join(dir, "agent.jsonl"))
 	if err != nil || !strings.Contains(string(decisions), `"action":"set_balloon"`) {
 		t.Fatalf("agent.jsonl (%v) has no set_balloon: %.300s", err, decisions)
+	}
+}
+
+// With --ksm governor the simulated agent paces ksmd: its set_ksm
+// decisions are in agent.jsonl, and VMs of duplicate pages that overflow
+// the node without merging run without an eviction.
+func TestSimKSM(t *testing.T) {
+	dir := t.TempDir()
+	r := runHeadroom(t, "sim", "--node-memory", "3Gi", "--system-reserve", "0", "--cpus", "2", "--touch-rate", "10M", "--populate-rate", "50000",
+		"--swap", "4Gi", "--swap-read-iops", "20000", "--swap-write-iops", "20000", "--swap-latency", "200us", "--vm-memory", "640Mi",
+		"--memory-size", "512Mi", "--guest-overhead", "64Mi", "--overhead", "40Mi", "--content", "dup=0.8", "--writes", "0", "--overcommit-percent", "400",
+		"--deployments", "10", "--workload-runtime", "60s", "--memory-scan", "random", "--rate", "100k", "--agent", "--ksm", "governor",
+		"--max-swap-in-pages-per-sec", "0", "--max-swap-out-pages-per-sec", "0", "--json", "--out", dir)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	var run struct {
+		Params map[string]any `json:"params"`
+		Steps  []struct{ Evictions int }
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &run); err != nil {
+		t.Fatalf("%v: %q", err, r.stdout)
+	}
+	if run.Params["ksm"] != "governor" || len(run.Steps) != 1 || run.Steps[0].Evictions != 0 {
+		t.Fatalf("params %v, steps %+v", run.Params, run.Steps)
+	}
+	decisions, err := os.ReadFile(filepath.Join(dir, "agent.jsonl"))
+	if err != nil || !strings.Contains(string(decisions), `"action":"set_ksm"`) {
+		t.Fatalf("agent.jsonl (%v) has no set_ksm: %.300s", err, decisions)
 	}
 }
 

@@ -29,8 +29,9 @@ density. The model keeps page counts per VM (resident, compressed, on the
 device), a second-chance LRU across VMs, swap readahead for sequential
 faults, and the device as a queue: see docs/sim.md for what it
 approximates and ignores. --agent runs the agent's real policy on
-simulated snapshots; its decisions (swap allowances, evictions, and with
---balloon the guests' balloons) change the simulation. --guest-cache gives
+simulated snapshots; its decisions (swap allowances, evictions, with
+--balloon the guests' balloons, with --ksm governor ksmd's pace) change the
+simulation. --guest-cache gives
 every guest idle page cache, which host reclaim swaps out first and a
 balloon takes back without I/O.
 
@@ -60,6 +61,7 @@ type simFlags struct {
 	balloon                         bool
 	balloonPol                      string
 	maxSwapIn, maxSwapOut           float64
+	ksm                             string
 	nodeMemory, systemReserve, swap bytesValue
 	cpus, populateRate              float64
 	touchRate                       string
@@ -79,7 +81,7 @@ type simFlags struct {
 func newSimCommand() *cobra.Command {
 	f := &simFlags{guestOverhead: 1 << 30, nodeMemory: 192 << 30, systemReserve: 8 << 30, cpus: 64, touchRate: "20M",
 		readIOPS: 1.3e6, writeIOPS: 215e3, latency: 80 * time.Microsecond, pagingCPU: "5us", minPerVM: 0.5, seed: 1,
-		maxSwapIn: -1, maxSwapOut: -1,
+		maxSwapIn: -1, maxSwapOut: -1, ksm: policy.KSMOff,
 		rampFlags: rampFlags{deployments: "1:20:1", vmMemory: 16 << 30, memorySize: 14 << 30, scan: scanValue(memload.ScanSeq),
 			writes: 1, content: contentValue(memload.Content{Kind: memload.ContentRandom}), runtime: 180 * time.Second,
 			overcommit: 100, overhead: 256 << 20}}
@@ -112,6 +114,7 @@ func newSimCommand() *cobra.Command {
 	fl.StringVar(&f.workerKind, "worker-kind", "vm", "what runs each workload: vm (a guest: its pages are scattered in the host's address space, so each page of a sequential readahead window is its own read) or process (as density's cgroup backend runs it: a window is one read)")
 	fl.BoolVar(&f.agent, "agent", false, "run the agent's policy on the node (calibrated to half the device's rates)")
 	fl.BoolVar(&f.balloon, "balloon", false, "with --agent: the agent also drives the guests' balloons")
+	fl.StringVar(&f.ksm, "ksm", f.ksm, "with --agent: off, or governor (the agent paces ksmd by the profit per ksmd CPU-second; --content dup=F gives the mergeable pages)")
 	fl.Float64Var(&f.maxSwapIn, "max-swap-in-pages-per-sec", f.maxSwapIn, "with --agent: its swap-in rate threshold (-1: half --swap-read-iops, as calibrate sets it; 0: off, as density's --agent runs)")
 	fl.Float64Var(&f.maxSwapOut, "max-swap-out-pages-per-sec", f.maxSwapOut, "with --agent: its swap-out rate threshold (-1: half --swap-write-iops; 0: off)")
 	fl.StringVar(&f.balloonPol, "balloon-policy", "headroom", "with --balloon: headroom (memory states, guest-aware targets) or mom (oVirt MOM's rules)")
@@ -247,7 +250,7 @@ func simParams(f *simFlags) (sim.Params, error) {
 		GuestCacheBytes: uint64(f.guestCache),
 		RequestBytes:    density.RequestBytes(uint64(f.vmMemory), f.overcommit, uint64(f.overhead)),
 		Workload: sim.Workload{SizeBytes: uint64(f.memorySize), Scan: memload.Scan(f.scan), WriteFraction: float64(f.writes),
-			RatePagesPerSec: float64(f.rate)}}
+			RatePagesPerSec: float64(f.rate), DupFraction: sim.DupFraction(memload.Content(f.content))}}
 	if err := sim.Validate(node, vm); err != nil {
 		return sim.Params{}, usageError{err}
 	}
@@ -264,6 +267,12 @@ func simParams(f *simFlags) (sim.Params, error) {
 		return sim.Params{}, usagef("--balloon-policy %q: want headroom or mom", f.balloonPol)
 	case !f.balloon && f.balloonPol != policy.BalloonHeadroom:
 		return sim.Params{}, usagef("--balloon-policy needs --balloon")
+	case f.ksm == policy.KSMAdvisor:
+		return sim.Params{}, usagef("--ksm advisor: the kernel's advisor is not modelled; want off or governor")
+	case f.ksm != policy.KSMOff && f.ksm != policy.KSMGovernor:
+		return sim.Params{}, usagef("--ksm %q: want off or governor", f.ksm)
+	case f.ksm != policy.KSMOff && !f.agent:
+		return sim.Params{}, usagef("--ksm needs --agent")
 	case f.balloon && f.workerKind != "vm":
 		return sim.Params{}, usagef("--balloon needs --worker-kind vm (a process has no guest)")
 	}
@@ -282,6 +291,7 @@ func simParams(f *simFlags) (sim.Params, error) {
 		if f.balloon {
 			cfg.Balloon, cfg.BalloonPolicy = true, f.balloonPol
 		}
+		cfg.KSMMode = f.ksm
 		p.Agent = &cfg
 	}
 	return p, nil
@@ -368,7 +378,7 @@ func simParamsMap(f *simFlags) map[string]any {
 		"overhead_bytes": uint64(f.overhead), "guest_overhead_bytes": uint64(f.guestOverhead), "node_memory_bytes": uint64(f.nodeMemory),
 		"system_reserve_bytes": uint64(f.systemReserve), "cpus": f.cpus, "touch_rate": f.touchRate, "populate_rate": f.populateRate, "swap_bytes": uint64(f.swap),
 		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(), "swap_depths": f.swapDepths, "paging_cpu": f.pagingCPU, "worker_kind": f.workerKind,
-		"swap_tier": f.swapTier, "agent": f.agent, "max_swap_in_pages_per_sec": f.maxSwapIn, "max_swap_out_pages_per_sec": f.maxSwapOut, "balloon": balloonParam(f.balloon, f.balloonPol), "guest_cache_bytes": uint64(f.guestCache), "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
+		"swap_tier": f.swapTier, "agent": f.agent, "max_swap_in_pages_per_sec": f.maxSwapIn, "max_swap_out_pages_per_sec": f.maxSwapOut, "ksm": f.ksm, "balloon": balloonParam(f.balloon, f.balloonPol), "guest_cache_bytes": uint64(f.guestCache), "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
 }
 
 // balloonParam is the balloon policy in force ("" with none), as density

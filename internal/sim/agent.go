@@ -38,11 +38,18 @@ func (a *simAgent) snapshot(s *node, now float64) policy.Snapshot {
 	scope := policy.Scope{RAMBytes: uint64(s.capacityPages * PageBytes), SwapBytes: uint64((s.diskCapPages + s.tierCapPages) * PageBytes)}
 	var tier float64
 	var ws []policy.Workload
+	// What merging saves is charged to no VM: each VM's merged pages,
+	// less its share of the KSM pages, leave its working set.
+	merged, shared := s.ksmMergedPages()
+	savedShare := 0.0
+	if merged > 0 {
+		savedShare = (merged - shared) / merged
+	}
 	for _, v := range s.vms {
 		if !v.live() {
 			continue
 		}
-		set := (v.resident + v.cache + v.overhead) * PageBytes
+		set := (v.resident + v.cache + v.overhead - v.merged*savedShare) * PageBytes
 		scope.WorkingSetBytes += uint64(set)
 		scope.SwapUsedBytes += uint64(v.swapped() * PageBytes)
 		tier += v.tier + v.cacheTier
@@ -59,6 +66,9 @@ func (a *simAgent) snapshot(s *node, now float64) policy.Snapshot {
 	snap := policy.Snapshot{Workloads: ws, Outcomes: a.outcomes, SwapResults: a.swapResults,
 		Sample: policy.Sample{Time: simTime(now), Scope: scope, PswpIn: uint64(s.swapIns), PswpOut: uint64(s.swapOuts),
 			PSISomeMicros: uint64(s.psiSome * 1e6), PSIFullMicros: uint64(s.psiFull * 1e6)}}
+	if a.cfg.KSMMode != policy.KSMOff && a.cfg.KSMMode != "" {
+		snap.Sample.KSM = s.ksmSample()
+	}
 	a.outcomes, a.swapResults = nil, nil
 	return snap
 }
@@ -106,6 +116,9 @@ func (a *simAgent) round(s *node, now float64) {
 			a.leaving[v] = now + gracefulExitSeconds
 		case d.Action == policy.ActionSetBalloon:
 			v.setBalloon(float64(d.Balloon.TargetBytes) / PageBytes)
+		}
+		if d.Action == policy.ActionSetKSM { // the node's, not a VM's
+			s.ksm.set(*d.KSM)
 		}
 	}
 }

@@ -54,6 +54,9 @@ type vmState struct {
 	cache, cacheTier, cacheDisk, cacheGoal, cacheFilled float64
 	// memPages is the guest's memory after its balloon, maxPages its RAM.
 	memPages, maxPages float64
+	// dupShare is the share of its workload's pages KSM can merge;
+	// merged the resident ones it has.
+	dupShare, merged float64
 	// populated pages have been touched once; each is resident, in the
 	// tier or on the device.
 	populated, resident, tier, disk float64
@@ -118,6 +121,8 @@ type node struct {
 	// the number of VMs faulting on it; touchRate its pages/s a core
 	// touches in RAM, at the memory the running VMs touch per core.
 	pagingCPU, touchRate float64
+	// ksm is ksmd, stopped until the agent sets it.
+	ksm *ksmd
 	// cumulative counters, like /proc/vmstat and PSI.
 	swapIns, swapOuts, majorFaults float64
 	psiSome, psiFull               float64 // seconds
@@ -128,7 +133,7 @@ func pagesOf(b uint64) float64 { return float64(b) / PageBytes }
 func newNode(nd Node, spec VMSpec, count int, dt float64, seed uint64) *node {
 	s := &node{n: nd, w: spec.Workload, process: spec.Process, rng: rand.New(rand.NewPCG(seed, 0x5eed)), dtSeconds: dt,
 		capacityPages: pagesOf(nd.RAMBytes - nd.SystemReserveBytes), diskCapPages: pagesOf(nd.Swap.SizeBytes),
-		readWait: nd.Swap.LatencySeconds, touchRate: touchRateAt(nd.TouchRate, 0)}
+		readWait: nd.Swap.LatencySeconds, touchRate: touchRateAt(nd.TouchRate, 0), ksm: newKSMD()}
 	if nd.Tier != nil {
 		s.tierCapPages = pagesOf(nd.Tier.SizeBytes)
 	}
@@ -139,7 +144,7 @@ func newNode(nd Node, spec VMSpec, count int, dt float64, seed uint64) *node {
 		s.vms = append(s.vms, &vmState{name: workerName(i), startAt: start, pages: pagesOf(spec.Workload.SizeBytes),
 			overhead: pagesOf(spec.GuestOverheadBytes + spec.HostOverheadBytes), guestOverhead: pagesOf(spec.GuestOverheadBytes),
 			cacheGoal: pagesOf(spec.GuestCacheBytes), memPages: pagesOf(spec.MemoryBytes), maxPages: pagesOf(spec.MemoryBytes),
-			allowance: math.Inf(1)})
+			dupShare: spec.Workload.DupFraction, allowance: math.Inf(1)})
 	}
 	return s
 }
@@ -308,13 +313,14 @@ func (s *node) solveReadWait(cpuShare float64) float64 {
 // they use (a running VM only while it is not waiting for the device) add
 // up to the node's.
 func (s *node) cpuShare() float64 {
-	if s.coresUsed(1) <= s.n.CPUs {
+	cpus := s.n.CPUs - s.ksm.coresUsed // ksmd's share of a core, last tick
+	if s.coresUsed(1) <= cpus {
 		return 1
 	}
 	lo, hi := 0.0, 1.0
 	for range 30 {
 		mid := (lo + hi) / 2
-		if s.coresUsed(mid) > s.n.CPUs {
+		if s.coresUsed(mid) > cpus {
 			hi = mid
 		} else {
 			lo = mid
@@ -418,6 +424,11 @@ func (s *node) tick(now float64, measuring bool) {
 			v.tier -= fromTier
 			v.disk -= in - fromTier
 			v.resident += in
+			// A write to a merged page breaks its sharing (copy on write).
+			if cow := min(touches*s.w.WriteFraction*v.merged/max(v.pages, 1), v.merged); cow > 0 {
+				v.merged -= cow
+				s.ksm.cowBreaks += cow
+			}
 			if s.w.WriteFraction == 0 {
 				v.clean += in
 			}
@@ -436,6 +447,7 @@ func (s *node) tick(now float64, measuring bool) {
 		s.psiSome += anyStalled * dt
 		s.psiFull += stalledAll * dt
 	}
+	s.ksmTick(dt)
 	s.reclaim(dt)
 }
 
@@ -452,7 +464,7 @@ func (s *node) usedPages() float64 {
 	if s.n.Tier != nil && !s.n.Tier.PoolOnHost {
 		used += tier / s.n.Tier.Ratio
 	}
-	return used
+	return used - s.ksmSavedPages()
 }
 
 // reclaim evicts what does not fit, by second-chance LRU across VMs, to
@@ -549,6 +561,7 @@ func (s *node) reclaim(dt float64) {
 			cleanShare := 0.0
 			if v.resident > 0 {
 				cleanShare = min(v.clean/v.resident, 1)
+				v.merged *= 1 - min(e/v.resident, 1) // evicted mappings are unmerged
 			}
 			v.resident -= e
 			v.clean -= e * cleanShare

@@ -34,9 +34,14 @@
 //     the guest drops that cache, wherever the host keeps its pages, and
 //     never goes below its overhead and its workload. Balloon moves take
 //     effect within a tick; their CPU is not modelled.
+//   - ksmd (the agent's set_ksm) scans the workloads' pages at its pace,
+//     each page costing a core's time, and merges a resident duplicate
+//     the second time a scan finds it; a merged page takes no RAM but
+//     its KSM page's, and a write (copy on write) or an eviction
+//     unmerges it.
 //   - Ignored: THP, NUMA, the guest's reclaim of anything but its idle
-//     cache, KSM, swap slot fragmentation, readahead of random faults,
-//     the larger size of a readahead read.
+//     cache, the kernel's KSM advisor, swap slot fragmentation, readahead
+//     of random faults, the larger size of a readahead read.
 package sim
 
 import (
@@ -137,6 +142,9 @@ type Workload struct {
 	Scan            memload.Scan
 	WriteFraction   float64
 	RatePagesPerSec float64 // 0: as fast as possible
+	// DupFraction is the share of its pages identical to pages of other
+	// workloads (DupFraction of its content): what KSM can merge.
+	DupFraction float64
 }
 
 // Validate checks a node and a VM against each other, naming the flag.

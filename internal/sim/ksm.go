@@ -1,0 +1,164 @@
+package sim
+
+import (
+	"math"
+
+	"github.com/headroom-dev/headroom/internal/memload"
+	"github.com/headroom-dev/headroom/internal/policy"
+)
+
+// KSM model constants, from measurements on this machine and the
+// kernel's and headroom load's behaviour.
+const (
+	// ksmCostSecondsPerPage is ksmd's CPU per page scanned while it
+	// merges (measured here: 1.4 µs; a converged scan costs 0.35 µs, but
+	// the governor then runs ksmd at its idle pace anyway).
+	ksmCostSecondsPerPage = 1.4e-6
+	// ksmTemplates is how many distinct contents headroom load's
+	// duplicate pages come from, the same in every worker: merged, they
+	// are the KSM pages (pages_shared); every other merged page is saved.
+	ksmTemplates = 256
+	// ksmRmapBytes is the kernel's rmap_item per merged page, what
+	// general_profit subtracts from the pages saved.
+	ksmRmapBytes = 64
+)
+
+// DupFraction is the share of a workload's pages KSM can merge for a
+// content class: dup=F's duplicates, or every page of zero content.
+func DupFraction(c memload.Content) float64 {
+	switch c.Kind {
+	case memload.ContentDup:
+		return c.DupFraction
+	case memload.ContentZero:
+		return 1
+	}
+	return 0
+}
+
+// ksmd is the kernel's same-page merging daemon as the agent's set_ksm
+// decisions configure it. It scans every VM's workload pages (QEMU offers
+// all guest RAM for merging) in batches of pagesToScan every sleepMs,
+// each page costing ksmCostSecondsPerPage of a core; a duplicate page is
+// merged the second time a scan finds it unchanged (the first scan only
+// checksums it). A write to a merged page breaks it (copy on write) and
+// unmerges it; host reclaim evicting a merged page unmerges it too.
+type ksmd struct {
+	run                  int
+	pagesToScan, sleepMs float64
+	advisor              string
+	// scanPos is how far into the current full scan ksmd is, in pages.
+	scanPos                  float64
+	fullScans                uint64
+	pagesScanned, cpuSeconds float64
+	cowBreaks                float64
+	coresUsed                float64 // this tick's share of a core
+}
+
+// newKSMD is ksmd with the kernel's defaults, stopped (run=0).
+func newKSMD() *ksmd {
+	return &ksmd{pagesToScan: 100, sleepMs: 20, advisor: "none"}
+}
+
+// set applies a set_ksm decision. (The kernel's advisor is not
+// modelled: headroom sim refuses --ksm advisor.)
+func (k *ksmd) set(s policy.KSMSetting) {
+	k.run = s.Run
+	if s.PagesToScan > 0 {
+		k.pagesToScan = float64(s.PagesToScan)
+	}
+	if s.SleepMillisecs > 0 {
+		k.sleepMs = float64(s.SleepMillisecs)
+	}
+	if s.AdvisorMode != "" {
+		k.advisor = s.AdvisorMode
+	}
+}
+
+// mergeablePages is the memory offered for merging: every live VM's
+// populated workload pages.
+func (s *node) mergeablePages() float64 {
+	var pages float64
+	for _, v := range s.vms {
+		if v.live() {
+			pages += v.populated
+		}
+	}
+	return pages
+}
+
+// ksmMergedPages is the merged pages (a page per mapping) and the KSM
+// pages they share.
+func (s *node) ksmMergedPages() (merged, shared float64) {
+	for _, v := range s.vms {
+		if v.live() {
+			merged += v.merged
+		}
+	}
+	return merged, min(merged, ksmTemplates)
+}
+
+// ksmSavedPages is the RAM merging saves: every merged page but the KSM
+// pages themselves.
+func (s *node) ksmSavedPages() float64 {
+	merged, shared := s.ksmMergedPages()
+	return merged - shared
+}
+
+// ksmTick advances ksmd by dt: it scans, and on second and later scans
+// merges the unmerged duplicates it passes.
+func (s *node) ksmTick(dt float64) {
+	k := s.ksm
+	k.coresUsed = 0
+	total := s.mergeablePages()
+	if k.run != 1 || total <= 0 {
+		return
+	}
+	batch := k.pagesToScan * ksmCostSecondsPerPage
+	k.coresUsed = batch / (batch + k.sleepMs/1000)
+	scanned := k.pagesToScan / (batch + k.sleepMs/1000) * dt
+	k.pagesScanned += scanned
+	k.cpuSeconds += scanned * ksmCostSecondsPerPage
+	// Whole passes beyond two change nothing but the count.
+	if extra := math.Floor(scanned/total) - 2; extra > 0 {
+		k.fullScans += uint64(extra)
+		scanned -= extra * total
+	}
+	if k.scanPos >= total { // VMs left: the pass ends early
+		k.scanPos = 0
+		k.fullScans++
+	}
+	for scanned > minPages {
+		rem := total - k.scanPos
+		step := min(scanned, rem)
+		if k.fullScans > 0 {
+			// From the second pass on, the unmerged duplicates in the
+			// part scanned merge: they lie spread over what is left of
+			// the pass (the merged ones are behind it).
+			for _, v := range s.vms {
+				if v.live() {
+					// Only resident duplicates merge: swap is not scanned.
+					unmerged := max(v.dupShare*v.resident-v.merged, 0)
+					v.merged += unmerged * step / rem
+				}
+			}
+		}
+		k.scanPos += step
+		scanned -= step
+		if k.scanPos >= total-minPages {
+			k.scanPos = 0
+			k.fullScans++
+		}
+	}
+}
+
+// ksmSample is what the agent reads of ksmd (/sys/kernel/mm/ksm, its CPU
+// time, vmstat's cow_ksm).
+func (s *node) ksmSample() *policy.KSMSample {
+	k := s.ksm
+	merged, shared := s.ksmMergedPages()
+	sharing := merged - shared
+	return &policy.KSMSample{Run: k.run, PagesToScan: uint64(k.pagesToScan), SleepMillisecs: uint64(k.sleepMs), AdvisorMode: k.advisor,
+		PagesScanned: uint64(k.pagesScanned), FullScans: k.fullScans, KsmdCPUSeconds: k.cpuSeconds, CowKSM: uint64(k.cowBreaks),
+		PagesShared: uint64(shared), PagesSharing: uint64(sharing),
+		GeneralProfitBytes: int64(sharing*PageBytes - merged*ksmRmapBytes), MergeableBytes: uint64(s.mergeablePages() * PageBytes)}
+}
