@@ -457,17 +457,15 @@ func TestSimScenario(t *testing.T) {
 	}
 }
 
-// With --balloon the simulated agent drives the guests' balloons: its
-// set_balloon decisions are in agent.jsonl, run.json records the policy
-// and the guests' cache, and the seven VMs of density-balloon's node run
-// without an eviction.
-func TestSimBalloon(t *testing.T) {
+// simLever runs headroom sim --json with a lever's flags into a fresh
+// directory, checks it ran one step without an eviction and that the
+// agent decided action at least once, and returns run.json's params.
+func simLever(t *testing.T, action string, args ...string) map[string]any {
+	t.Helper()
 	dir := t.TempDir()
-	r := runHeadroom(t, "sim", "--node-memory", "1536Mi", "--system-reserve", "0", "--cpus", "2", "--touch-rate", "10M", "--populate-rate", "10000",
-		"--swap", "2Gi", "--swap-read-iops", "20000", "--swap-write-iops", "20000", "--swap-latency", "200us", "--vm-memory", "512Mi",
-		"--memory-size", "32Mi", "--guest-overhead", "100Mi", "--overhead", "40Mi", "--guest-cache", "288Mi", "--overcommit-percent", "400",
-		"--deployments", "7", "--workload-runtime", "20s", "--memory-scan", "random", "--rate", "1M", "--agent", "--balloon",
-		"--max-swap-in-pages-per-sec", "0", "--max-swap-out-pages-per-sec", "0", "--json", "--out", dir)
+	r := runHeadroom(t, append(append([]string{"sim"}, args...), "--system-reserve", "0", "--cpus", "2", "--touch-rate", "10M",
+		"--swap-read-iops", "20000", "--swap-write-iops", "20000", "--swap-latency", "200us", "--memory-scan", "random", "--agent",
+		"--max-swap-in-pages-per-sec", "0", "--max-swap-out-pages-per-sec", "0", "--json", "--out", dir)...)
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
@@ -478,41 +476,37 @@ func TestSimBalloon(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &run); err != nil {
 		t.Fatalf("%v: %q", err, r.stdout)
 	}
-	if run.Params["balloon"] != "headroom" || run.Params["guest_cache_bytes"] != float64(288<<20) || len(run.Steps) != 1 || run.Steps[0].Evictions != 0 {
-		t.Fatalf("params %v, steps %+v", run.Params, run.Steps)
+	if len(run.Steps) != 1 || run.Steps[0].Evictions != 0 {
+		t.Fatalf("steps %+v: want one without an eviction", run.Steps)
 	}
 	decisions, err := os.ReadFile(filepath.Join(dir, "agent.jsonl"))
-	if err != nil || !strings.Contains(string(decisions), `"action":"set_balloon"`) {
-		t.Fatalf("agent.jsonl (%v) has no set_balloon: %.300s", err, decisions)
+	if err != nil || !strings.Contains(string(decisions), `"action":"`+action+`"`) {
+		t.Fatalf("agent.jsonl (%v) has no %s: %.300s", err, action, decisions)
+	}
+	return run.Params
+}
+
+// With --balloon the simulated agent drives the guests' balloons: the
+// seven VMs of density-balloon's node run without an eviction, and
+// run.json records the policy and the guests' cache.
+func TestSimBalloon(t *testing.T) {
+	params := simLever(t, "set_balloon", "--node-memory", "1536Mi", "--populate-rate", "10000", "--swap", "2Gi", "--vm-memory", "512Mi",
+		"--memory-size", "32Mi", "--guest-overhead", "100Mi", "--overhead", "40Mi", "--guest-cache", "288Mi", "--overcommit-percent", "400",
+		"--deployments", "7", "--workload-runtime", "20s", "--rate", "1M", "--balloon")
+	if params["balloon"] != "headroom" || params["guest_cache_bytes"] != float64(288<<20) {
+		t.Fatalf("params %v", params)
 	}
 }
 
-// With --ksm governor the simulated agent paces ksmd: its set_ksm
-// decisions are in agent.jsonl, and VMs of duplicate pages that overflow
-// the node without merging run without an eviction.
+// With --ksm governor the simulated agent paces ksmd: ten VMs of
+// duplicate pages that overflow the node without merging run without an
+// eviction.
 func TestSimKSM(t *testing.T) {
-	dir := t.TempDir()
-	r := runHeadroom(t, "sim", "--node-memory", "3Gi", "--system-reserve", "0", "--cpus", "2", "--touch-rate", "10M", "--populate-rate", "50000",
-		"--swap", "4Gi", "--swap-read-iops", "20000", "--swap-write-iops", "20000", "--swap-latency", "200us", "--vm-memory", "640Mi",
-		"--memory-size", "512Mi", "--guest-overhead", "64Mi", "--overhead", "40Mi", "--content", "dup=0.8", "--writes", "0", "--overcommit-percent", "400",
-		"--deployments", "10", "--workload-runtime", "60s", "--memory-scan", "random", "--rate", "100k", "--agent", "--ksm", "governor",
-		"--max-swap-in-pages-per-sec", "0", "--max-swap-out-pages-per-sec", "0", "--json", "--out", dir)
-	if r.code != 0 {
-		t.Fatalf("exit %d: %s", r.code, r.stderr)
-	}
-	var run struct {
-		Params map[string]any `json:"params"`
-		Steps  []struct{ Evictions int }
-	}
-	if err := json.Unmarshal([]byte(r.stdout), &run); err != nil {
-		t.Fatalf("%v: %q", err, r.stdout)
-	}
-	if run.Params["ksm"] != "governor" || len(run.Steps) != 1 || run.Steps[0].Evictions != 0 {
-		t.Fatalf("params %v, steps %+v", run.Params, run.Steps)
-	}
-	decisions, err := os.ReadFile(filepath.Join(dir, "agent.jsonl"))
-	if err != nil || !strings.Contains(string(decisions), `"action":"set_ksm"`) {
-		t.Fatalf("agent.jsonl (%v) has no set_ksm: %.300s", err, decisions)
+	params := simLever(t, "set_ksm", "--node-memory", "3Gi", "--populate-rate", "50000", "--swap", "4Gi", "--vm-memory", "640Mi",
+		"--memory-size", "512Mi", "--guest-overhead", "64Mi", "--overhead", "40Mi", "--content", "dup=0.8", "--writes", "0",
+		"--overcommit-percent", "400", "--deployments", "10", "--workload-runtime", "60s", "--rate", "100k", "--ksm", "governor")
+	if params["ksm"] != "governor" {
+		t.Fatalf("params %v", params)
 	}
 }
 
