@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math"
+	"time"
 
 	"github.com/headroom-dev/headroom/internal/policy"
 )
@@ -14,6 +15,7 @@ type simAgent struct {
 	state     policy.State
 	request   uint64
 	limit     uint64
+	start     time.Time // the step's start on the run's simulated clock
 	next      float64
 	decisions []policy.Decision
 	// outcomes and swapResults go into the next snapshot, as the agent's
@@ -24,11 +26,11 @@ type simAgent struct {
 	leaving map[*vmState]float64
 }
 
-func newSimAgent(p Params) *simAgent {
+func newSimAgent(p Params, start time.Time) *simAgent {
 	if p.Agent == nil {
 		return nil
 	}
-	return &simAgent{cfg: *p.Agent, state: policy.State{}, request: p.VM.RequestBytes,
+	return &simAgent{cfg: *p.Agent, state: policy.State{}, request: p.VM.RequestBytes, start: start,
 		limit: p.VM.MemoryBytes + p.VM.HostOverheadBytes, leaving: map[*vmState]float64{}}
 }
 
@@ -64,7 +66,7 @@ func (a *simAgent) snapshot(s *node, now float64) policy.Snapshot {
 		scope.CompressedRAMBytes = uint64(tier / s.n.Tier.Ratio * PageBytes)
 	}
 	snap := policy.Snapshot{Workloads: ws, Outcomes: a.outcomes, SwapResults: a.swapResults,
-		Sample: policy.Sample{Time: simTime(now), Scope: scope, PswpIn: uint64(s.swapIns), PswpOut: uint64(s.swapOuts),
+		Sample: policy.Sample{Time: simTime(a.start, now), Scope: scope, PswpIn: uint64(s.swapIns), PswpOut: uint64(s.swapOuts),
 			PSISomeMicros: uint64(s.psiSome * 1e6), PSIFullMicros: uint64(s.psiFull * 1e6)}}
 	if a.cfg.KSMMode != policy.KSMOff && a.cfg.KSMMode != "" {
 		snap.Sample.KSM = s.ksmSample()

@@ -63,6 +63,9 @@ func Run(ctx context.Context, p Params, done func(results.Step)) (*results.Run, 
 	}
 	var decisions []policy.Decision
 	allocatable := p.Node.RAMBytes - p.Node.SystemReserveBytes
+	// Simulated time runs from the run's start, step after step, so a
+	// report draws the agent's decisions on one axis.
+	clock := run.StartedAt
 	for i, n := range p.Deployments {
 		if err := ctx.Err(); err != nil {
 			run.StopReason, run.Interrupted = "interrupted", true
@@ -73,7 +76,8 @@ func Run(ctx context.Context, p Params, done func(results.Step)) (*results.Run, 
 				n, n, units.FormatBytes(p.VM.RequestBytes), units.FormatBytes(total), units.FormatBytes(allocatable))
 			break
 		}
-		step, ds := simulateStep(p, n, i+1, dt)
+		step, ds := simulateStep(p, n, i+1, dt, clock)
+		clock = clock.Add(time.Duration(step.Seconds * float64(time.Second)))
 		decisions = append(decisions, ds...)
 		run.Steps = append(run.Steps, step)
 		if done != nil {
@@ -88,16 +92,18 @@ func Run(ctx context.Context, p Params, done func(results.Step)) (*results.Run, 
 	return run, decisions, nil
 }
 
-// simTime turns simulated seconds into the time the agent's policy sees.
-func simTime(seconds float64) time.Time {
-	return time.Unix(0, 0).UTC().Add(time.Duration(seconds * float64(time.Second)))
+// simTime turns a step's simulated seconds into the time the agent's
+// policy sees: from the step's start on the run's simulated clock.
+func simTime(start time.Time, seconds float64) time.Time {
+	return start.Add(time.Duration(seconds * float64(time.Second)))
 }
 
-// simulateStep runs one step of n VMs.
-func simulateStep(p Params, n, index int, dt float64) (results.Step, []policy.Decision) {
+// simulateStep runs one step of n VMs, starting at start on the run's
+// simulated clock.
+func simulateStep(p Params, n, index int, dt float64, start time.Time) (results.Step, []policy.Decision) {
 	s := newNode(p.Node, p.VM, n, dt, p.Seed+uint64(index)*7919)
-	a := newSimAgent(p)
-	step := results.Step{Index: index, Workers: n, Repeat: 1, Started: simTime(0)}
+	a := newSimAgent(p, start)
+	step := results.Step{Index: index, Workers: n, Repeat: 1, Started: start}
 	t, measureFrom := 0.0, -1.0
 	var before counters
 	for {

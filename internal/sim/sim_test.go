@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/policy"
@@ -275,20 +276,56 @@ func paper(scan memload.Scan, deployments []int) Params {
 }
 
 // The same seed gives the same ramp; another seed other start times.
+// (Only the run's start differs: the wall-clock time it was simulated at,
+// from which its steps' simulated clock runs.)
 func TestDeterministicWithASeed(t *testing.T) {
 	p := paper(memload.ScanRandom, []int{11, 13})
-	a, _, err := Run(context.Background(), p, nil)
-	if err != nil {
-		t.Fatal(err)
+	steps := func() []results.Step {
+		run, _, err := Run(context.Background(), p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range run.Steps {
+			run.Steps[i].Started = time.Time{}.Add(run.Steps[i].Started.Sub(run.StartedAt))
+		}
+		return run.Steps
 	}
-	b, _, _ := Run(context.Background(), p, nil)
-	if !reflect.DeepEqual(a.Steps, b.Steps) {
+	a, b := steps(), steps()
+	if !reflect.DeepEqual(a, b) {
 		t.Fatal("two runs with one seed differ")
 	}
 	p.Seed = 2
-	c, _, _ := Run(context.Background(), p, nil)
-	if reflect.DeepEqual(a.Steps, c.Steps) {
+	if reflect.DeepEqual(a, steps()) {
 		t.Fatal("another seed gives the same ramp")
+	}
+}
+
+// A run's steps follow each other on one simulated clock from the run's
+// start, and the agent's decisions lie within their step: a report draws
+// them on one axis.
+func TestStepsAndDecisionsOnOneClock(t *testing.T) {
+	p := balloonBench(5)
+	p.Deployments = []int{3, 5}
+	cfg := policy.DefaultConfig()
+	cfg.Balloon = true
+	p.Agent = &cfg
+	run, decisions, err := Run(context.Background(), p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, second := run.Steps[0], run.Steps[1]
+	if !first.Started.Equal(run.StartedAt) || second.Started.Sub(first.Started).Seconds() != first.Seconds {
+		t.Fatalf("steps start at %v and %v (%.2f s long), the run at %v; want the run's start, then the first's end",
+			first.Started, second.Started, first.Seconds, run.StartedAt)
+	}
+	end := second.Started.Add(time.Duration(second.Seconds * float64(time.Second)))
+	for _, d := range decisions {
+		if d.Time.Before(first.Started) || d.Time.After(end) {
+			t.Fatalf("decision at %v outside the run's simulated %v..%v", d.Time, first.Started, end)
+		}
+	}
+	if len(decisions) == 0 || !decisions[len(decisions)-1].Time.After(second.Started) {
+		t.Fatal("no decision in the second step")
 	}
 }
 
