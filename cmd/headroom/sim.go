@@ -31,9 +31,8 @@ faults, and the device as a queue: see docs/sim.md for what it
 approximates and ignores. --agent runs the agent's real policy on
 simulated snapshots; its decisions (swap allowances, evictions, with
 --balloon the guests' balloons, with --ksm governor ksmd's pace) change the
-simulation. --guest-cache gives
-every guest idle page cache, which host reclaim swaps out first and a
-balloon takes back without I/O.
+simulation. --guest-cache gives every guest idle page cache, which host
+reclaim swaps out first and a balloon takes back without I/O.
 
 It takes density's flags plus the node's and device's figures; --scenario
 FILE.yaml holds the same keys (flag names without the dashes), and flags

@@ -24,9 +24,9 @@ const (
 // ContentForm describes the accepted --content syntax, for error messages.
 const ContentForm = "zero, random, dup=F with F in [0,1], or compress=R with R in [1,64]"
 
-// maxDupTemplates bounds the number of distinct contents duplicate pages are
+// MaxDupTemplates bounds the number of distinct contents duplicate pages are
 // drawn from, so that each duplicate has many twins (as identical guests do).
-const maxDupTemplates = 256
+const MaxDupTemplates = 256
 
 // Content is a parsed --content value.
 type Content struct {
@@ -111,7 +111,7 @@ func newPageFiller(c Content, pageCount, seed uint64) pageFiller {
 	f := pageFiller{content: c, pageCount: pageCount, uniqueSeed: seed, templateSeed: sharedTemplateSeed}
 	if c.Kind == ContentDup {
 		f.dupCount = uint64(float64(pageCount) * c.DupFraction)
-		f.templates = min(max(f.dupCount/2, 1), maxDupTemplates)
+		f.templates = min(max(f.dupCount/2, 1), MaxDupTemplates)
 	}
 	return f
 }

@@ -75,17 +75,6 @@ func (a *simAgent) snapshot(s *node, now float64) policy.Snapshot {
 	return snap
 }
 
-// guestStats is what the balloon's statistics would say of the guest:
-// its memory after the balloon, its idle cache as available (it is clean),
-// no faults (the guest has no swap; its workload is always resident in
-// it). The driver deflates on OOM, so MemTotal keeps the balloon.
-func guestStats(v *vmState) *policy.GuestMemory {
-	free := max(v.memPages-v.guestUsed()-v.cacheHeld(), 0)
-	b := func(pages float64) int64 { return int64(pages * PageBytes) }
-	return &policy.GuestMemory{MemoryBytes: uint64(b(v.memPages)), MaxBytes: uint64(b(v.maxPages)), TotalBytes: b(v.maxPages),
-		FreeBytes: b(free), DiskCachesBytes: b(v.cacheHeld()), AvailableBytes: b(free + v.cacheHeld())}
-}
-
 // round lets evicted VMs leave and, once per interval, decides and acts.
 func (a *simAgent) round(s *node, now float64) {
 	for v, at := range a.leaving {

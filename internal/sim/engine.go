@@ -83,25 +83,6 @@ func (v *vmState) swapped() float64 { return v.tier + v.disk + v.cacheTier + v.c
 // workloadSwapped is its workload's pages in swap (the only ones read back).
 func (v *vmState) workloadSwapped() float64 { return v.tier + v.disk }
 
-// cacheHeld is the guest's idle cache wherever the host keeps it.
-func (v *vmState) cacheHeld() float64 { return v.cache + v.cacheTier + v.cacheDisk }
-
-// guestUsed is what the guest's kernel and workload use, cache aside: a
-// balloon never takes it (the driver deflates on OOM).
-func (v *vmState) guestUsed() float64 { return v.guestOverhead + v.populated }
-
-// setBalloon sets the guest's memory after its balloon; the guest drops
-// the idle cache that no longer fits, and keeps what it uses.
-func (v *vmState) setBalloon(pages float64) {
-	v.memPages = min(max(pages, v.guestUsed()), v.maxPages)
-	if excess := v.guestUsed() + v.cacheHeld() - v.memPages; excess > minPages {
-		keep := 1 - excess/v.cacheHeld()
-		v.cache *= keep
-		v.cacheTier *= keep
-		v.cacheDisk *= keep
-	}
-}
-
 // node is the shared state of one simulated step.
 type node struct {
 	n         Node

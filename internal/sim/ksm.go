@@ -17,7 +17,7 @@ const (
 	// ksmTemplates is how many distinct contents headroom load's
 	// duplicate pages come from, the same in every worker: merged, they
 	// are the KSM pages (pages_shared); every other merged page is saved.
-	ksmTemplates = 256
+	ksmTemplates = memload.MaxDupTemplates
 	// ksmRmapBytes is the kernel's rmap_item per merged page, what
 	// general_profit subtracts from the pages saved.
 	ksmRmapBytes = 64
