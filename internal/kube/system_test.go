@@ -861,9 +861,15 @@ func TestSystemKubeAgentWith500Pods(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("the agent's pod requests in all: %d list, %d watch; %d requests during the %s window", lists, watches, len(events)-auditBefore, window)
-	if lists != 1 || watches < 1 || watches > 2 {
-		t.Errorf("pod lists %d, watches %d: want one list and a watch", lists, watches)
+	// The apiserver ends a watch whose client falls behind a burst (its
+	// watch cache cannot hold the events): 500 creations, and kwok's status
+	// writes, on a loaded CI machine. The informer then watches again from
+	// where it was, without a list: a renewed watch is fine, a list is not.
+	terminated := c.cp.Metric(t, `apiserver_terminated_watchers_total{group="",resource="pods"}`)
+	t.Logf("the agent's pod requests in all: %d list, %d watch; %d requests during the %s window; the apiserver ended %.0f slow pod watchers (any client's)",
+		lists, watches, len(events)-auditBefore, window, terminated)
+	if lists != 1 || watches < 1 || float64(watches) > 2+terminated {
+		t.Errorf("pod lists %d, watches %d with %.0f pod watchers ended by the apiserver: want one list and a watch (renewed once, and once for each slow watcher ended)", lists, watches, terminated)
 	}
 	if n := len(events) - auditBefore; n > 1 {
 		t.Errorf("%d requests to the apiserver during %s of steady state, want none beyond a watch renewal", n, window)
@@ -923,14 +929,11 @@ func (a *runningAgent) metric(t testing.TB, name string) float64 {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) == 2 && f[0] == name {
-			v, _ := strconv.ParseFloat(f[1], 64)
-			return v
-		}
+	v, ok := kubetest.MetricValue(b, name)
+	if !ok {
+		t.Fatalf("no %s in /metrics", name)
 	}
-	t.Fatalf("no %s in /metrics", name)
-	return 0
+	return v
 }
 
 func (a *runningAgent) healthy(t *testing.T) {

@@ -378,3 +378,28 @@ func waitHTTP(t testing.TB, url, token string, timeout time.Duration) {
 	}
 	t.Fatalf("%s not ready after %s: %s", url, timeout, last)
 }
+
+// Metric is the value of one series of the apiserver's /metrics, named
+// as the text format prints it (labels sorted), e.g.
+// `apiserver_terminated_watchers_total{group="",resource="pods"}`; 0 when
+// the apiserver has not exported it yet (a counter never incremented).
+func (cp *ControlPlane) Metric(t testing.TB, series string) float64 {
+	t.Helper()
+	body, err := cp.Clientset(t).CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		t.Fatalf("apiserver /metrics: %v", err)
+	}
+	v, _ := MetricValue(body, series)
+	return v
+}
+
+// MetricValue finds series in a Prometheus text exposition.
+func MetricValue(exposition []byte, series string) (float64, bool) {
+	for _, line := range strings.Split(string(exposition), "\n") {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
+}
