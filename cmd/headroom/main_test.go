@@ -144,9 +144,9 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"sim", "--balloon-policy", "mom"}, "--balloon-policy needs --balloon"},
 		{[]string{"sim", "--guest-cache", "2Gi"}, "--guest-cache"},
 		{[]string{"sim", "--agent", "--max-swap-out-pages-per-sec", "-5"}, "--max-swap-out-pages-per-sec"},
-		{[]string{"sim", "--agent", "--ksm", "advisor"}, "advisor is not modelled"},
+		{[]string{"sim", "--agent", "--ksm", "advisor", "--ksmd-cpu", "-1s"}, "--ksmd-cpu"},
 		{[]string{"sim", "--ksm", "governor"}, "--ksm needs --agent"},
-		{[]string{"sim", "--agent", "--ksm", "fast"}, "want off or governor"},
+		{[]string{"sim", "--agent", "--ksm", "fast"}, "want off, governor or advisor"},
 		{[]string{"sim", "--scenario", "testdata/sim-unknown-key.yaml"}, `key "swap-iops" does not exist`},
 		{[]string{"sim", "--scenario", "testdata/sim-bad-value.yaml"}, "node-memory"},
 		{[]string{"sim", "--scenario", "/nonexistent.yaml"}, "--scenario"},
@@ -458,9 +458,9 @@ func TestSimScenario(t *testing.T) {
 }
 
 // simLever runs headroom sim --json with a lever's flags into a fresh
-// directory, checks it ran one step without an eviction and that the
-// agent decided action at least once, and returns run.json's params.
-func simLever(t *testing.T, action string, args ...string) map[string]any {
+// directory, checks it ran one step and that the agent decided action at
+// least once, and returns run.json's params and the step's evictions.
+func simLever(t *testing.T, action string, args ...string) (map[string]any, int) {
 	t.Helper()
 	dir := t.TempDir()
 	r := runHeadroom(t, append(append([]string{"sim"}, args...), "--system-reserve", "0", "--cpus", "2", "--touch-rate", "10M",
@@ -476,37 +476,42 @@ func simLever(t *testing.T, action string, args ...string) map[string]any {
 	if err := json.Unmarshal([]byte(r.stdout), &run); err != nil {
 		t.Fatalf("%v: %q", err, r.stdout)
 	}
-	if len(run.Steps) != 1 || run.Steps[0].Evictions != 0 {
-		t.Fatalf("steps %+v: want one without an eviction", run.Steps)
+	if len(run.Steps) != 1 {
+		t.Fatalf("steps %+v: want one", run.Steps)
 	}
 	decisions, err := os.ReadFile(filepath.Join(dir, "agent.jsonl"))
 	if err != nil || !strings.Contains(string(decisions), `"action":"`+action+`"`) {
 		t.Fatalf("agent.jsonl (%v) has no %s: %.300s", err, action, decisions)
 	}
-	return run.Params
+	return run.Params, run.Steps[0].Evictions
 }
 
 // With --balloon the simulated agent drives the guests' balloons: the
 // seven VMs of density-balloon's node run without an eviction, and
 // run.json records the policy and the guests' cache.
 func TestSimBalloon(t *testing.T) {
-	params := simLever(t, "set_balloon", "--node-memory", "1536Mi", "--populate-rate", "10000", "--swap", "2Gi", "--vm-memory", "512Mi",
+	params, evictions := simLever(t, "set_balloon", "--node-memory", "1536Mi", "--populate-rate", "10000", "--swap", "2Gi", "--vm-memory", "512Mi",
 		"--memory-size", "32Mi", "--guest-overhead", "100Mi", "--overhead", "40Mi", "--guest-cache", "288Mi", "--overcommit-percent", "400",
 		"--deployments", "7", "--workload-runtime", "20s", "--rate", "1M", "--balloon")
-	if params["balloon"] != "headroom" || params["guest_cache_bytes"] != float64(288<<20) {
-		t.Fatalf("params %v", params)
+	if params["balloon"] != "headroom" || params["guest_cache_bytes"] != float64(288<<20) || evictions != 0 {
+		t.Fatalf("params %v, %d evictions; want none", params, evictions)
 	}
 }
 
 // With --ksm governor the simulated agent paces ksmd: ten VMs of
 // duplicate pages that overflow the node without merging run without an
-// eviction.
+// eviction. With --ksm advisor it hands ksmd to the kernel's advisor,
+// whose first scan (500 pages a batch) chases the VMs' memory as they
+// fill it, merging nothing, so the node pages and a VM is evicted, even
+// with a fresh ksmd.
 func TestSimKSM(t *testing.T) {
-	params := simLever(t, "set_ksm", "--node-memory", "3Gi", "--populate-rate", "50000", "--swap", "4Gi", "--vm-memory", "640Mi",
-		"--memory-size", "512Mi", "--guest-overhead", "64Mi", "--overhead", "40Mi", "--content", "dup=0.8", "--writes", "0",
-		"--overcommit-percent", "400", "--deployments", "10", "--workload-runtime", "60s", "--rate", "100k", "--ksm", "governor")
-	if params["ksm"] != "governor" {
-		t.Fatalf("params %v", params)
+	for mode, wantEvicted := range map[string]bool{"governor": false, "advisor": true} {
+		params, evictions := simLever(t, "set_ksm", "--node-memory", "3Gi", "--populate-rate", "50000", "--swap", "4Gi", "--vm-memory", "640Mi",
+			"--memory-size", "512Mi", "--guest-overhead", "64Mi", "--overhead", "40Mi", "--content", "dup=0.8", "--writes", "0",
+			"--overcommit-percent", "400", "--deployments", "10", "--workload-runtime", "60s", "--rate", "100k", "--ksm", mode, "--ksmd-cpu", "0s")
+		if params["ksm"] != mode || params["ksmd_cpu_seconds"] != 0.0 || (evictions > 0) != wantEvicted {
+			t.Errorf("--ksm %s: params %v, %d evictions", mode, params, evictions)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -30,8 +31,9 @@ device), a second-chance LRU across VMs, swap readahead for sequential
 faults, and the device as a queue: see docs/sim.md for what it
 approximates and ignores. --agent runs the agent's real policy on
 simulated snapshots; its decisions (swap allowances, evictions, with
---balloon the guests' balloons, with --ksm governor ksmd's pace) change the
-simulation. --guest-cache gives every guest idle page cache, which host
+--balloon the guests' balloons, with --ksm governor ksmd's pace; with
+--ksm advisor the kernel's advisor sets it, as mm/ksm.c computes) change
+the simulation. --guest-cache gives every guest idle page cache, which host
 reclaim swaps out first and a balloon takes back without I/O.
 
 It takes density's flags plus the node's and device's figures; --scenario
@@ -65,7 +67,7 @@ type simFlags struct {
 	cpus, populateRate              float64
 	touchRate                       string
 	readIOPS, writeIOPS             float64
-	latency                         time.Duration
+	latency, ksmdCPU                time.Duration
 	swapTier                        string
 	agent                           bool
 	out, label, scenario, find      string
@@ -113,7 +115,8 @@ func newSimCommand() *cobra.Command {
 	fl.StringVar(&f.workerKind, "worker-kind", "vm", "what runs each workload: vm (a guest: its pages are scattered in the host's address space, so each page of a sequential readahead window is its own read) or process (as density's cgroup backend runs it: a window is one read)")
 	fl.BoolVar(&f.agent, "agent", false, "run the agent's policy on the node (calibrated to half the device's rates)")
 	fl.BoolVar(&f.balloon, "balloon", false, "with --agent: the agent also drives the guests' balloons")
-	fl.StringVar(&f.ksm, "ksm", f.ksm, "with --agent: off, or governor (the agent paces ksmd by the profit per ksmd CPU-second; --content dup=F gives the mergeable pages)")
+	fl.StringVar(&f.ksm, "ksm", f.ksm, "with --agent: off, governor (the agent paces ksmd by the profit per ksmd CPU-second) or advisor (the kernel's scan-time advisor paces it); --content dup=F gives the mergeable pages")
+	fl.DurationVar(&f.ksmdCPU, "ksmd-cpu", 0, "CPU time ksmd has used before the run: the kernel's advisor counts it into its first scan, so on a host whose ksmd has run before it starts slow (--machine this reads it)")
 	fl.Float64Var(&f.maxSwapIn, "max-swap-in-pages-per-sec", f.maxSwapIn, "with --agent: its swap-in rate threshold (-1: half --swap-read-iops, as calibrate sets it; 0: off, as density's --agent runs)")
 	fl.Float64Var(&f.maxSwapOut, "max-swap-out-pages-per-sec", f.maxSwapOut, "with --agent: its swap-out rate threshold (-1: half --swap-write-iops; 0: off)")
 	fl.StringVar(&f.balloonPol, "balloon-policy", "headroom", "with --balloon: headroom (memory states, guest-aware targets) or mom (oVirt MOM's rules)")
@@ -204,6 +207,7 @@ func applyMachine(cmd *cobra.Command, f *simFlags) error {
 	if fig.SwapSizeBytes > 0 {
 		set("swap", fmt.Sprint(fig.SwapSizeBytes))
 	}
+	set("ksmd-cpu", (time.Duration(math.Round(fig.KSMDCPUSeconds*1e3)) * time.Millisecond).String())
 	return nil
 }
 
@@ -222,7 +226,7 @@ func simParams(f *simFlags) (sim.Params, error) {
 	content := memload.Content(f.content)
 	ratio := sim.ContentRatio(content)
 	node := sim.Node{RAMBytes: uint64(f.nodeMemory), SystemReserveBytes: uint64(f.systemReserve), CPUs: f.cpus,
-		PopulateRatePerCore: f.populateRate, PageCluster: 3,
+		PopulateRatePerCore: f.populateRate, PageCluster: 3, KSMDCPUSeconds: f.ksmdCPU.Seconds(),
 		Swap: sim.Device{SizeBytes: uint64(f.swap), ReadIOPS: f.readIOPS, WriteIOPS: f.writeIOPS, LatencySeconds: f.latency.Seconds()}}
 	if f.swapDepths != "" {
 		if node.Swap.Depths, err = sim.ParseDepths(f.swapDepths); err != nil {
@@ -266,10 +270,10 @@ func simParams(f *simFlags) (sim.Params, error) {
 		return sim.Params{}, usagef("--balloon-policy %q: want headroom or mom", f.balloonPol)
 	case !f.balloon && f.balloonPol != policy.BalloonHeadroom:
 		return sim.Params{}, usagef("--balloon-policy needs --balloon")
-	case f.ksm == policy.KSMAdvisor:
-		return sim.Params{}, usagef("--ksm advisor: the kernel's advisor is not modelled; want off or governor")
-	case f.ksm != policy.KSMOff && f.ksm != policy.KSMGovernor:
-		return sim.Params{}, usagef("--ksm %q: want off or governor", f.ksm)
+	case f.ksm != policy.KSMOff && f.ksm != policy.KSMGovernor && f.ksm != policy.KSMAdvisor:
+		return sim.Params{}, usagef("--ksm %q: want off, governor or advisor", f.ksm)
+	case f.ksmdCPU < 0:
+		return sim.Params{}, usagef("--ksmd-cpu %s: want a duration not negative", f.ksmdCPU)
 	case f.ksm != policy.KSMOff && !f.agent:
 		return sim.Params{}, usagef("--ksm needs --agent")
 	case f.balloon && f.workerKind != "vm":
@@ -377,7 +381,7 @@ func simParamsMap(f *simFlags) map[string]any {
 		"overhead_bytes": uint64(f.overhead), "guest_overhead_bytes": uint64(f.guestOverhead), "node_memory_bytes": uint64(f.nodeMemory),
 		"system_reserve_bytes": uint64(f.systemReserve), "cpus": f.cpus, "touch_rate": f.touchRate, "populate_rate": f.populateRate, "swap_bytes": uint64(f.swap),
 		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(), "swap_depths": f.swapDepths, "paging_cpu": f.pagingCPU, "worker_kind": f.workerKind,
-		"swap_tier": f.swapTier, "agent": f.agent, "max_swap_in_pages_per_sec": f.maxSwapIn, "max_swap_out_pages_per_sec": f.maxSwapOut, "ksm": f.ksm, "balloon": balloonParam(f.balloon, f.balloonPol), "guest_cache_bytes": uint64(f.guestCache), "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
+		"swap_tier": f.swapTier, "agent": f.agent, "max_swap_in_pages_per_sec": f.maxSwapIn, "max_swap_out_pages_per_sec": f.maxSwapOut, "ksm": f.ksm, "ksmd_cpu_seconds": f.ksmdCPU.Seconds(), "balloon": balloonParam(f.balloon, f.balloonPol), "guest_cache_bytes": uint64(f.guestCache), "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
 }
 
 // balloonParam is the balloon policy in force ("" with none), as density

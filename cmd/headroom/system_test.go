@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/headroom-dev/headroom/internal/density"
+	"github.com/headroom-dev/headroom/internal/host"
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/results"
 	"github.com/headroom-dev/headroom/internal/sim"
@@ -199,6 +200,11 @@ func leftovers(t *testing.T) string {
 func TestSystemSimMachineThis(t *testing.T) {
 	swap := testenv.SwapFile(t, 512<<20)
 	dir := t.TempDir()
+	var ksmd host.KsmdCPU
+	ksmdBefore, err := ksmd.Seconds()
+	if err != nil {
+		t.Fatal(err)
+	}
 	r := runHeadroom(t, "sim", "--machine", "this", "--cpus", "3", "--vm-memory", "320Mi", "--memory-size", "256Mi",
 		"--guest-overhead", "0", "--system-reserve", "0", "--deployments", "1", "--workload-runtime", "2s", "--json", "--out", dir)
 	if r.code != 0 {
@@ -222,6 +228,12 @@ func TestSystemSimMachineThis(t *testing.T) {
 	if run.Node.MemoryBytes != memTotal || run.Node.SwapBytes < 511<<20 || run.Node.SwapBytes > 512<<20 || run.Node.SwapReadIOPS <= 0 || p["cpus"] != 3.0 {
 		t.Fatalf("node %+v, params %v: want this machine's RAM (%d B), the 512 MiB swap file, a measured device, and the given 3 CPUs",
 			run.Node, p, memTotal)
+	}
+	// ksmd's CPU since boot, which the kernel's advisor counts into its
+	// first scan.
+	ksmdAfter, _ := ksmd.Seconds()
+	if got, _ := p["ksmd_cpu_seconds"].(float64); got < ksmdBefore-1e-3 || got > ksmdAfter+1e-3 || !strings.Contains(r.stderr, "ksmd has used") {
+		t.Errorf("ksmd_cpu_seconds %v, figures %q: want ksmd's CPU time, %.2f-%.2f s", p["ksmd_cpu_seconds"], r.stderr, ksmdBefore, ksmdAfter)
 	}
 	// The touch rate by the block one worker a core cycles through: 64
 	// MiB, 256 MiB and, where it fits in a quarter of RAM, 1 GiB.

@@ -114,7 +114,7 @@ func pagesOf(b uint64) float64 { return float64(b) / PageBytes }
 func newNode(nd Node, spec VMSpec, count int, dt float64, seed uint64) *node {
 	s := &node{n: nd, w: spec.Workload, process: spec.Process, rng: rand.New(rand.NewPCG(seed, 0x5eed)), dtSeconds: dt,
 		capacityPages: pagesOf(nd.RAMBytes - nd.SystemReserveBytes), diskCapPages: pagesOf(nd.Swap.SizeBytes),
-		readWait: nd.Swap.LatencySeconds, touchRate: touchRateAt(nd.TouchRate, 0), ksm: newKSMD()}
+		readWait: nd.Swap.LatencySeconds, touchRate: touchRateAt(nd.TouchRate, 0), ksm: newKSMD(nd.KSMDCPUSeconds)}
 	if nd.Tier != nil {
 		s.tierCapPages = pagesOf(nd.Tier.SizeBytes)
 	}

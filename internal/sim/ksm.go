@@ -41,37 +41,64 @@ func DupFraction(c memload.Content) float64 {
 // each page costing ksmCostSecondsPerPage of a core; a duplicate page is
 // merged the second time a scan finds it unchanged (the first scan only
 // checksums it). A write to a merged page breaks it (copy on write) and
-// unmerges it; host reclaim evicting a merged page unmerges it too.
+// unmerges it; host reclaim evicting a merged page unmerges it too. With
+// advisor "scan-time" the kernel's advisor sets pagesToScan at the end of
+// every full scan.
 type ksmd struct {
 	run                  int
 	pagesToScan, sleepMs float64
 	advisor              string
+	scanTime             scanTimeAdvisor
+	// clock is ksmd's time, advanced by ksmTick; passStart is when the
+	// current full scan started (passStarted: it has).
+	clock, passStart float64
+	passStarted      bool
 	// scanPos is how far into the current full scan ksmd is, in pages.
-	scanPos                  float64
-	fullScans                uint64
+	scanPos   float64
+	fullScans uint64
+	// cpuSeconds is ksmd's CPU time, counting what it used before the
+	// run (Node.KSMDCPUSeconds), as /proc reports it.
 	pagesScanned, cpuSeconds float64
 	cowBreaks                float64
 	coresUsed                float64 // this tick's share of a core
 }
 
-// newKSMD is ksmd with the kernel's defaults, stopped (run=0).
-func newKSMD() *ksmd {
-	return &ksmd{pagesToScan: 100, sleepMs: 20, advisor: "none"}
+// newKSMD is ksmd with the kernel's defaults, stopped (run=0), having
+// used cpuSeconds before.
+func newKSMD(cpuSeconds float64) *ksmd {
+	return &ksmd{pagesToScan: kernelDefaultPagesToScan, sleepMs: 20, advisor: "none", cpuSeconds: cpuSeconds}
 }
 
-// set applies a set_ksm decision. (The kernel's advisor is not
-// modelled: headroom sim refuses --ksm advisor.)
+// set applies a set_ksm decision. Turning the advisor on or off resets
+// pages_to_scan and the advisor's state, as writing advisor_mode does;
+// while it is on, the kernel refuses pages_to_scan.
 func (k *ksmd) set(s policy.KSMSetting) {
 	k.run = s.Run
-	if s.PagesToScan > 0 {
+	if s.AdvisorMode != "" && s.AdvisorMode != k.advisor {
+		k.advisor = s.AdvisorMode
+		k.scanTime = scanTimeAdvisor{}
+		k.pagesToScan = kernelDefaultPagesToScan
+		if k.advisor == "scan-time" {
+			k.pagesToScan = advisorMinPagesToScan
+		}
+	}
+	if s.PagesToScan > 0 && k.advisor != "scan-time" {
 		k.pagesToScan = float64(s.PagesToScan)
 	}
 	if s.SleepMillisecs > 0 {
 		k.sleepMs = float64(s.SleepMillisecs)
 	}
-	if s.AdvisorMode != "" {
-		k.advisor = s.AdvisorMode
+}
+
+// endPass ends a full scan at time now; the advisor, if on, sets the
+// next scan's pace.
+func (k *ksmd) endPass(now float64) {
+	k.scanPos = 0
+	k.fullScans++
+	if k.advisor == "scan-time" && k.passStarted {
+		k.pagesToScan = float64(k.scanTime.adjust(uint64(k.pagesToScan), now-k.passStart, k.cpuSeconds))
 	}
+	k.passStarted = false
 }
 
 // mergeablePages is the memory offered for merging: every live VM's
@@ -109,27 +136,38 @@ func (s *node) ksmSavedPages() float64 {
 func (s *node) ksmTick(dt float64) {
 	k := s.ksm
 	k.coresUsed = 0
+	now := k.clock
+	k.clock += dt
 	total := s.mergeablePages()
-	if k.run != 1 || total <= 0 {
+	if k.run != 1 || total < 1 {
 		return
 	}
-	batch := k.pagesToScan * ksmCostSecondsPerPage
-	k.coresUsed = batch / (batch + k.sleepMs/1000)
-	scanned := k.pagesToScan / (batch + k.sleepMs/1000) * dt
-	k.pagesScanned += scanned
-	k.cpuSeconds += scanned * ksmCostSecondsPerPage
-	// Whole passes beyond two change nothing but the count.
-	if extra := math.Floor(scanned/total) - 2; extra > 0 {
-		k.fullScans += uint64(extra)
-		scanned -= extra * total
+	cpuBefore := k.cpuSeconds
+	if k.scanPos >= total-minPages { // VMs left: the pass ends early
+		k.endPass(now)
 	}
-	if k.scanPos >= total { // VMs left: the pass ends early
-		k.scanPos = 0
-		k.fullScans++
-	}
-	for scanned > minPages {
+	for left := dt; left > 1e-12; {
+		batch := k.pagesToScan * ksmCostSecondsPerPage
+		perSecond := k.pagesToScan / (batch + k.sleepMs/1000)
+		if !k.passStarted {
+			k.passStart, k.passStarted = now, true
+		}
+		// Whole passes beyond two change nothing but the count. The
+		// advisor adjusts after each, so its passes are taken one by
+		// one, unless they are shorter than a millisecond (the advisor
+		// reads them all as one second).
+		if pass := total / perSecond; k.advisor != "scan-time" || pass < 1e-3 {
+			if extra := math.Floor(left/pass) - 2; extra > 0 {
+				k.fullScans += uint64(extra)
+				k.pagesScanned += extra * total
+				k.cpuSeconds += extra * total * ksmCostSecondsPerPage
+				left -= extra * pass
+				now += extra * pass
+			}
+		}
 		rem := total - k.scanPos
-		step := min(scanned, rem)
+		seconds := min(left, rem/perSecond)
+		scanned := min(perSecond*seconds, rem)
 		if k.fullScans > 0 {
 			// From the second pass on, the unmerged duplicates in the
 			// part scanned merge: they lie spread over what is left of
@@ -138,17 +176,20 @@ func (s *node) ksmTick(dt float64) {
 				if v.live() {
 					// Only resident duplicates merge: swap is not scanned.
 					unmerged := max(v.dupShare*v.resident-v.merged, 0)
-					v.merged += unmerged * step / rem
+					v.merged += unmerged * scanned / rem
 				}
 			}
 		}
-		k.scanPos += step
-		scanned -= step
+		k.scanPos += scanned
+		k.pagesScanned += scanned
+		k.cpuSeconds += scanned * ksmCostSecondsPerPage
+		left -= seconds
+		now += seconds
 		if k.scanPos >= total-minPages {
-			k.scanPos = 0
-			k.fullScans++
+			k.endPass(now)
 		}
 	}
+	k.coresUsed = (k.cpuSeconds - cpuBefore) / dt
 }
 
 // ksmSample is what the agent reads of ksmd (/sys/kernel/mm/ksm, its CPU

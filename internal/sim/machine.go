@@ -50,6 +50,9 @@ type MachineFigures struct {
 	PagingCPU       []PagingCost `json:"paging_cpu,omitempty"`
 	PagingCPUSpread []Spread     `json:"paging_cpu_spread,omitempty"`
 	PagingNote      string       `json:"paging_note,omitempty"`
+	// KSMDCPUSeconds is the CPU time ksmd has used since boot (the
+	// kernel's advisor counts it into its first scan).
+	KSMDCPUSeconds float64 `json:"ksmd_cpu_seconds"`
 }
 
 // Spread is the least and the most of repeated measurements.
@@ -94,6 +97,10 @@ func MeasureMachine(ctx context.Context, o MeasureOptions) (MachineFigures, erro
 		return f, err
 	}
 	f.RAMBytes, f.CPUs = mem.TotalBytes, runtime.NumCPU()
+	var ksmd host.KsmdCPU
+	if cpu, err := ksmd.Seconds(); err == nil { // no ksmd: no KSM in this kernel, nothing used
+		f.KSMDCPUSeconds = cpu
+	}
 	if f.TouchRate, f.PopulateRatePerCore, err = measureTouchRate(ctx, o, f.CPUs, f.RAMBytes); err != nil {
 		return f, err
 	}
@@ -196,6 +203,7 @@ func (f MachineFigures) String() string {
 	if len(f.Depths) > 0 {
 		s += "; by queue depth (read/write IOPS) " + FormatDepths(f.Depths)
 	}
+	s += fmt.Sprintf("; ksmd has used %.1f s of CPU since boot", f.KSMDCPUSeconds)
 	if f.PagingNote != "" {
 		return s + "; paging CPU " + f.PagingNote
 	}

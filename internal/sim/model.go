@@ -38,9 +38,10 @@
 //     each page costing a core's time, and merges a resident duplicate
 //     the second time a scan finds it; a merged page takes no RAM but
 //     its KSM page's, and a write (copy on write) or an eviction
-//     unmerges it.
+//     unmerges it. With the kernel's advisor on, its formula sets the
+//     pace after every full scan.
 //   - Ignored: THP, NUMA, the guest's reclaim of anything but its idle
-//     cache, the kernel's KSM advisor, swap slot fragmentation, readahead
+//     cache, ksmd's higher cost a page in small batches, swap slot fragmentation, readahead
 //     of random faults, the larger size of a readahead read.
 package sim
 
@@ -80,6 +81,9 @@ type Node struct {
 	// submission and completion), by the number of VMs faulting at once:
 	// on few cores it, not the device, bounds the paging rate.
 	PagingCPU []PagingCost
+	// KSMDCPUSeconds is the CPU time ksmd has used before the run. The
+	// kernel's advisor counts it into its first adjustment.
+	KSMDCPUSeconds float64
 }
 
 // Device is a block device holding swap.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"math"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -518,109 +517,6 @@ func TestBalloonHoldsWhatSwapAloneEvicts(t *testing.T) {
 	}
 	if balloons == 0 {
 		t.Fatal("with balloons: no set_balloon decision")
-	}
-}
-
-// ksmd merges a resident duplicate the second time a scan finds it (the
-// first scan only checksums), saves all merged pages but the KSM pages'
-// own, and a write to a merged page unmerges it.
-func TestKSMMergesOnTheSecondScan(t *testing.T) {
-	vm := oneVM(memload.ScanRandom) // 1 GiB workloads
-	vm.Workload.DupFraction = 0.5
-	n := newNode(smallNode(), vm, 2, 0.25, 1)
-	running(n, 1)
-	total := n.mergeablePages()
-	n.ksm.set(policy.KSMSetting{Run: 1, PagesToScan: 1000, SleepMillisecs: 20})
-	perSecond := 1000 / (1000*ksmCostSecondsPerPage + 0.02)
-	tick := func(seconds float64) {
-		for range int(seconds / 0.25) {
-			n.ksmTick(0.25)
-		}
-	}
-	tick(0.9 * total / perSecond)
-	if merged, _ := n.ksmMergedPages(); merged != 0 || n.ksm.fullScans != 0 {
-		t.Fatalf("in the first scan: %.0f merged after %d full scans; want none", merged, n.ksm.fullScans)
-	}
-	tick(2.2 * total / perSecond)
-	merged, shared := n.ksmMergedPages()
-	if math.Abs(merged-0.5*total) > 1 || shared != ksmTemplates || n.ksmSavedPages() != merged-ksmTemplates {
-		t.Fatalf("after three scans: %.0f merged (want %.0f), %.0f shared, %.0f saved", merged, 0.5*total, shared, n.ksmSavedPages())
-	}
-	if cpu := n.ksm.cpuSeconds; math.Abs(cpu-n.ksm.pagesScanned*ksmCostSecondsPerPage) > 1e-9 || n.ksm.coresUsed <= 0 {
-		t.Fatalf("ksmd CPU %.3f s for %.0f pages, %.3f of a core", cpu, n.ksm.pagesScanned, n.ksm.coresUsed)
-	}
-	// Writes break sharing: one touch a page, all writes, unmerges about
-	// the merged share of the pages touched.
-	v := n.vms[0]
-	before := v.merged
-	n.w.WriteFraction = 1
-	n.ksm.run = 0
-	n.tick(0, false)
-	if v.merged >= before || n.ksm.cowBreaks == 0 {
-		t.Fatalf("after writes: %.0f merged (was %.0f), %.0f COW breaks; want fewer and some", v.merged, before, n.ksm.cowBreaks)
-	}
-}
-
-func TestDupFraction(t *testing.T) {
-	for _, c := range []struct {
-		content string
-		want    float64
-	}{{"dup=0.8", 0.8}, {"zero", 1}, {"random", 0}, {"compress=2", 0}} {
-		parsed, err := memload.ParseContent(c.content)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := DupFraction(parsed); got != c.want {
-			t.Errorf("DupFraction(%s) = %g, want %g", c.content, got, c.want)
-		}
-	}
-}
-
-// The KSM governor in the loop: ten VMs whose workloads are 80%
-// duplicates fit a node their memory overflows once ksmd merges them.
-// Without KSM they page and one is evicted; with the governor ksmd bursts
-// while they populate, every VM runs at its rate in RAM, and ksmd ends
-// at its idle pace.
-func TestKSMGovernorFitsWhatSwapAloneEvicts(t *testing.T) {
-	p := Params{Node: Node{RAMBytes: 3 << 30, CPUs: 2, TouchRate: []TouchRate{{PagesPerSec: 1e7}}, PopulateRatePerCore: 5e4, PageCluster: 3,
-		PagingCPU: []PagingCost{{Tasks: 1, SecondsPerPage: 150e-6}},
-		Swap:      Device{SizeBytes: 4 << 30, ReadIOPS: 20000, WriteIOPS: 20000, LatencySeconds: 200e-6}},
-		VM: VMSpec{MemoryBytes: 640 << 20, GuestOverheadBytes: 64 << 20, HostOverheadBytes: 40 << 20, RequestBytes: 200 << 20,
-			Workload: Workload{SizeBytes: 512 << 20, Scan: memload.ScanRandom, RatePagesPerSec: 1e5, DupFraction: 0.8}},
-		Deployments: []int{10}, RuntimeSeconds: 60, Seed: 1}
-	cfg := policy.DefaultConfig()
-	p.Agent = &cfg
-	run, _, err := Run(context.Background(), p, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s := run.Steps[0]; s.Evictions == 0 {
-		t.Fatalf("without KSM: %+v; want an eviction", s)
-	}
-	governed := cfg
-	governed.KSMMode = policy.KSMGovernor
-	p.Agent = &governed
-	run, decisions, err := Run(context.Background(), p, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := run.Steps[0]
-	if s.Evictions != 0 || s.OOMKills != 0 || s.SwapUsedBytes != 0 {
-		t.Fatalf("with the governor: %d evictions, %d OOM kills, %d B swapped; want none", s.Evictions, s.OOMKills, s.SwapUsedBytes)
-	}
-	for _, w := range s.PerWorker {
-		if w.PagesPerSec < 0.99e5 {
-			t.Errorf("with the governor: %s at %.0f pages/s; want its 100k", w.Name, w.PagesPerSec)
-		}
-	}
-	var phases []string
-	for _, d := range decisions {
-		if d.Action == policy.ActionSetKSM {
-			phases = append(phases, d.KSM.Phase)
-		}
-	}
-	if len(phases) == 0 || !slices.Contains(phases, policy.KSMBurst) || phases[len(phases)-1] != policy.KSMSteady {
-		t.Fatalf("ksmd's phases %v; want a burst and steady last", phases)
 	}
 }
 
