@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -204,8 +205,14 @@ func checkDecisions(t *testing.T, snap Snapshot, cfg Config, prev State, decisio
 			if len(next.Evicting) != 1 {
 				t.Fatalf("evicting %v after choosing %s; one at a time", next.Evicting, w.Name)
 			}
-			if !prev.LastEviction.IsZero() && snap.Sample.Time.Sub(prev.LastEviction).Seconds() < cfg.CooldownSeconds {
-				t.Fatalf("evicted %.3f s after the last eviction, cooldown %g s", snap.Sample.Time.Sub(prev.LastEviction).Seconds(), cfg.CooldownSeconds)
+			// Inside the cool-down only when the OOM point comes first,
+			// and saying so.
+			seen := snap.Sample
+			seen.Scope.SwapBytes = usableSwap(snap, prev)
+			then := prev.clone()
+			then.Window, then.VictimGone = appendToWindow(prev.Window, seen, cfg, prev.LastEviction), next.VictimGone
+			if inCooldown(prev, cfg, snap.Sample.Time) && (oomBeforeCooldownEnds(then, cfg, snap.Sample.Time) == "" || !strings.Contains(d.Reason, "OOM point")) {
+				t.Fatalf("evicted %.3f s after the last eviction, cooldown %g s, the OOM point not before its end (%q)", snap.Sample.Time.Sub(prev.LastEviction).Seconds(), cfg.CooldownSeconds, d.Reason)
 			}
 			if len(next.Window) != 0 {
 				t.Fatal("window not restarted after an eviction")

@@ -264,6 +264,9 @@ type State struct {
 	Window []Sample `json:"-"`
 	// LastEviction is when the last eviction was decided.
 	LastEviction time.Time `json:"last_eviction"`
+	// VictimGone is when the last victim was seen gone (its memory freed):
+	// growth inside the cool-down is measured from there.
+	VictimGone time.Time `json:"victim_gone,omitzero"`
 	// Evicting lists victims not yet gone (still have processes), with
 	// when each was chosen.
 	Evicting map[string]time.Time `json:"evicting"`
@@ -401,6 +404,9 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 	}
 	for _, o := range snap.Outcomes {
 		out = append(out, outcomeDecision(now, o))
+		if _, ok := st.Evicting[o.Workload]; ok {
+			st.VictimGone = now
+		}
 		delete(st.Evicting, o.Workload)
 		if o.Result == EvictionFailed {
 			if _, ok := present[o.Workload]; ok {
@@ -413,6 +419,7 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 		switch {
 		case !ok || w.Processes == 0:
 			delete(st.Evicting, name)
+			st.VictimGone = now
 		case now.Sub(since).Seconds() >= cfg.EvictionDeadlineSeconds:
 			delete(st.Evicting, name)
 			st.Abandoned[name] = now
@@ -480,7 +487,7 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 		out = st.note(out, Decision{Time: now, Action: ActionNone, Trigger: triggerOf(firing, nil),
 			Reason: "waiting for the previous victim to exit"})
 		return out, st
-	case !st.LastEviction.IsZero() && now.Sub(st.LastEviction).Seconds() < cfg.CooldownSeconds:
+	case inCooldown(st, cfg, now) && oomBeforeCooldownEnds(st, cfg, now) == "":
 		return out, st
 	}
 	if reason, hold := balloonsHoldEviction(st.Balloon, signals, st.Window, now); hold {
@@ -502,13 +509,65 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 		return out, st
 	}
 	victim := ranked[0]
+	reason := rankReason(ranked, st.SwapAllowance)
+	if inCooldown(st, cfg, now) {
+		reason += fmt.Sprintf("; %.1f s after the last eviction, inside the %g s cool-down: %s",
+			now.Sub(st.LastEviction).Seconds(), cfg.CooldownSeconds, oomBeforeCooldownEnds(st, cfg, now))
+	}
 	st.LastEviction = now
 	st.Evicting[victim.Name] = now
 	st.Window = nil // re-check on data gathered after this eviction
 	st.lastNote = ""
 	out = append(out, Decision{Time: now, Action: ActionEvict, Workload: victim.Name,
-		Reason: rankReason(ranked, st.SwapAllowance), Trigger: triggerOf(firing, signals)})
+		Reason: reason, Trigger: triggerOf(firing, signals)})
 	return out, st
+}
+
+// inCooldown says an eviction was decided less than the cool-down ago.
+func inCooldown(st State, cfg Config, now time.Time) bool {
+	return !st.LastEviction.IsZero() && now.Sub(st.LastEviction).Seconds() < cfg.CooldownSeconds
+}
+
+// nearOOMSwapFactor: a scope whose working set and swap fill its RAM and
+// this share of the swap its workloads may use is at its OOM point.
+const nearOOMSwapFactor = 0.95
+
+// oomBeforeCooldownEnds says why the scope would reach the kernel's OOM
+// point (RAM + the swap its workloads may use) before the cool-down ends,
+// or "" if it would not: it is within 5% of the swap of it, or, measured
+// since the last victim was gone (at least a second of samples), its
+// working set and swap grow fast enough to get there. A burst (VMs
+// populating) fills a node faster than a cool-down lasts: in the
+// simulator ten VMs starting on a 3 GiB node were OOM-killed 2.25 s after
+// the agent's first eviction, 2.75 s before its cool-down ended. An
+// eviction then waits only for the previous victim to be gone.
+func oomBeforeCooldownEnds(st State, cfg Config, now time.Time) string {
+	if len(st.Window) == 0 {
+		return ""
+	}
+	last := st.Window[len(st.Window)-1]
+	if last.ScopeErr != "" || last.Scope.SwapBytes == 0 {
+		return ""
+	}
+	if float64(last.Scope.UsedBytes()) >= float64(last.Scope.RAMBytes)+nearOOMSwapFactor*float64(last.Scope.SwapBytes) {
+		return fmt.Sprintf("the scope is within %.0f%% of its swap of the OOM point", 100*(1-nearOOMSwapFactor))
+	}
+	if st.VictimGone.IsZero() || st.VictimGone.Before(st.LastEviction) {
+		return ""
+	}
+	i := 0
+	for i < len(st.Window) && st.Window[i].Time.Before(st.VictimGone) {
+		i++
+	}
+	since := st.Window[i:]
+	if len(since) < 2 || last.Time.Sub(since[0].Time).Seconds() < minRateSpanSeconds {
+		return ""
+	}
+	left := cfg.CooldownSeconds - now.Sub(st.LastEviction).Seconds()
+	if secs, ok := secondsToExhaustion(since); ok && secs < left {
+		return fmt.Sprintf("growing since the last victim left, the scope reaches its OOM point in %.1f s, %.1f s before the cool-down ends", secs, left-secs)
+	}
+	return ""
 }
 
 // outcomeDecision logs how an eviction ended.

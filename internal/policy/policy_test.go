@@ -286,6 +286,50 @@ func TestDecideEvictsLowestPriorityThenCoolsDown(t *testing.T) {
 	}
 }
 
+// When the scope would reach its OOM point (RAM + swap) before the
+// cool-down ends, the next eviction waits only for the victim to be gone:
+// a burst fills a node faster than a cool-down lasts. The scope is there
+// within 5% of the swap of it, or when its growth since the victim left
+// gets it there in time. Short of both, the cool-down holds.
+func TestDecideSkipsTheCooldownAtTheOOMPoint(t *testing.T) {
+	cfg := DefaultConfig()
+	wls := []Workload{wl("gold", 10, 2, 2, 1), wl("bronze", 1, 2, 2, 1.5), wl("silver", 5, 2, 2, 0.5)}
+	ds, st := Decide(Snapshot{Sample: sample(0, 4, 3.5), Workloads: wls}, cfg, State{})
+	if ev := evictions(ds); len(ev) != 1 || ev[0].Workload != "bronze" || strings.Contains(ev[0].Reason, "cool-down") {
+		t.Fatalf("first eviction %+v", ev)
+	}
+	// Still exiting at the OOM point's margin: wait for it.
+	if ds, st = Decide(Snapshot{Sample: sample(0.5, 4, 3.9), Workloads: wls}, cfg, st); len(evictions(ds)) != 0 {
+		t.Fatalf("evicted while the victim exits: %+v", ds)
+	}
+	wls[1].Processes = 0
+	ds, gone := Decide(Snapshot{Sample: sample(1, 4, 3.7), Workloads: wls}, cfg, st)
+	if len(evictions(ds)) != 0 {
+		t.Fatalf("evicted within the cool-down at 3.7 of 4 GiB of swap: %+v", ds)
+	}
+	ds, _ = Decide(Snapshot{Sample: sample(1.5, 4, 3.9), Workloads: wls}, cfg, gone)
+	if ev := evictions(ds); len(ev) != 1 || ev[0].Workload != "silver" || !strings.Contains(ev[0].Reason, "within 5% of its swap of the OOM point") {
+		t.Fatalf("at 3.9 of 4 GiB of swap, the victim gone, inside the cool-down: %+v", ds)
+	}
+	// Below the margin, growth since the victim left decides: 0.08 GiB/s
+	// reaches the OOM point (0.22 GiB away) in 2.75 s, before the
+	// cool-down ends 3 s later; 0.04 GiB/s (6.5 s) does not.
+	for _, c := range []struct {
+		swap  [2]float64
+		evict bool
+	}{{[2]float64{3.72, 3.74}, false}, {[2]float64{3.74, 3.78}, true}} {
+		st := gone
+		ds, st = Decide(Snapshot{Sample: sample(1.5, 4, c.swap[0]), Workloads: wls}, cfg, st)
+		if len(evictions(ds)) != 0 {
+			t.Fatalf("evicted on half a second of growth: %+v", ds)
+		}
+		ds, _ = Decide(Snapshot{Sample: sample(2, 4, c.swap[1]), Workloads: wls}, cfg, st)
+		if ev := evictions(ds); (len(ev) == 1) != c.evict || (c.evict && !strings.Contains(ev[0].Reason, "reaches its OOM point in 2.8 s")) {
+			t.Errorf("swap %.2f then %.2f GiB since the victim left: %+v; want an eviction: %v", c.swap[0], c.swap[1], ds, c.evict)
+		}
+	}
+}
+
 // An eviction that does not finish by its deadline is given up on and the
 // next candidate is chosen; the stuck workload is never chosen again.
 func TestDecideGivesUpOnStuckEvictionAtDeadline(t *testing.T) {

@@ -10,10 +10,27 @@ import (
 // KSM model constants, from measurements on this machine and the
 // kernel's and headroom load's behaviour.
 const (
-	// ksmCostSecondsPerPage is ksmd's CPU per page scanned while it
-	// merges (measured here: 1.4 µs; a converged scan costs 0.35 µs, but
-	// the governor then runs ksmd at its idle pace anyway).
-	ksmCostSecondsPerPage = 1.4e-6
+	// ksmd's CPU: a batch's wake-up (draining the per-CPU LRU caches,
+	// finding its place) and each page by what it finds: a page not
+	// merged is checksummed and looked up in the unstable tree, a page
+	// merging is compared with its twin, write-protected and replaced, a
+	// page already merged is checked against its stable node. Solved from
+	// four runs of bench/ksm.sh's workload here (2026-11-25/26): the
+	// kernel's defaults idle at 1.2% of a core (100 pages a batch, all
+	// merged), the advisor's first scan took 2.8% at 500 pages a batch
+	// (nothing merges in a first scan), brute force 1.99 CPU-seconds to
+	// 90% of its saving (a scan of 512k pages and nine tenths of the
+	// next, where 80% merge). The advisor's merging scan at 90 pages a
+	// batch took 3.1% of a core where these give 2.3%: merging in small
+	// batches costs more.
+	ksmWakeSeconds               = 0.25e-3
+	ksmChecksumSecondsPerPage    = 0.83e-6
+	ksmMergeSecondsPerPage       = 3.9e-6
+	ksmMergedCheckSecondsPerPage = 0.36e-6
+	// ksmSleepOvershootSeconds: ksmd's sleep of sleep_millisecs lasted 3
+	// ms longer here (42 batches a second at 20 ms; HZ 250 rounds the
+	// timeout to 4 ms jiffies).
+	ksmSleepOvershootSeconds = 3e-3
 	// ksmTemplates is how many distinct contents headroom load's
 	// duplicate pages come from, the same in every worker: merged, they
 	// are the KSM pages (pages_shared); every other merged page is saved.
@@ -38,7 +55,7 @@ func DupFraction(c memload.Content) float64 {
 // ksmd is the kernel's same-page merging daemon as the agent's set_ksm
 // decisions configure it. It scans every VM's workload pages (QEMU offers
 // all guest RAM for merging) in batches of pagesToScan every sleepMs,
-// each page costing ksmCostSecondsPerPage of a core; a duplicate page is
+// each batch and each page costing a core's time; a duplicate page is
 // merged the second time a scan finds it unchanged (the first scan only
 // checksums it). A write to a merged page breaks it (copy on write) and
 // unmerges it; host reclaim evicting a merged page unmerges it too. With
@@ -53,9 +70,10 @@ type ksmd struct {
 	// current full scan started (passStarted: it has).
 	clock, passStart float64
 	passStarted      bool
-	// scanPos is how far into the current full scan ksmd is, in pages.
-	scanPos   float64
-	fullScans uint64
+	// scanPos is how far into the current full scan ksmd is, in pages;
+	// mergedThisPass the pages it merged in it (behind scanPos).
+	scanPos, mergedThisPass float64
+	fullScans               uint64
 	// cpuSeconds is ksmd's CPU time, counting what it used before the
 	// run (Node.KSMDCPUSeconds), as /proc reports it.
 	pagesScanned, cpuSeconds float64
@@ -93,7 +111,7 @@ func (k *ksmd) set(s policy.KSMSetting) {
 // endPass ends a full scan at time now; the advisor, if on, sets the
 // next scan's pace.
 func (k *ksmd) endPass(now float64) {
-	k.scanPos = 0
+	k.scanPos, k.mergedThisPass = 0, 0
 	k.fullScans++
 	if k.advisor == "scan-time" && k.passStarted {
 		k.pagesToScan = float64(k.scanTime.adjust(uint64(k.pagesToScan), now-k.passStart, k.cpuSeconds))
@@ -147,25 +165,29 @@ func (s *node) ksmTick(dt float64) {
 		k.endPass(now)
 	}
 	for left := dt; left > 1e-12; {
-		batch := k.pagesToScan * ksmCostSecondsPerPage
-		perSecond := k.pagesToScan / (batch + k.sleepMs/1000)
+		rem := total - k.scanPos
+		perPage := s.ksmPageSeconds(total, rem)
+		batch := ksmWakeSeconds + k.pagesToScan*perPage
+		perSecond := k.pagesToScan / (batch + k.sleepMs/1000 + ksmSleepOvershootSeconds)
+		cpuPerPage := batch / k.pagesToScan
 		if !k.passStarted {
 			k.passStart, k.passStarted = now, true
 		}
-		// Whole passes beyond two change nothing but the count. The
-		// advisor adjusts after each, so its passes are taken one by
-		// one, unless they are shorter than a millisecond (the advisor
-		// reads them all as one second).
+		// Whole passes beyond two change nothing but the count (each
+		// costs what a pass finding nothing to merge does). The advisor
+		// adjusts after each, so its passes are taken one by one, unless
+		// they are shorter than a millisecond (it reads them all as one
+		// second).
 		if pass := total / perSecond; k.advisor != "scan-time" || pass < 1e-3 {
 			if extra := math.Floor(left/pass) - 2; extra > 0 {
+				converged := (ksmWakeSeconds + k.pagesToScan*s.ksmPageSeconds(total, 0)) / k.pagesToScan
 				k.fullScans += uint64(extra)
 				k.pagesScanned += extra * total
-				k.cpuSeconds += extra * total * ksmCostSecondsPerPage
+				k.cpuSeconds += extra * total * converged
 				left -= extra * pass
 				now += extra * pass
 			}
 		}
-		rem := total - k.scanPos
 		seconds := min(left, rem/perSecond)
 		scanned := min(perSecond*seconds, rem)
 		if k.fullScans > 0 {
@@ -174,15 +196,15 @@ func (s *node) ksmTick(dt float64) {
 			// the pass (the merged ones are behind it).
 			for _, v := range s.vms {
 				if v.live() {
-					// Only resident duplicates merge: swap is not scanned.
-					unmerged := max(v.dupShare*v.resident-v.merged, 0)
-					v.merged += unmerged * scanned / rem
+					merging := s.ksmUnmerged(v) * scanned / rem
+					v.merged += merging
+					k.mergedThisPass += merging
 				}
 			}
 		}
 		k.scanPos += scanned
 		k.pagesScanned += scanned
-		k.cpuSeconds += scanned * ksmCostSecondsPerPage
+		k.cpuSeconds += scanned * cpuPerPage
 		left -= seconds
 		now += seconds
 		if k.scanPos >= total-minPages {
@@ -190,6 +212,34 @@ func (s *node) ksmTick(dt float64) {
 		}
 	}
 	k.coresUsed = (k.cpuSeconds - cpuBefore) / dt
+}
+
+// ksmUnmerged is a VM's duplicates not merged yet: only resident ones
+// count (swap is not scanned).
+func (s *node) ksmUnmerged(v *vmState) float64 {
+	return max(v.dupShare*v.resident-v.merged, 0)
+}
+
+// ksmPageSeconds is ksmd's mean CPU per page over the rest of the pass,
+// rem of total pages: the unmerged duplicates there merge (from the
+// second pass on), the pages merged before this pass are spread over it,
+// and the others are checksummed.
+func (s *node) ksmPageSeconds(total, rem float64) float64 {
+	if s.ksm.fullScans == 0 || total <= 0 {
+		return ksmChecksumSecondsPerPage
+	}
+	var unmerged, merged float64
+	for _, v := range s.vms {
+		if v.live() {
+			unmerged += s.ksmUnmerged(v)
+			merged += v.merged
+		}
+	}
+	merging, done := 0.0, min(max(merged-s.ksm.mergedThisPass, 0)/total, 1)
+	if rem > 0 {
+		merging = min(unmerged/rem, 1-done)
+	}
+	return merging*ksmMergeSecondsPerPage + done*ksmMergedCheckSecondsPerPage + (1-merging-done)*ksmChecksumSecondsPerPage
 }
 
 // ksmSample is what the agent reads of ksmd (/sys/kernel/mm/ksm, its CPU

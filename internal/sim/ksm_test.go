@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/policy"
@@ -20,23 +21,33 @@ func TestKSMMergesOnTheSecondScan(t *testing.T) {
 	running(n, 1)
 	total := n.mergeablePages()
 	n.ksm.set(policy.KSMSetting{Run: 1, PagesToScan: 1000, SleepMillisecs: 20})
-	perSecond := 1000 / (1000*ksmCostSecondsPerPage + 0.02)
+	// The first scan checksums every page: a batch costs its wake-up and
+	// 1000 checksums, then ksmd sleeps 20 ms (and the kernel's overshoot).
+	firstBatch := ksmWakeSeconds + 1000*ksmChecksumSecondsPerPage
+	perSecond := 1000 / (firstBatch + 0.02 + ksmSleepOvershootSeconds)
 	tick := func(seconds float64) {
 		for range int(seconds / 0.25) {
 			n.ksmTick(0.25)
 		}
 	}
-	tick(0.9 * total / perSecond)
+	seconds := 0.25 * float64(int(0.9*total/perSecond/0.25))
+	tick(seconds)
 	if merged, _ := n.ksmMergedPages(); merged != 0 || n.ksm.fullScans != 0 {
 		t.Fatalf("in the first scan: %.0f merged after %d full scans; want none", merged, n.ksm.fullScans)
+	}
+	wantScanned := seconds * perSecond
+	if wantCPU := wantScanned * firstBatch / 1000; math.Abs(n.ksm.pagesScanned-wantScanned) > 1e-6 || math.Abs(n.ksm.cpuSeconds-wantCPU) > 1e-9 {
+		t.Fatalf("first scan: %.0f pages for %.4f ksmd CPU-s; want %.0f for %.4f", n.ksm.pagesScanned, n.ksm.cpuSeconds, wantScanned, wantCPU)
 	}
 	tick(2.2 * total / perSecond)
 	merged, shared := n.ksmMergedPages()
 	if math.Abs(merged-0.5*total) > 1 || shared != ksmTemplates || n.ksmSavedPages() != merged-ksmTemplates {
 		t.Fatalf("after three scans: %.0f merged (want %.0f), %.0f shared, %.0f saved", merged, 0.5*total, shared, n.ksmSavedPages())
 	}
-	if cpu := n.ksm.cpuSeconds; math.Abs(cpu-n.ksm.pagesScanned*ksmCostSecondsPerPage) > 1e-9 || n.ksm.coresUsed <= 0 {
-		t.Fatalf("ksmd CPU %.3f s for %.0f pages, %.3f of a core", cpu, n.ksm.pagesScanned, n.ksm.coresUsed)
+	// Merging costs more a page than checksumming, a merged page less.
+	if cpu, scanned := n.ksm.cpuSeconds, n.ksm.pagesScanned; cpu <= scanned*firstBatch/1000 || cpu >= scanned*ksmMergeSecondsPerPage || n.ksm.coresUsed <= 0 {
+		t.Fatalf("ksmd CPU %.3f s for %.0f pages, %.3f of a core; want between %.3f and %.3f", cpu, scanned, n.ksm.coresUsed,
+			scanned*firstBatch/1000, scanned*ksmMergeSecondsPerPage)
 	}
 	// Writes break sharing: one touch a page, all writes, unmerges about
 	// the merged share of the pages touched.
@@ -67,9 +78,9 @@ func TestDupFraction(t *testing.T) {
 
 // The KSM governor in the loop: ten VMs whose workloads are 80%
 // duplicates fit a node their memory overflows once ksmd merges them.
-// Without KSM they page and one is evicted; with the governor ksmd bursts
-// while they populate, every VM runs at its rate in RAM, and ksmd ends
-// at its idle pace.
+// Without KSM they page and VMs are evicted, none OOM-killed; with the
+// governor ksmd bursts while they populate, every VM runs at its rate in
+// RAM, and ksmd ends at its idle pace.
 func TestKSMGovernorFitsWhatSwapAloneEvicts(t *testing.T) {
 	p := Params{Node: Node{RAMBytes: 3 << 30, CPUs: 2, TouchRate: []TouchRate{{PagesPerSec: 1e7}}, PopulateRatePerCore: 5e4, PageCluster: 3,
 		PagingCPU: []PagingCost{{Tasks: 1, SecondsPerPage: 150e-6}},
@@ -83,8 +94,11 @@ func TestKSMGovernorFitsWhatSwapAloneEvicts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := run.Steps[0]; s.Evictions == 0 {
-		t.Fatalf("without KSM: %+v; want an eviction", s)
+	// The VMs populate faster than the agent's cool-down lasts: it evicts
+	// again inside it, before the node's OOM point (an OOM kill 2.25 s
+	// after the first eviction, before the policy looked at growth).
+	if s := run.Steps[0]; s.Evictions == 0 || s.OOMKills != 0 {
+		t.Fatalf("without KSM: %d evictions, %d OOM kills; want evictions and no OOM kill", s.Evictions, s.OOMKills)
 	}
 	governed := cfg
 	governed.KSMMode = policy.KSMGovernor
@@ -154,12 +168,20 @@ func TestScanTimeAdvisor(t *testing.T) {
 	}
 }
 
-// bench/ksm.sh's workload in the model: 8 workloads of 256 MiB, 80%
-// duplicates, populated and untouched, on a 3 GiB node; ksmd set as a
-// set_ksm decision would, then run until 90% of what merging can save is
-// saved. It returns the seconds and ksmd's CPU-seconds that took, and
-// pages_to_scan after the first scan.
-func ksmBench(t *testing.T, ksmdPastSeconds float64, setting policy.KSMSetting, limitSeconds float64) (seconds, cpuSeconds, pagesAfterFirst float64) {
+// ksmBenchResult is one strategy on bench/ksm.sh's workload in the model.
+type ksmBenchResult struct {
+	// seconds and cpuSeconds to 90% of what merging can save (+Inf: not
+	// within the limit); pagesAfterFirst is pages_to_scan after the first
+	// full scan; idleCores is ksmd's share of a core over 10 s from 5 s
+	// after the saving converged (99%).
+	seconds, cpuSeconds, pagesAfterFirst, idleCores float64
+}
+
+// ksmBench runs bench/ksm.sh's workload in the model: 8 workloads of 256
+// MiB, 80% duplicates, populated and untouched, on a 3 GiB node, ksmd
+// having used ksmdPastSeconds before. ksmd is set once to setting or,
+// with cfg, paced by the agent's policy (rounds every half second).
+func ksmBench(t *testing.T, ksmdPastSeconds float64, setting policy.KSMSetting, cfg *policy.Config, limitSeconds float64) ksmBenchResult {
 	t.Helper()
 	vm := VMSpec{MemoryBytes: 384 << 20, RequestBytes: 256 << 20, Workload: Workload{SizeBytes: 256 << 20, Scan: memload.ScanNone, DupFraction: 0.8}}
 	nd := smallNode()
@@ -167,40 +189,84 @@ func ksmBench(t *testing.T, ksmdPastSeconds float64, setting policy.KSMSetting, 
 	const dt = 0.05
 	n := newNode(nd, vm, 8, dt, 1)
 	running(n, 1)
-	total := n.mergeablePages()
-	goal := 0.9 * (0.8*total - ksmTemplates)
-	n.ksm.set(setting)
+	var agent *simAgent
+	if cfg != nil {
+		agent = newSimAgent(Params{Agent: cfg, VM: vm}, time.Unix(0, 0))
+	} else {
+		n.ksm.set(setting)
+	}
+	saving := 0.8*n.mergeablePages() - ksmTemplates
+	r := ksmBenchResult{seconds: math.Inf(1)}
+	converged, idleFrom := math.Inf(1), 0.0
 	for now := 0.0; now < limitSeconds; now += dt {
-		n.ksmTick(dt)
-		if pagesAfterFirst == 0 && n.ksm.fullScans == 1 {
-			pagesAfterFirst = n.ksm.pagesToScan
+		if agent != nil {
+			agent.round(n, now)
 		}
-		if n.ksmSavedPages() >= goal {
-			return now + dt, n.ksm.cpuSeconds - ksmdPastSeconds, pagesAfterFirst
+		n.ksmTick(dt)
+		if r.pagesAfterFirst == 0 && n.ksm.fullScans == 1 {
+			r.pagesAfterFirst = n.ksm.pagesToScan
+		}
+		saved := n.ksmSavedPages()
+		if math.IsInf(r.seconds, 1) && saved >= 0.9*saving {
+			r.seconds, r.cpuSeconds = now+dt, n.ksm.cpuSeconds-ksmdPastSeconds
+		}
+		if math.IsInf(converged, 1) && saved >= 0.99*saving {
+			converged = now + dt
+		}
+		switch t := now + dt; {
+		case math.Abs(t-(converged+5)) < dt/2:
+			idleFrom = n.ksm.cpuSeconds
+		case math.Abs(t-(converged+15)) < dt/2:
+			r.idleCores = (n.ksm.cpuSeconds - idleFrom) / 10
+			return r
 		}
 	}
-	return math.Inf(1), n.ksm.cpuSeconds - ksmdPastSeconds, pagesAfterFirst
+	if math.IsInf(r.seconds, 1) {
+		r.cpuSeconds = n.ksm.cpuSeconds - ksmdPastSeconds
+	}
+	return r
 }
 
-// The advisor in the model, as measured on bench/ksm.sh's workload: with
-// ksmd 12 s into its life its first scan (500 pages a batch) slows it to
-// 80-90 pages, so 90% of the saving takes minutes (measured: 1404 MiB of
-// 1599 after 150 s, 90% not reached); a fresh ksmd speeds up after the
-// first scan (to 1660 pages in the model, whose ksmd reads 3% of a core
-// over it where the kernel measured 2%: 2500) and gets there in under a
-// minute.
-func TestKSMAdvisorInTheModel(t *testing.T) {
+// bench/ksm.sh's strategies in the model against their measured runs
+// (README: 90% of the saving in 243.8 s and 3.24 ksmd CPU-seconds with
+// the kernel's defaults, 2.1 s and 1.99 with brute force, 4.1 s and 2.11
+// with the governor; then 1.2%, 78% and 1.2% of a core). The advisor,
+// measured 2026-11-26 with ksmd 12.1 s into its life, cut pages_to_scan
+// from 500 to 90 after its first scan and had 88% of the saving after
+// 150 s and 4.60 CPU-seconds; on a fresh ksmd its first adjustment reads
+// 2% of a core over the scan and sets 2500 pages (the model's own
+// figures give the same), so it gets there in about half a minute.
+func TestKSMBenchInTheModel(t *testing.T) {
+	governor := policy.DefaultConfig()
+	governor.KSMMode = policy.KSMGovernor
 	advisor := policy.KSMSetting{Run: 1, AdvisorMode: "scan-time"}
-	seconds, cpu, pages := ksmBench(t, 12.1, advisor, 600)
-	t.Logf("advisor, ksmd 12.1 s old: 90%% after %.1f s, %.2f ksmd CPU-s, %g pages after the first scan", seconds, cpu, pages)
-	if seconds < 100 || seconds > 300 || pages < 70 || pages > 100 {
-		t.Errorf("advisor, ksmd 12.1 s old: 90%% after %.1f s, %g pages after the first scan; want 100-300 s and 70-100 pages", seconds, pages)
+	for _, c := range []struct {
+		name                 string
+		past                 float64
+		setting              policy.KSMSetting
+		cfg                  *policy.Config
+		lo, hi, cpuLo, cpuHi float64 // seconds and CPU-seconds to 90%
+		idleHi               float64 // ksmd's share of a core once converged
+		pages                float64 // pages_to_scan after the first scan (0: any)
+	}{
+		{name: "defaults", setting: policy.KSMSetting{Run: 1, PagesToScan: 100, SleepMillisecs: 20}, lo: 160, hi: 360, cpuLo: 1.6, cpuHi: 4.9, idleHi: 0.02},
+		{name: "brute", setting: policy.KSMSetting{Run: 1, PagesToScan: 1e9, SleepMillisecs: 20}, lo: 1, hi: 4, cpuLo: 1.3, cpuHi: 3, idleHi: 1},
+		{name: "governor", cfg: &governor, lo: 2, hi: 8, cpuLo: 1.4, cpuHi: 3.2, idleHi: 0.02},
+		{name: "advisor, ksmd 12.1 s old", past: 12.1, setting: advisor, lo: 120, hi: 250, cpuLo: 2, cpuHi: 6, idleHi: 1, pages: 90},
+		{name: "advisor, fresh ksmd", setting: advisor, lo: 15, hi: 60, cpuLo: 1, cpuHi: 4, idleHi: 1, pages: 2500},
+	} {
+		r := ksmBench(t, c.past, c.setting, c.cfg, 600)
+		t.Logf("%s: 90%% after %.1f s, %.2f ksmd CPU-s; %g pages after the first scan; then %.1f%% of a core", c.name, r.seconds, r.cpuSeconds, r.pagesAfterFirst, 100*r.idleCores)
+		if r.seconds < c.lo || r.seconds > c.hi || r.cpuSeconds < c.cpuLo || r.cpuSeconds > c.cpuHi || r.idleCores > c.idleHi || (c.pages > 0 && r.pagesAfterFirst != c.pages) {
+			t.Errorf("%s: 90%% after %.1f s and %.2f CPU-s, %g pages after the first scan, then %.3f of a core; want %g-%g s, %g-%g CPU-s, %g pages, at most %g",
+				c.name, r.seconds, r.cpuSeconds, r.pagesAfterFirst, r.idleCores, c.lo, c.hi, c.cpuLo, c.cpuHi, c.pages, c.idleHi)
+		}
 	}
-	fresh, freshCPU, freshPages := ksmBench(t, 0, advisor, 600)
-	t.Logf("advisor, fresh ksmd: 90%% after %.1f s, %.2f ksmd CPU-s, %g pages after the first scan", fresh, freshCPU, freshPages)
-	if fresh > 60 || freshPages < 1000 {
-		t.Errorf("advisor, fresh ksmd: 90%% after %.1f s, %g pages after the first scan; want under 60 s and 1000 or more", fresh, freshPages)
-	}
+}
+
+// Turning the kernel's advisor on and off.
+func TestKSMAdvisorSettings(t *testing.T) {
+	advisor := policy.KSMSetting{Run: 1, AdvisorMode: "scan-time"}
 	// The kernel refuses pages_to_scan while its advisor is on, and
 	// turning it off puts back the default.
 	n := newKSMD(0)
