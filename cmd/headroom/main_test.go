@@ -143,6 +143,8 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"sim", "--agent", "--balloon", "--balloon-policy", "esx"}, "--balloon-policy"},
 		{[]string{"sim", "--balloon-policy", "mom"}, "--balloon-policy needs --balloon"},
 		{[]string{"sim", "--guest-cache", "2Gi"}, "--guest-cache"},
+		{[]string{"sim", "--balloon-cpu", "5us"}, "--balloon-cpu needs --balloon"},
+		{[]string{"sim", "--agent", "--balloon", "--balloon-cpu", "-5us"}, "--balloon-cpu"},
 		{[]string{"sim", "--agent", "--max-swap-out-pages-per-sec", "-5"}, "--max-swap-out-pages-per-sec"},
 		{[]string{"sim", "--agent", "--ksm", "advisor", "--ksmd-cpu", "-1s"}, "--ksmd-cpu"},
 		{[]string{"sim", "--ksm", "governor"}, "--ksm needs --agent"},

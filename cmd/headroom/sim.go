@@ -67,7 +67,7 @@ type simFlags struct {
 	cpus, populateRate              float64
 	touchRate                       string
 	readIOPS, writeIOPS             float64
-	latency, ksmdCPU                time.Duration
+	latency, ksmdCPU, balloonCPU    time.Duration
 	swapTier                        string
 	agent                           bool
 	out, label, scenario, find      string
@@ -120,6 +120,7 @@ func newSimCommand() *cobra.Command {
 	fl.Float64Var(&f.maxSwapIn, "max-swap-in-pages-per-sec", f.maxSwapIn, "with --agent: its swap-in rate threshold (-1: half --swap-read-iops, as calibrate sets it; 0: off, as density's --agent runs)")
 	fl.Float64Var(&f.maxSwapOut, "max-swap-out-pages-per-sec", f.maxSwapOut, "with --agent: its swap-out rate threshold (-1: half --swap-write-iops; 0: off)")
 	fl.StringVar(&f.balloonPol, "balloon-policy", "headroom", "with --balloon: headroom (memory states, guest-aware targets) or mom (oVirt MOM's rules)")
+	fl.DurationVar(&f.balloonCPU, "balloon-cpu", 0, "with --balloon: the guest's vCPU time a page its balloon moves costs, inflating or deflating (free page reporting included); its workload waits meanwhile (about 5us under TCG here; 0: free)")
 	fl.Var(&f.guestCache, "guest-cache", "clean page cache each guest fills at boot beside its workload and never touches again (memory a balloon reclaims without I/O)")
 	fl.StringVar(&f.find, "find", "", "max-vms: print the largest VM count that keeps --min-per-vm-fraction (and --max-swap-utilization)")
 	fl.Float64Var(&f.minPerVM, "min-per-vm-fraction", f.minPerVM, "with --find: the least mean per-VM rate, as a fraction of the one-VM rate")
@@ -250,8 +251,8 @@ func simParams(f *simFlags) (sim.Params, error) {
 		return sim.Params{}, usagef("--worker-kind %q: want vm or process", f.workerKind)
 	}
 	vm := sim.VMSpec{Process: f.workerKind == "process", MemoryBytes: uint64(f.vmMemory), GuestOverheadBytes: uint64(f.guestOverhead), HostOverheadBytes: uint64(f.overhead),
-		GuestCacheBytes: uint64(f.guestCache),
-		RequestBytes:    density.RequestBytes(uint64(f.vmMemory), f.overcommit, uint64(f.overhead)),
+		GuestCacheBytes: uint64(f.guestCache), BalloonCPUSecondsPerPage: f.balloonCPU.Seconds(),
+		RequestBytes: density.RequestBytes(uint64(f.vmMemory), f.overcommit, uint64(f.overhead)),
 		Workload: sim.Workload{SizeBytes: uint64(f.memorySize), Scan: memload.Scan(f.scan), WriteFraction: float64(f.writes),
 			RatePagesPerSec: float64(f.rate), DupFraction: sim.DupFraction(memload.Content(f.content))}}
 	if err := sim.Validate(node, vm); err != nil {
@@ -272,6 +273,10 @@ func simParams(f *simFlags) (sim.Params, error) {
 		return sim.Params{}, usagef("--balloon-policy needs --balloon")
 	case f.ksm != policy.KSMOff && f.ksm != policy.KSMGovernor && f.ksm != policy.KSMAdvisor:
 		return sim.Params{}, usagef("--ksm %q: want off, governor or advisor", f.ksm)
+	case f.balloonCPU < 0:
+		return sim.Params{}, usagef("--balloon-cpu %s: want a duration not negative", f.balloonCPU)
+	case f.balloonCPU > 0 && !f.balloon:
+		return sim.Params{}, usagef("--balloon-cpu needs --balloon")
 	case f.ksmdCPU < 0:
 		return sim.Params{}, usagef("--ksmd-cpu %s: want a duration not negative", f.ksmdCPU)
 	case f.ksm != policy.KSMOff && !f.agent:
@@ -381,7 +386,7 @@ func simParamsMap(f *simFlags) map[string]any {
 		"overhead_bytes": uint64(f.overhead), "guest_overhead_bytes": uint64(f.guestOverhead), "node_memory_bytes": uint64(f.nodeMemory),
 		"system_reserve_bytes": uint64(f.systemReserve), "cpus": f.cpus, "touch_rate": f.touchRate, "populate_rate": f.populateRate, "swap_bytes": uint64(f.swap),
 		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(), "swap_depths": f.swapDepths, "paging_cpu": f.pagingCPU, "worker_kind": f.workerKind,
-		"swap_tier": f.swapTier, "agent": f.agent, "max_swap_in_pages_per_sec": f.maxSwapIn, "max_swap_out_pages_per_sec": f.maxSwapOut, "ksm": f.ksm, "ksmd_cpu_seconds": f.ksmdCPU.Seconds(), "balloon": balloonParam(f.balloon, f.balloonPol), "guest_cache_bytes": uint64(f.guestCache), "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
+		"swap_tier": f.swapTier, "agent": f.agent, "max_swap_in_pages_per_sec": f.maxSwapIn, "max_swap_out_pages_per_sec": f.maxSwapOut, "ksm": f.ksm, "ksmd_cpu_seconds": f.ksmdCPU.Seconds(), "balloon": balloonParam(f.balloon, f.balloonPol), "guest_cache_bytes": uint64(f.guestCache), "balloon_cpu_seconds_per_page": f.balloonCPU.Seconds(), "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
 }
 
 // balloonParam is the balloon policy in force ("" with none), as density

@@ -54,6 +54,10 @@ type vmState struct {
 	cache, cacheTier, cacheDisk, cacheGoal, cacheFilled float64
 	// memPages is the guest's memory after its balloon, maxPages its RAM.
 	memPages, maxPages float64
+	// balloonCost is the vCPU seconds a page its balloon moves costs;
+	// balloonBusy the seconds of that work not done yet (its workload
+	// waits for them).
+	balloonCost, balloonBusy float64
 	// dupShare is the share of its workload's pages KSM can merge;
 	// merged the resident ones it has.
 	dupShare, merged float64
@@ -125,7 +129,7 @@ func newNode(nd Node, spec VMSpec, count int, dt float64, seed uint64) *node {
 		s.vms = append(s.vms, &vmState{name: workerName(i), startAt: start, pages: pagesOf(spec.Workload.SizeBytes),
 			overhead: pagesOf(spec.GuestOverheadBytes + spec.HostOverheadBytes), guestOverhead: pagesOf(spec.GuestOverheadBytes),
 			cacheGoal: pagesOf(spec.GuestCacheBytes), memPages: pagesOf(spec.MemoryBytes), maxPages: pagesOf(spec.MemoryBytes),
-			dupShare: spec.Workload.DupFraction, allowance: math.Inf(1)})
+			dupShare: spec.Workload.DupFraction, allowance: math.Inf(1), balloonCost: spec.BalloonCPUSecondsPerPage})
 	}
 	return s
 }
@@ -376,7 +380,7 @@ func (s *node) tick(now float64, measuring bool) {
 			if rate <= 0 {
 				rate = s.n.TouchRate[0].PagesPerSec * share / populateCost
 			}
-			budget := rate * dt
+			budget := rate * (dt - v.balloonWork(dt))
 			// The guest fills its cache at boot, before its workload,
 			// as far as its balloon leaves it room.
 			if c := min(v.cacheGoal-v.cacheFilled, budget, max(v.memPages-v.guestUsed()-v.cacheHeld(), 0)); c > 0 {
@@ -392,10 +396,14 @@ func (s *node) tick(now float64, measuring bool) {
 			if v.populated >= v.pages {
 				v.phase, v.readyAt, v.rate = phaseReady, now, 0
 			}
+		case phaseReady: // waiting for the others: only its balloon's work
+			v.balloonWork(dt)
 		case phaseRunning:
 			running++
 			r := s.rateAt(v, share, s.readWait)
 			t, wait := s.touchTime(v, share, s.readWait)
+			// The balloon's work first: the workload runs in what is left.
+			r *= 1 - v.balloonWork(dt)/dt
 			v.rate, v.stall = r, wait/t
 			touches := r * dt
 			miss := touches * (1 - s.hit(v))

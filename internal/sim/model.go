@@ -33,7 +33,10 @@
 //     touched). A balloon (the agent's set_balloon) shrinks the guest:
 //     the guest drops that cache, wherever the host keeps its pages, and
 //     never goes below its overhead and its workload. Balloon moves take
-//     effect within a tick; their CPU is not modelled.
+//     effect within a tick and cost the guest's vCPU
+//     (VMSpec.BalloonCPUSecondsPerPage a page moved, inflating or
+//     deflating, free page reporting included), its workload stopped
+//     meanwhile.
 //   - ksmd (the agent's set_ksm) scans the workloads' pages at its pace,
 //     each page costing a core's time, and merges a resident duplicate
 //     the second time a scan finds it; a merged page takes no RAM but
@@ -131,6 +134,11 @@ type VMSpec struct {
 	// back without I/O, while the host, blind to what it is, swaps it out
 	// as the idlest of the VM's pages.
 	GuestCacheBytes uint64
+	// BalloonCPUSecondsPerPage is the guest's vCPU time a page its balloon
+	// moves costs, inflating or deflating (free page reporting of what a
+	// deflation returns included); its workload does not run meanwhile.
+	// Under TCG here about 5 µs (docs/sim.md); 0: free.
+	BalloonCPUSecondsPerPage float64
 	// RequestBytes is what the scheduler reserves for it.
 	RequestBytes uint64
 	Workload     Workload

@@ -463,6 +463,37 @@ func TestBalloonDropsTheGuestCache(t *testing.T) {
 	}
 }
 
+// A balloon move costs the guest's vCPU a fixed time a page moved, either
+// way, and its workload waits for it: a guest at 1M pages/s whose balloon
+// moves 100k pages at 5 µs each loses half a second of touches, over the
+// ticks the work spans.
+func TestBalloonMovesCostTheGuestsVCPU(t *testing.T) {
+	vm := oneVM(memload.ScanRandom) // 2 GiB guest, 1 GiB workload
+	vm.Workload.RatePagesPerSec, vm.BalloonCPUSecondsPerPage = 1e6, 5e-6
+	n := newNode(smallNode(), vm, 1, 0.25, 1)
+	running(n, 1)
+	n.capacityPages = 1e12
+	v := n.vms[0]
+	touches := func(seconds float64) float64 {
+		before := v.touches
+		for range int(seconds / 0.25) {
+			n.tick(0, true)
+		}
+		return v.touches - before
+	}
+	if got := touches(1); math.Abs(got-1e6) > 1 {
+		t.Fatalf("no balloon move: %.0f touches in 1 s, want 1M", got)
+	}
+	v.setBalloon(v.memPages - 6e4) // inflate by 60k pages: 0.3 s
+	v.setBalloon(v.memPages + 4e4) // deflate by 40k: 0.2 s
+	if got := touches(1); math.Abs(got-0.5e6) > 1 {
+		t.Fatalf("after moving 100k pages at 5 µs: %.0f touches in 1 s, want 500k", got)
+	}
+	if got := touches(1); math.Abs(got-1e6) > 1 {
+		t.Fatalf("the move done: %.0f touches in 1 s, want 1M", got)
+	}
+}
+
 // balloonBench is bench/density-balloon.sh's node in the model: 512 MiB
 // guests, each with a 32 MiB workload at 1M pages/s beside 288 MiB of
 // idle cache, on 1.5 GiB with 2 GiB of swap; the guests fill their cache
