@@ -10,7 +10,10 @@
 #   governor   headroom agent --ksm governor on the node
 # For each: seconds to 90% of the saving brute force reaches, ksmd
 # CPU-seconds to get there, MiB saved per ksmd CPU-second, and ksmd's CPU
-# share in steady state (10 s from 5 s after it converged). Then ksmtuned (apt) runs 30 s on the same
+# share in steady state (10 s from 5 s after it converged). TRACE=file
+# appends every 0.2 s sample: strategy, seconds, MiB saved, ksmd
+# CPU-seconds, pages_to_scan and full scans (how the advisor paces ksmd:
+# docs/sim.md). Then ksmtuned (apt) runs 30 s on the same
 # workload. WORKERS=vms runs the same loads inside 8 identical micro-VMs
 # of 384 MiB (their QEMUs in a 4 GiB node): QEMU marks guest RAM mergeable,
 # and the guests' kernels and initramfs merge too. Needs root; puts KSM
@@ -71,7 +74,7 @@ watch() {
   while :; do
     sleep 0.2
     t=$(echo "$(date +%s.%N) - $t0" | bc); cpu=$(echo "$(ksmd_cpu) - $cpu0" | bc); p=$(profit_mib)
-    [ -n "${TRACE:-}" ] && echo "$name $t $p $cpu" >> "$TRACE"
+    [ -n "${TRACE:-}" ] && echo "$name $t $p $cpu $(cat $K/pages_to_scan) $(cat $K/full_scans)" >> "$TRACE"
     if [ -z "$hit" ] && [ "$p" -ge $(( REF * 9 / 10 )) ]; then hit=$t; hitcpu=$cpu; hitp=$p; fi
     if [ -z "$conv" ] && [ "$p" -ge $(( REF * 99 / 100 )) ]; then conv=$t; fi
     if [ -n "$conv" ] && [ -z "$convcpu" ] && [ "$(echo "$t >= $conv + 5" | bc)" = 1 ]; then convcpu=$cpu; conv=$t; fi

@@ -230,12 +230,15 @@ func (a *Agent) Tick(ctx context.Context, now time.Time) {
 		a.discover()
 		a.lastDiscovery = now
 	}
+	// Evictions that ended before the sample is read: the sample then
+	// holds the memory they freed, as the policy assumes.
+	outcomes := a.takeOutcomes()
 	sample := a.obs.sample(now)
 	if now.Sub(a.statsAt) >= seconds(a.cfg.WorkloadStatsSeconds) {
 		a.refreshWorkloads(now, false)
 	}
 	a.refreshGuests(now)
-	snap := policy.Snapshot{Sample: sample, Workloads: a.workloadList(), Outcomes: a.takeOutcomes(), SwapResults: a.swapResults}
+	snap := policy.Snapshot{Sample: sample, Workloads: a.workloadList(), Outcomes: outcomes, SwapResults: a.swapResults}
 	a.swapResults = nil
 	decisions, next := policy.Decide(snap, a.cfg.Config, a.state)
 	if a.statsAt.Before(now) && next.Firing() {

@@ -658,7 +658,7 @@ webhooks:
 	}
 	for _, r := range a.records() {
 		if r.Time.After(ev.Time) && r.Time.Before(done.Time) && (r.Action == policy.ActionEvict || r.Action == policy.ActionAbandon) {
-			t.Errorf("while the VM migrated: %s %s", r.Action, r.Workload)
+			t.Errorf("while the VM migrated: %s %s (%s)", r.Action, r.Workload, r.Reason)
 		}
 	}
 	t.Logf("VM pod: eviction answered 429 (%d request(s)), waited %.1f s for the migration, then gone; nothing else chosen meanwhile",

@@ -264,8 +264,10 @@ type State struct {
 	Window []Sample `json:"-"`
 	// LastEviction is when the last eviction was decided.
 	LastEviction time.Time `json:"last_eviction"`
-	// VictimGone is when the last victim was seen gone (its memory freed):
-	// growth inside the cool-down is measured from there.
+	// VictimGone is when the last victim's eviction was reported ended
+	// (its processes gone, its memory freed): growth inside the cool-down
+	// is measured from there. A workload missing from a snapshot is not
+	// enough: a pod leaves the API before its processes exit.
 	VictimGone time.Time `json:"victim_gone,omitzero"`
 	// Evicting lists victims not yet gone (still have processes), with
 	// when each was chosen.
@@ -419,7 +421,6 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 		switch {
 		case !ok || w.Processes == 0:
 			delete(st.Evicting, name)
-			st.VictimGone = now
 		case now.Sub(since).Seconds() >= cfg.EvictionDeadlineSeconds:
 			delete(st.Evicting, name)
 			st.Abandoned[name] = now
@@ -534,9 +535,10 @@ const nearOOMSwapFactor = 0.95
 
 // oomBeforeCooldownEnds says why the scope would reach the kernel's OOM
 // point (RAM + the swap its workloads may use) before the cool-down ends,
-// or "" if it would not: it is within 5% of the swap of it, or, measured
-// since the last victim was gone (at least a second of samples), its
-// working set and swap grow fast enough to get there. A burst (VMs
+// or "" if it would not: once the last victim's eviction was reported
+// ended (its memory freed), it is within 5% of the swap of it, or,
+// measured since then (at least a second of samples), its working set and
+// swap grow fast enough to get there. A burst (VMs
 // populating) fills a node faster than a cool-down lasts: in the
 // simulator ten VMs starting on a 3 GiB node were OOM-killed 2.25 s after
 // the agent's first eviction, 2.75 s before its cool-down ended. An
@@ -549,11 +551,12 @@ func oomBeforeCooldownEnds(st State, cfg Config, now time.Time) string {
 	if last.ScopeErr != "" || last.Scope.SwapBytes == 0 {
 		return ""
 	}
+	// Only on data from after the last victim's memory was freed.
+	if st.VictimGone.IsZero() || st.VictimGone.Before(st.LastEviction) || last.Time.Before(st.VictimGone) {
+		return ""
+	}
 	if float64(last.Scope.UsedBytes()) >= float64(last.Scope.RAMBytes)+nearOOMSwapFactor*float64(last.Scope.SwapBytes) {
 		return fmt.Sprintf("the scope is within %.0f%% of its swap of the OOM point", 100*(1-nearOOMSwapFactor))
-	}
-	if st.VictimGone.IsZero() || st.VictimGone.Before(st.LastEviction) {
-		return ""
 	}
 	i := 0
 	for i < len(st.Window) && st.Window[i].Time.Before(st.VictimGone) {

@@ -287,10 +287,11 @@ func TestDecideEvictsLowestPriorityThenCoolsDown(t *testing.T) {
 }
 
 // When the scope would reach its OOM point (RAM + swap) before the
-// cool-down ends, the next eviction waits only for the victim to be gone:
-// a burst fills a node faster than a cool-down lasts. The scope is there
-// within 5% of the swap of it, or when its growth since the victim left
-// gets it there in time. Short of both, the cool-down holds.
+// cool-down ends, the next eviction waits only for the victim's eviction
+// to be reported ended: a burst fills a node faster than a cool-down
+// lasts. The scope is there within 5% of the swap of it, or when its
+// growth since then gets it there in time. Short of both, or before the
+// victim's memory is known freed, the cool-down holds.
 func TestDecideSkipsTheCooldownAtTheOOMPoint(t *testing.T) {
 	cfg := DefaultConfig()
 	wls := []Workload{wl("gold", 10, 2, 2, 1), wl("bronze", 1, 2, 2, 1.5), wl("silver", 5, 2, 2, 0.5)}
@@ -302,8 +303,15 @@ func TestDecideSkipsTheCooldownAtTheOOMPoint(t *testing.T) {
 	if ds, st = Decide(Snapshot{Sample: sample(0.5, 4, 3.9), Workloads: wls}, cfg, st); len(evictions(ds)) != 0 {
 		t.Fatalf("evicted while the victim exits: %+v", ds)
 	}
+	// The victim has left the listing (a pod leaves the API before its
+	// processes exit) and its memory still counts: not gone yet.
+	left := []Workload{wls[0], wls[2]}
+	if ds, _ := Decide(Snapshot{Sample: sample(0.8, 4, 3.9), Workloads: left}, cfg, st); len(evictions(ds)) != 0 {
+		t.Fatalf("evicted before the victim's eviction was reported ended: %+v", ds)
+	}
 	wls[1].Processes = 0
-	ds, gone := Decide(Snapshot{Sample: sample(1, 4, 3.7), Workloads: wls}, cfg, st)
+	ended := []EvictionOutcome{{Workload: "bronze", Result: EvictedGracefully, Seconds: 1}}
+	ds, gone := Decide(Snapshot{Sample: sample(1, 4, 3.7), Workloads: wls, Outcomes: ended}, cfg, st)
 	if len(evictions(ds)) != 0 {
 		t.Fatalf("evicted within the cool-down at 3.7 of 4 GiB of swap: %+v", ds)
 	}
