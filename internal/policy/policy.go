@@ -269,6 +269,8 @@ type State struct {
 	// is measured from there. A workload missing from a snapshot is not
 	// enough: a pod leaves the API before its processes exit.
 	VictimGone time.Time `json:"victim_gone,omitzero"`
+	// lastVictim is the workload last chosen for eviction.
+	lastVictim string
 	// Evicting lists victims not yet gone (still have processes), with
 	// when each was chosen.
 	Evicting map[string]time.Time `json:"evicting"`
@@ -406,7 +408,7 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 	}
 	for _, o := range snap.Outcomes {
 		out = append(out, outcomeDecision(now, o))
-		if _, ok := st.Evicting[o.Workload]; ok {
+		if o.Workload == st.lastVictim { // even if it left the listing before
 			st.VictimGone = now
 		}
 		delete(st.Evicting, o.Workload)
@@ -515,7 +517,7 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 		reason += fmt.Sprintf("; %.1f s after the last eviction, inside the %g s cool-down: %s",
 			now.Sub(st.LastEviction).Seconds(), cfg.CooldownSeconds, oomBeforeCooldownEnds(st, cfg, now))
 	}
-	st.LastEviction = now
+	st.LastEviction, st.lastVictim = now, victim.Name
 	st.Evicting[victim.Name] = now
 	st.Window = nil // re-check on data gathered after this eviction
 	st.lastNote = ""

@@ -306,8 +306,14 @@ func TestDecideSkipsTheCooldownAtTheOOMPoint(t *testing.T) {
 	// The victim has left the listing (a pod leaves the API before its
 	// processes exit) and its memory still counts: not gone yet.
 	left := []Workload{wls[0], wls[2]}
-	if ds, _ := Decide(Snapshot{Sample: sample(0.8, 4, 3.9), Workloads: left}, cfg, st); len(evictions(ds)) != 0 {
+	ds, leftSt := Decide(Snapshot{Sample: sample(0.8, 4, 3.9), Workloads: left}, cfg, st)
+	if len(evictions(ds)) != 0 {
 		t.Fatalf("evicted before the victim's eviction was reported ended: %+v", ds)
+	}
+	// Its eviction reported ended a round later still counts.
+	ds, _ = Decide(Snapshot{Sample: sample(0.9, 4, 3.9), Workloads: left, Outcomes: []EvictionOutcome{{Workload: "bronze", Result: EvictedGracefully}}}, cfg, leftSt)
+	if ev := evictions(ds); len(ev) != 1 || ev[0].Workload != "silver" {
+		t.Fatalf("the victim's eviction reported ended after it left the listing, at 3.9 of 4 GiB of swap: %+v", ds)
 	}
 	wls[1].Processes = 0
 	ended := []EvictionOutcome{{Workload: "bronze", Result: EvictedGracefully, Seconds: 1}}
