@@ -474,6 +474,8 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 	signals, unreadable := Evaluate(st.Window, cfg)
 	st.Signals = signals
 	firing := firstFiring(signals)
+	// oomFirst says why the cool-down is not waited for ("" if it is not skipped).
+	var oomFirst string
 	switch {
 	case snap.Sample.ScopeErr != "":
 		out = st.note(out, Decision{Time: now, Action: ActionNone, Reason: "scope stats unreadable, not acting: " + snap.Sample.ScopeErr})
@@ -490,8 +492,11 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 		out = st.note(out, Decision{Time: now, Action: ActionNone, Trigger: triggerOf(firing, nil),
 			Reason: "waiting for the previous victim to exit"})
 		return out, st
-	case inCooldown(st, cfg, now) && oomBeforeCooldownEnds(st, cfg, now) == "":
-		return out, st
+	case inCooldown(st, cfg, now):
+		// Past this only when the OOM point would come first.
+		if oomFirst = oomBeforeCooldownEnds(st, cfg, now); oomFirst == "" {
+			return out, st
+		}
 	}
 	if reason, hold := balloonsHoldEviction(st.Balloon, signals, st.Window, now); hold {
 		if !st.evictionHeld {
@@ -513,9 +518,9 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 	}
 	victim := ranked[0]
 	reason := rankReason(ranked, st.SwapAllowance)
-	if inCooldown(st, cfg, now) {
+	if oomFirst != "" {
 		reason += fmt.Sprintf("; %.1f s after the last eviction, inside the %g s cool-down: %s",
-			now.Sub(st.LastEviction).Seconds(), cfg.CooldownSeconds, oomBeforeCooldownEnds(st, cfg, now))
+			now.Sub(st.LastEviction).Seconds(), cfg.CooldownSeconds, oomFirst)
 	}
 	st.LastEviction, st.lastVictim = now, victim.Name
 	st.Evicting[victim.Name] = now

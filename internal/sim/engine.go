@@ -436,7 +436,7 @@ func (s *node) tick(now float64, measuring bool) {
 		s.psiSome += anyStalled * dt
 		s.psiFull += stalledAll * dt
 	}
-	s.ksmTick(dt)
+	s.ksmTick(now, dt)
 	s.reclaim(dt)
 }
 

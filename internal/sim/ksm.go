@@ -66,10 +66,10 @@ type ksmd struct {
 	pagesToScan, sleepMs float64
 	advisor              string
 	scanTime             scanTimeAdvisor
-	// clock is ksmd's time, advanced by ksmTick; passStart is when the
-	// current full scan started (passStarted: it has).
-	clock, passStart float64
-	passStarted      bool
+	// passStart is when the current full scan started, on the step's
+	// simulated clock (passStarted: it has).
+	passStart   float64
+	passStarted bool
 	// scanPos is how far into the current full scan ksmd is, in pages;
 	// mergedThisPass the pages it merged in it (behind scanPos).
 	scanPos, mergedThisPass float64
@@ -149,13 +149,11 @@ func (s *node) ksmSavedPages() float64 {
 	return merged - shared
 }
 
-// ksmTick advances ksmd by dt: it scans, and on second and later scans
-// merges the unmerged duplicates it passes.
-func (s *node) ksmTick(dt float64) {
+// ksmTick advances ksmd by dt from simulated time now: it scans, and on
+// second and later scans merges the unmerged duplicates it passes.
+func (s *node) ksmTick(now, dt float64) {
 	k := s.ksm
 	k.coresUsed = 0
-	now := k.clock
-	k.clock += dt
 	total := s.mergeablePages()
 	if k.run != 1 || total < 1 {
 		return
@@ -166,8 +164,7 @@ func (s *node) ksmTick(dt float64) {
 	}
 	for left := dt; left > 1e-12; {
 		rem := total - k.scanPos
-		perPage := s.ksmPageSeconds(total, rem)
-		batch := ksmWakeSeconds + k.pagesToScan*perPage
+		batch := k.batchSeconds(s.ksmPageSeconds(total, rem))
 		perSecond := k.pagesToScan / (batch + k.sleepMs/1000 + ksmSleepOvershootSeconds)
 		cpuPerPage := batch / k.pagesToScan
 		if !k.passStarted {
@@ -180,7 +177,7 @@ func (s *node) ksmTick(dt float64) {
 		// second).
 		if pass := total / perSecond; k.advisor != "scan-time" || pass < 1e-3 {
 			if extra := math.Floor(left/pass) - 2; extra > 0 {
-				converged := (ksmWakeSeconds + k.pagesToScan*s.ksmPageSeconds(total, 0)) / k.pagesToScan
+				converged := k.batchSeconds(s.ksmPageSeconds(total, 0)) / k.pagesToScan
 				k.fullScans += uint64(extra)
 				k.pagesScanned += extra * total
 				k.cpuSeconds += extra * total * converged
@@ -196,7 +193,7 @@ func (s *node) ksmTick(dt float64) {
 			// the pass (the merged ones are behind it).
 			for _, v := range s.vms {
 				if v.live() {
-					merging := s.ksmUnmerged(v) * scanned / rem
+					merging := v.ksmUnmerged() * scanned / rem
 					v.merged += merging
 					k.mergedThisPass += merging
 				}
@@ -214,9 +211,14 @@ func (s *node) ksmTick(dt float64) {
 	k.coresUsed = (k.cpuSeconds - cpuBefore) / dt
 }
 
+// batchSeconds is ksmd's CPU for one batch at perPage a page.
+func (k *ksmd) batchSeconds(perPage float64) float64 {
+	return ksmWakeSeconds + k.pagesToScan*perPage
+}
+
 // ksmUnmerged is a VM's duplicates not merged yet: only resident ones
 // count (swap is not scanned).
-func (s *node) ksmUnmerged(v *vmState) float64 {
+func (v *vmState) ksmUnmerged() float64 {
 	return max(v.dupShare*v.resident-v.merged, 0)
 }
 
@@ -231,7 +233,7 @@ func (s *node) ksmPageSeconds(total, rem float64) float64 {
 	var unmerged, merged float64
 	for _, v := range s.vms {
 		if v.live() {
-			unmerged += s.ksmUnmerged(v)
+			unmerged += v.ksmUnmerged()
 			merged += v.merged
 		}
 	}

@@ -25,9 +25,11 @@ func TestKSMMergesOnTheSecondScan(t *testing.T) {
 	// 1000 checksums, then ksmd sleeps 20 ms (and the kernel's overshoot).
 	firstBatch := ksmWakeSeconds + 1000*ksmChecksumSecondsPerPage
 	perSecond := 1000 / (firstBatch + 0.02 + ksmSleepOvershootSeconds)
+	now := 0.0
 	tick := func(seconds float64) {
 		for range int(seconds / 0.25) {
-			n.ksmTick(0.25)
+			n.ksmTick(now, 0.25)
+			now += 0.25
 		}
 	}
 	seconds := 0.25 * float64(int(0.9*total/perSecond/0.25))
@@ -202,7 +204,7 @@ func ksmBench(t *testing.T, ksmdPastSeconds float64, setting policy.KSMSetting, 
 		if agent != nil {
 			agent.round(n, now)
 		}
-		n.ksmTick(dt)
+		n.ksmTick(now, dt)
 		if r.pagesAfterFirst == 0 && n.ksm.fullScans == 1 {
 			r.pagesAfterFirst = n.ksm.pagesToScan
 		}
@@ -213,10 +215,10 @@ func ksmBench(t *testing.T, ksmdPastSeconds float64, setting policy.KSMSetting, 
 		if math.IsInf(converged, 1) && saved >= 0.99*saving {
 			converged = now + dt
 		}
-		switch t := now + dt; {
-		case math.Abs(t-(converged+5)) < dt/2:
+		switch at := now + dt; {
+		case math.Abs(at-(converged+5)) < dt/2:
 			idleFrom = n.ksm.cpuSeconds
-		case math.Abs(t-(converged+15)) < dt/2:
+		case math.Abs(at-(converged+15)) < dt/2:
 			r.idleCores = (n.ksm.cpuSeconds - idleFrom) / 10
 			return r
 		}
