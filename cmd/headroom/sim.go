@@ -49,7 +49,8 @@ that share of the swap).
 --machine this measures this machine first — its RAM, cores, the touch
 rate of one headroom load worker a core over blocks of 64 MiB, 256 MiB
 and 1 GiB (a core touches fewer pages/s the more memory it cycles
-through), the active swap device as headroom agent calibrate probes it
+through) and of one worker alone (faster: no neighbour in the shared
+caches), each the median of three rounds, the active swap device as headroom agent calibrate probes it
 (or, with no swap active, the file system where density --swap SIZE puts
 its swap file) at queue depths 1 to 16, and, as
 root, the kernel's CPU per page paged (one headroom load worker in a memory
@@ -58,25 +59,25 @@ them where neither the command line nor the scenario gave a value.`
 
 type simFlags struct {
 	rampFlags
-	guestOverhead, guestCache       bytesValue
-	balloon                         bool
-	balloonPol                      string
-	maxSwapIn, maxSwapOut           float64
-	ksm                             string
-	nodeMemory, systemReserve, swap bytesValue
-	cpus, populateRate              float64
-	touchRate                       string
-	readIOPS, writeIOPS             float64
-	latency, ksmdCPU, balloonCPU    time.Duration
-	swapTier                        string
-	agent                           bool
-	out, label, scenario, find      string
-	swapDepths, workerKind          string
-	pagingCPU                       string
-	machine                         string
-	minPerVM, maxSwapUtil           float64
-	seed                            uint64
-	json, stopOnFail                bool
+	guestOverhead, guestCache             bytesValue
+	balloon                               bool
+	balloonPol                            string
+	maxSwapIn, maxSwapOut                 float64
+	ksm                                   string
+	nodeMemory, systemReserve, swap       bytesValue
+	cpus, populateRate, touchAloneSpeedup float64
+	touchRate                             string
+	readIOPS, writeIOPS                   float64
+	latency, ksmdCPU, balloonCPU          time.Duration
+	swapTier                              string
+	agent                                 bool
+	out, label, scenario, find            string
+	swapDepths, workerKind                string
+	pagingCPU                             string
+	machine                               string
+	minPerVM, maxSwapUtil                 float64
+	seed                                  uint64
+	json, stopOnFail                      bool
 }
 
 func newSimCommand() *cobra.Command {
@@ -104,6 +105,7 @@ func newSimCommand() *cobra.Command {
 	fl.Var(&f.systemReserve, "system-reserve", "RAM the VMs never get (host kernel, daemons, reservations)")
 	fl.Float64Var(&f.cpus, "cpus", f.cpus, "the node's cores")
 	fl.StringVar(&f.touchRate, "touch-rate", f.touchRate, "pages/s one core touches in RAM (headroom load's rate in a VM), "+sim.TouchRateForm)
+	fl.Float64Var(&f.touchAloneSpeedup, "touch-alone-speedup", 0, "how much faster one core touches while it is the only busy one than --touch-rate (measured with every core busy); in between, in proportion to the idle cores (0 or 1: no difference; --machine this measures it)")
 	fl.Float64Var(&f.populateRate, "populate-rate", 0, "pages/s one core fills a new block at (0: a quarter of --touch-rate, at its smallest size)")
 	fl.Var(&f.swap, "swap", "swap device size (0: none)")
 	fl.Float64Var(&f.readIOPS, "swap-read-iops", f.readIOPS, "the swap device's 4 KiB random-read rate")
@@ -196,6 +198,9 @@ func applyMachine(cmd *cobra.Command, f *simFlags) error {
 	set("cpus", fmt.Sprint(fig.CPUs))
 	set("touch-rate", sim.FormatTouchRate(fig.TouchRate))
 	set("populate-rate", fmt.Sprint(fig.PopulateRatePerCore))
+	if fig.TouchAloneSpeedup > 0 {
+		set("touch-alone-speedup", fmt.Sprint(fig.TouchAloneSpeedup))
+	}
 	set("swap-read-iops", fmt.Sprint(fig.ReadIOPS))
 	set("swap-write-iops", fmt.Sprint(fig.WriteIOPS))
 	set("swap-latency", time.Duration(fig.LatencySeconds*float64(time.Second)).String())
@@ -227,7 +232,7 @@ func simParams(f *simFlags) (sim.Params, error) {
 	content := memload.Content(f.content)
 	ratio := sim.ContentRatio(content)
 	node := sim.Node{RAMBytes: uint64(f.nodeMemory), SystemReserveBytes: uint64(f.systemReserve), CPUs: f.cpus,
-		PopulateRatePerCore: f.populateRate, PageCluster: 3, KSMDCPUSeconds: f.ksmdCPU.Seconds(),
+		TouchAloneSpeedup: f.touchAloneSpeedup, PopulateRatePerCore: f.populateRate, PageCluster: 3, KSMDCPUSeconds: f.ksmdCPU.Seconds(),
 		Swap: sim.Device{SizeBytes: uint64(f.swap), ReadIOPS: f.readIOPS, WriteIOPS: f.writeIOPS, LatencySeconds: f.latency.Seconds()}}
 	if f.swapDepths != "" {
 		if node.Swap.Depths, err = sim.ParseDepths(f.swapDepths); err != nil {
@@ -384,7 +389,7 @@ func simParamsMap(f *simFlags) map[string]any {
 		"memory_scan": string(f.scan), "writes": float64(f.writes), "rate_pages_per_sec": float64(f.rate),
 		"content": memload.Content(f.content).String(), "workload_runtime_seconds": f.runtime.Seconds(), "overcommit_percent": f.overcommit,
 		"overhead_bytes": uint64(f.overhead), "guest_overhead_bytes": uint64(f.guestOverhead), "node_memory_bytes": uint64(f.nodeMemory),
-		"system_reserve_bytes": uint64(f.systemReserve), "cpus": f.cpus, "touch_rate": f.touchRate, "populate_rate": f.populateRate, "swap_bytes": uint64(f.swap),
+		"system_reserve_bytes": uint64(f.systemReserve), "cpus": f.cpus, "touch_rate": f.touchRate, "touch_alone_speedup": f.touchAloneSpeedup, "populate_rate": f.populateRate, "swap_bytes": uint64(f.swap),
 		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(), "swap_depths": f.swapDepths, "paging_cpu": f.pagingCPU, "worker_kind": f.workerKind,
 		"swap_tier": f.swapTier, "agent": f.agent, "max_swap_in_pages_per_sec": f.maxSwapIn, "max_swap_out_pages_per_sec": f.maxSwapOut, "ksm": f.ksm, "ksmd_cpu_seconds": f.ksmdCPU.Seconds(), "balloon": balloonParam(f.balloon, f.balloonPol), "guest_cache_bytes": uint64(f.guestCache), "balloon_cpu_seconds_per_page": f.balloonCPU.Seconds(), "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
 }

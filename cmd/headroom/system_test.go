@@ -247,6 +247,12 @@ func TestSystemSimMachineThis(t *testing.T) {
 			t.Errorf("touch_rate %q: %.0f pages/s over %.0f B a core; want over a million, as headroom load touches in RAM", touch, rt.PagesPerSec, rt.BytesPerCore)
 		}
 	}
+	// How much faster one worker alone touches than one on every core:
+	// at least 1 (a lower ratio is noise), 1.0-1.3 here.
+	if speedup, _ := p["touch_alone_speedup"].(float64); runtime.NumCPU() > 1 &&
+		(speedup < 1 || speedup > 4 || !strings.Contains(r.stderr, "one worker alone")) {
+		t.Errorf("touch_alone_speedup %v, figures %q: want the alone ÷ every-core touch rate, 1 to 4", p["touch_alone_speedup"], r.stderr)
+	}
 	// The device at queue depths 1 to 16, reads and writes (a scratch
 	// file beside the swap file), is the model's device.
 	depths, _ := p["swap_depths"].(string)

@@ -325,6 +325,18 @@ func (s *node) faulting() float64 {
 	return n
 }
 
+// busyVMs counts the VMs populating or running: the cores they keep busy,
+// at most one each.
+func (s *node) busyVMs() float64 {
+	var n float64
+	for _, v := range s.vms {
+		if v.phase == phasePopulating || v.phase == phaseRunning {
+			n++
+		}
+	}
+	return n
+}
+
 // touchedBytesPerCore is the resident workload memory the running VMs
 // cycle through, per core they run on.
 func (s *node) touchedBytesPerCore() float64 {
@@ -364,7 +376,7 @@ func (s *node) coresUsed(share float64) float64 {
 func (s *node) tick(now float64, measuring bool) {
 	dt := s.dtSeconds
 	s.pagingCPU = pagingCPUAt(s.n.PagingCPU, s.faulting())
-	s.touchRate = touchRateAt(s.n.TouchRate, s.touchedBytesPerCore())
+	s.touchRate = touchRateAt(s.n.TouchRate, s.touchedBytesPerCore()) * aloneSpeedup(s.n.TouchAloneSpeedup, s.busyVMs(), s.n.CPUs)
 	share := s.cpuShare()
 	s.readWait = s.solveReadWait(share)
 	var stalledAll, anyStalled = 1.0, 0.0

@@ -2,20 +2,16 @@ package sim
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
-	"os/exec"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/headroom-dev/headroom/internal/agent"
 	"github.com/headroom-dev/headroom/internal/host"
-	"github.com/headroom-dev/headroom/internal/loadrun"
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/probe"
 	"github.com/headroom-dev/headroom/internal/results"
@@ -30,6 +26,9 @@ type MachineFigures struct {
 	// TouchRate is a `headroom load` worker's pages/s in RAM with one
 	// worker a core, by the size of each worker's block.
 	TouchRate []TouchRate `json:"touch_rate"`
+	// TouchAloneSpeedup is a worker's touch rate alone on the machine
+	// over the rate a core with a worker on every core (0: one core).
+	TouchAloneSpeedup float64 `json:"touch_alone_speedup"`
 	// PopulateRatePerCore is a worker's pages/s filling its block.
 	PopulateRatePerCore float64 `json:"populate_rate_per_core"`
 	// SwapDevice is the active swap area probed, or the directory where
@@ -101,7 +100,7 @@ func MeasureMachine(ctx context.Context, o MeasureOptions) (MachineFigures, erro
 	if cpu, err := ksmd.Seconds(); err == nil { // no ksmd: no KSM in this kernel, nothing used
 		f.KSMDCPUSeconds = cpu
 	}
-	if f.TouchRate, f.PopulateRatePerCore, err = measureTouchRate(ctx, o, f.CPUs, f.RAMBytes); err != nil {
+	if f.TouchRate, f.TouchAloneSpeedup, f.PopulateRatePerCore, err = measureTouchRate(ctx, o, f.CPUs, f.RAMBytes); err != nil {
 		return f, err
 	}
 	var res probe.Result
@@ -161,44 +160,18 @@ func measurePagingCPURuns(ctx context.Context, o MeasureOptions, cpus int) ([]Pa
 	return costs, spreads, nil
 }
 
-// touchSizesPerCore are the blocks the touch rate is measured with, one
-// worker a core: from what the caches hold to what they do not.
-var touchSizesPerCore = []uint64{64 << 20, 256 << 20, 1 << 30}
-
-// measureTouchRate runs one `headroom load` worker a core at each block
-// size that fits in a quarter of RAM, and returns each size's pages/s a
-// core and the pages/s a core filled the first block at.
-func measureTouchRate(ctx context.Context, o MeasureOptions, cpus int, ramBytes uint64) (rates []TouchRate, populatePerCore float64, err error) {
-	for _, size := range touchSizesPerCore {
-		if uint64(cpus)*size > ramBytes/4 && len(rates) > 0 {
-			break
-		}
-		out, err := exec.CommandContext(ctx, o.Headroom, "load", "--workers", strconv.Itoa(cpus), "--size", strconv.FormatUint(size, 10),
-			"--scan", string(o.Scan), "--duration", o.Duration.String(), "--json").Output()
-		if err != nil {
-			return nil, 0, fmt.Errorf("measure the touch rate (headroom load, %d workers of %s): %w", cpus, units.FormatBytes(size), err)
-		}
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		var s loadrun.FleetSummary
-		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &s); err != nil || !(s.PagesPerSec > 0) || s.Workers != cpus {
-			return nil, 0, fmt.Errorf("measure the touch rate: no summary of %d workers from headroom load", cpus)
-		}
-		rates = append(rates, TouchRate{BytesPerCore: float64(size), PagesPerSec: math.Round(s.PagesPerSec / float64(cpus))})
-		if populatePerCore == 0 && s.PopulateSeconds > 0 {
-			populatePerCore = math.Round(float64(size/PageBytes) / s.PopulateSeconds)
-		}
-	}
-	return rates, populatePerCore, nil
-}
-
 // String is the one-line account `sim --machine this` prints.
 func (f MachineFigures) String() string {
 	touch := make([]string, len(f.TouchRate))
 	for i, r := range f.TouchRate {
 		touch[i] = fmt.Sprintf("%s over %s", units.FormatRate(r.PagesPerSec), units.FormatBytes(uint64(r.BytesPerCore)))
 	}
-	s := fmt.Sprintf("this machine: %s RAM, %d cores, pages/s a core touches %s and fills %s (headroom load, a worker a core); swap %s: 4 KiB random read %s IOPS, write %s IOPS at queue depth %d, %.0f µs a read alone",
-		units.FormatBytes(f.RAMBytes), f.CPUs, strings.Join(touch, ", "), units.FormatRate(f.PopulateRatePerCore), f.SwapDevice, units.FormatRate(f.ReadIOPS),
+	alone := ""
+	if f.TouchAloneSpeedup > 0 {
+		alone = fmt.Sprintf(", one worker alone %.2f× that", f.TouchAloneSpeedup)
+	}
+	s := fmt.Sprintf("this machine: %s RAM, %d cores, pages/s a core touches %s and fills %s (headroom load, a worker a core, median of %d runs%s); swap %s: 4 KiB random read %s IOPS, write %s IOPS at queue depth %d, %.0f µs a read alone",
+		units.FormatBytes(f.RAMBytes), f.CPUs, strings.Join(touch, ", "), units.FormatRate(f.PopulateRatePerCore), touchProbeRounds, alone, f.SwapDevice, units.FormatRate(f.ReadIOPS),
 		units.FormatRate(f.WriteIOPS), probeJobs, f.LatencySeconds*1e6)
 	if len(f.Depths) > 0 {
 		s += "; by queue depth (read/write IOPS) " + FormatDepths(f.Depths)

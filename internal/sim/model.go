@@ -69,6 +69,11 @@ type Node struct {
 	// rate, or a VM's: a guest's touches pay for the EPT or, under TCG,
 	// QEMU's software MMU), by the memory the workloads on a core touch.
 	TouchRate []TouchRate
+	// TouchAloneSpeedup is how much faster a core touches while it is the
+	// only busy one (no neighbour in the shared caches, on the memory bus
+	// or on its SMT sibling) than TouchRate, measured with every core busy;
+	// in between, in proportion to the idle cores (0 or 1: no difference).
+	TouchAloneSpeedup float64
 	// PopulateRatePerCore is the pages/s one core fills a new block at
 	// (allocating, zeroing and writing each page's content; 0: a quarter
 	// of the touch rate).
@@ -170,6 +175,8 @@ func Validate(n Node, v VMSpec) error {
 		return fmt.Errorf("--cpus must be positive")
 	case !touchRatesValid(n.TouchRate):
 		return fmt.Errorf("--touch-rate: want %s, sizes ascending, rates positive", TouchRateForm)
+	case n.TouchAloneSpeedup != 0 && !(n.TouchAloneSpeedup >= 1 && n.TouchAloneSpeedup <= maxTouchAloneSpeedup):
+		return fmt.Errorf("--touch-alone-speedup %g: want 1..%g (0: none)", n.TouchAloneSpeedup, float64(maxTouchAloneSpeedup))
 	case n.Swap.SizeBytes > 0 && !(n.Swap.ReadIOPS > 0):
 		return fmt.Errorf("--swap-read-iops must be positive with --swap")
 	case n.Swap.SizeBytes > 0 && !(n.Swap.WriteIOPS > 0):

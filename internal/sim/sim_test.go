@@ -558,14 +558,15 @@ func TestValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for want, f := range map[string]func(*Node, *VMSpec){
-		"--node-memory":     func(n *Node, _ *VMSpec) { n.RAMBytes = 0 },
-		"--system-reserve":  func(n *Node, _ *VMSpec) { n.SystemReserveBytes = n.RAMBytes },
-		"--cpus":            func(n *Node, _ *VMSpec) { n.CPUs = 0 },
-		"--touch-rate":      func(n *Node, _ *VMSpec) { n.TouchRate = nil },
-		"--swap-read-iops":  func(n *Node, _ *VMSpec) { n.Swap.ReadIOPS = 0 },
-		"--swap-write-iops": func(n *Node, _ *VMSpec) { n.Swap.WriteIOPS = 0 },
-		"--swap-latency":    func(n *Node, _ *VMSpec) { n.Swap.LatencySeconds = 0 },
-		"ratio":             func(n *Node, _ *VMSpec) { n.Tier = &Tier{SizeBytes: 1 << 30, Ratio: 0.5} },
+		"--node-memory":         func(n *Node, _ *VMSpec) { n.RAMBytes = 0 },
+		"--system-reserve":      func(n *Node, _ *VMSpec) { n.SystemReserveBytes = n.RAMBytes },
+		"--cpus":                func(n *Node, _ *VMSpec) { n.CPUs = 0 },
+		"--touch-rate":          func(n *Node, _ *VMSpec) { n.TouchRate = nil },
+		"--touch-alone-speedup": func(n *Node, _ *VMSpec) { n.TouchAloneSpeedup = 0.9 },
+		"--swap-read-iops":      func(n *Node, _ *VMSpec) { n.Swap.ReadIOPS = 0 },
+		"--swap-write-iops":     func(n *Node, _ *VMSpec) { n.Swap.WriteIOPS = 0 },
+		"--swap-latency":        func(n *Node, _ *VMSpec) { n.Swap.LatencySeconds = 0 },
+		"ratio":                 func(n *Node, _ *VMSpec) { n.Tier = &Tier{SizeBytes: 1 << 30, Ratio: 0.5} },
 		"--swap-depths": func(n *Node, _ *VMSpec) {
 			n.Swap.Depths = []DepthRate{{QueueDepth: 4, ReadIOPS: 1, WriteIOPS: 1}, {QueueDepth: 2, ReadIOPS: 1, WriteIOPS: 1}}
 		},

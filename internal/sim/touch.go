@@ -86,6 +86,21 @@ func touchRateAt(rs []TouchRate, bytesPerCore float64) float64 {
 		func(r TouchRate) float64 { return r.PagesPerSec }, false)
 }
 
+// maxTouchAloneSpeedup bounds Node.TouchAloneSpeedup: a core alone
+// gains its neighbours' share of the caches and the memory bus, not
+// several times its speed.
+const maxTouchAloneSpeedup = 4
+
+// aloneSpeedup is the factor on the touch rate with busyCores of cpus
+// busy: speedup with one core busy, none with all, in proportion between.
+func aloneSpeedup(speedup, busyCores, cpus float64) float64 {
+	if !(speedup > 1) || !(cpus > 1) {
+		return 1
+	}
+	idle := min(max(cpus-max(busyCores, 1), 0), cpus-1)
+	return 1 + (speedup-1)*idle/(cpus-1)
+}
+
 // touchRatesValid says whether rates are as ParseTouchRate returns them.
 func touchRatesValid(rs []TouchRate) bool {
 	if len(rs) == 0 {

@@ -125,3 +125,64 @@ func TestEngineTouchRateByResidentMemoryPerCore(t *testing.T) {
 		t.Errorf("4 VMs in RAM on 2 cores: %.1fM pages/s, want 80M", touches/1e6)
 	}
 }
+
+// A core alone touches faster by the speedup; with every core busy, at
+// the rate measured so; in between, in proportion to the idle cores.
+func TestAloneSpeedup(t *testing.T) {
+	for _, c := range []struct{ speedup, busy, cpus, want float64 }{
+		{1.2, 1, 2, 1.2}, {1.2, 2, 2, 1}, {1.2, 5, 2, 1}, {1.2, 0, 2, 1.2},
+		{1.3, 1, 4, 1.3}, {1.3, 2, 4, 1.2}, {1.3, 3, 4, 1.1}, {1.3, 4, 4, 1}, {1.3, 2.5, 4, 1.15},
+		{1.2, 1, 1, 1}, {0, 1, 2, 1}, {1, 1, 2, 1}, {0.8, 1, 2, 1},
+	} {
+		if got := aloneSpeedup(c.speedup, c.busy, c.cpus); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("speedup %g, %g of %g cores busy: %g, want %g", c.speedup, c.busy, c.cpus, got, c.want)
+		}
+	}
+}
+
+// One VM running on two cores touches at the speedup; two at the rate
+// measured with both busy; a populating VM keeps its core busy.
+func TestEngineTouchRateAlone(t *testing.T) {
+	nd := smallNode()
+	nd.CPUs, nd.TouchRate, nd.TouchAloneSpeedup = 2, []TouchRate{{0, 50e6}}, 1.2
+	spec := oneVM(memload.ScanRandom)
+	for _, c := range []struct {
+		vms, populating int
+		want            float64
+	}{{1, 0, 60e6}, {2, 0, 50e6}, {2, 1, 50e6}} {
+		n := newNode(nd, spec, c.vms, 0.001, 1)
+		running(n, 1)
+		for _, v := range n.vms[:c.populating] {
+			v.phase = phasePopulating
+		}
+		n.capacityPages = 1e12
+		n.tick(0, true)
+		if math.Abs(n.touchRate-c.want) > 1 {
+			t.Errorf("%d VMs, %d populating: %.1fM pages/s a core, want %.1fM", c.vms, c.populating, n.touchRate/1e6, c.want/1e6)
+		}
+	}
+}
+
+// The probe's rounds: per block the median rate with every core busy,
+// the median alone ÷ all ratio over every block (at least 1), and the
+// smallest block's median populate rate.
+func TestSummarizeTouchRuns(t *testing.T) {
+	runs := []touchRun{
+		{64 << 20, 80e6, 96e6, 200e3}, {256 << 20, 50e6, 55e6, 0},
+		{64 << 20, 70e6, 70e6, 180e3}, {256 << 20, 40e6, 48e6, 0},
+		{64 << 20, 90e6, 99e6, 220e3}, {256 << 20, 45e6, 45e6, 0},
+	}
+	rates, speedup, populate := summarizeTouchRuns(runs)
+	want := []TouchRate{{64 << 20, 80e6}, {256 << 20, 45e6}}
+	if !reflect.DeepEqual(rates, want) || speedup != 1.1 || populate != 200e3 {
+		t.Errorf("got %v, speedup %g, populate %g; want %v, 1.1, 200000", rates, speedup, populate, want)
+	}
+	// Alone slower than all (noise): no speedup; one core: none measured.
+	runs = []touchRun{{64 << 20, 80e6, 70e6, 0}, {64 << 20, 80e6, 75e6, 0}, {64 << 20, 80e6, 90e6, 0}}
+	if _, speedup, _ := summarizeTouchRuns(runs); speedup != 1 {
+		t.Errorf("alone mostly slower: speedup %g, want 1", speedup)
+	}
+	if _, speedup, _ := summarizeTouchRuns([]touchRun{{64 << 20, 80e6, 0, 0}}); speedup != 0 {
+		t.Errorf("nothing alone: speedup %g, want 0", speedup)
+	}
+}

@@ -1,0 +1,126 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/headroom-dev/headroom/internal/loadrun"
+	"github.com/headroom-dev/headroom/internal/results"
+	"github.com/headroom-dev/headroom/internal/units"
+)
+
+// touchSizesPerCore are the blocks the touch rate is measured with, one
+// worker a core: from what the caches hold to what they do not.
+var touchSizesPerCore = []uint64{64 << 20, 256 << 20, 1 << 30}
+
+// touchProbeRounds is how often each block is measured, every core busy
+// and one alone taking turns. One 2 s run is not enough on a shared VM:
+// here the same run read 37-48M random pages/s a core over 256 MiB
+// minutes apart, and one core alone 0.96-1.25× the rate of every core busy.
+const touchProbeRounds = 3
+
+// touchRun is one round's measurement of one block: pages/s a core with a
+// worker on every core and with one worker alone, and the pages/s a core
+// filled the block at with every core busy.
+type touchRun struct {
+	BytesPerCore                     uint64
+	AllPagesPerSec, AlonePagesPerSec float64
+	PopulatePagesPerSec              float64
+}
+
+// measureTouchRate runs `headroom load` at each block size that fits in a
+// quarter of RAM, one worker a core and then one worker alone, for
+// touchProbeRounds rounds, and sums them up (summarizeTouchRuns).
+func measureTouchRate(ctx context.Context, o MeasureOptions, cpus int, ramBytes uint64) (rates []TouchRate, aloneSpeedup, populatePerCore float64, err error) {
+	var sizes []uint64
+	for _, size := range touchSizesPerCore {
+		if uint64(cpus)*size > ramBytes/4 && len(sizes) > 0 {
+			break
+		}
+		sizes = append(sizes, size)
+	}
+	var runs []touchRun
+	for range touchProbeRounds {
+		for _, size := range sizes {
+			all, err := loadSummary(ctx, o, cpus, size)
+			if err != nil {
+				return nil, 0, 0, err
+			}
+			run := touchRun{BytesPerCore: size, AllPagesPerSec: all.PagesPerSec / float64(cpus)}
+			if all.PopulateSeconds > 0 {
+				run.PopulatePagesPerSec = float64(size/PageBytes) / all.PopulateSeconds
+			}
+			if cpus > 1 {
+				alone, err := loadSummary(ctx, o, 1, size)
+				if err != nil {
+					return nil, 0, 0, err
+				}
+				run.AlonePagesPerSec = alone.PagesPerSec
+			}
+			runs = append(runs, run)
+		}
+	}
+	rates, aloneSpeedup, populatePerCore = summarizeTouchRuns(runs)
+	return rates, aloneSpeedup, populatePerCore, nil
+}
+
+// loadSummary runs `headroom load` with workers workers of size bytes each.
+func loadSummary(ctx context.Context, o MeasureOptions, workers int, size uint64) (loadrun.FleetSummary, error) {
+	var s loadrun.FleetSummary
+	out, err := exec.CommandContext(ctx, o.Headroom, "load", "--workers", strconv.Itoa(workers), "--size", strconv.FormatUint(size, 10),
+		"--scan", string(o.Scan), "--duration", o.Duration.String(), "--json").Output()
+	if err != nil {
+		return s, fmt.Errorf("measure the touch rate (headroom load, %d workers of %s): %w", workers, units.FormatBytes(size), err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &s); err != nil || !(s.PagesPerSec > 0) || s.Workers != workers {
+		return s, fmt.Errorf("measure the touch rate: no summary of %d workers from headroom load", workers)
+	}
+	return s, nil
+}
+
+// summarizeTouchRuns turns the rounds into the model's figures: per block,
+// the median of its rates with every core busy; the alone speedup, the
+// median of each round's alone ÷ every-core rate over all blocks (at
+// least 1: a core alone is not slower, a lower ratio is the machine's
+// noise; 0 when nothing ran alone); and the median populate rate of the
+// smallest block.
+func summarizeTouchRuns(runs []touchRun) (rates []TouchRate, aloneSpeedup, populatePerCore float64) {
+	bySize := map[uint64][]float64{}
+	var sizes []uint64
+	var ratios, populate []float64
+	for _, r := range runs {
+		if !(r.AllPagesPerSec > 0) {
+			continue
+		}
+		if _, seen := bySize[r.BytesPerCore]; !seen {
+			sizes = append(sizes, r.BytesPerCore)
+		}
+		bySize[r.BytesPerCore] = append(bySize[r.BytesPerCore], r.AllPagesPerSec)
+		if r.AlonePagesPerSec > 0 {
+			ratios = append(ratios, r.AlonePagesPerSec/r.AllPagesPerSec)
+		}
+	}
+	slices.Sort(sizes)
+	for _, size := range sizes {
+		rates = append(rates, TouchRate{BytesPerCore: float64(size), PagesPerSec: math.Round(results.Quantile(bySize[size], 0.5))})
+	}
+	for _, r := range runs {
+		if len(sizes) > 0 && r.BytesPerCore == sizes[0] && r.PopulatePagesPerSec > 0 {
+			populate = append(populate, r.PopulatePagesPerSec)
+		}
+	}
+	if len(ratios) > 0 {
+		aloneSpeedup = math.Round(max(results.Quantile(ratios, 0.5), 1)*100) / 100
+	}
+	if len(populate) > 0 {
+		populatePerCore = math.Round(results.Quantile(populate, 0.5))
+	}
+	return rates, aloneSpeedup, populatePerCore
+}
