@@ -5,10 +5,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/headroom-dev/headroom/internal/policy"
 	"github.com/headroom-dev/headroom/internal/results"
 )
 
@@ -52,4 +54,39 @@ func (h *Harness) startAgent() (stop func(), err error) {
 		out.Close()
 		logf.Close()
 	}, nil
+}
+
+// countStartEvictions names the agent's evictions of a step's workers
+// while they started: such a worker only shows as one that exited or
+// lost its connection before it was ready, so the step's evictions and
+// its failure say what the agent's decisions say.
+func (h *Harness) countStartEvictions(step *results.Step, workers []*worker, stepStart time.Time) {
+	if !h.p.Agent {
+		return
+	}
+	decisions, err := results.ReadDecisions(h.dir)
+	if err != nil {
+		return // the failure stands as the harness saw it
+	}
+	names := make([]string, len(workers))
+	for i, w := range workers {
+		names[i] = w.Name()
+	}
+	evicted := evictedSince(decisions, names, stepStart)
+	step.Evictions += len(evicted)
+	if len(evicted) > 0 {
+		step.FailReason = fmt.Sprintf("worker %s evicted by the agent while starting (%s)", strings.Join(evicted, ", "), step.FailReason)
+	}
+}
+
+// evictedSince is the workers among names the agent decided to evict at
+// or after since, in the order of its decisions, each once.
+func evictedSince(decisions []policy.Decision, names []string, since time.Time) []string {
+	var out []string
+	for _, d := range decisions {
+		if d.Action == policy.ActionEvict && !d.Time.Before(since) && slices.Contains(names, d.Workload) && !slices.Contains(out, d.Workload) {
+			out = append(out, d.Workload)
+		}
+	}
+	return out
 }

@@ -287,6 +287,7 @@ func (h *Harness) runStep(ctx context.Context, index, n, repeat int) results.Ste
 	defer progressDone()
 	if err := ctl.AwaitReady(timeoutCtx, n); err != nil {
 		step.Failed, step.FailReason = true, "workers failed to start: "+err.Error()
+		h.countStartEvictions(&step, workers, stepStart)
 		return step
 	}
 
