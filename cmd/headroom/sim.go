@@ -50,7 +50,8 @@ that share of the swap).
 rate of one headroom load worker a core over blocks of 64 MiB, 256 MiB
 and 1 GiB (a core touches fewer pages/s the more memory it cycles
 through) and of one worker alone (faster: no neighbour in the shared
-caches), each the median of three rounds, the active swap device as headroom agent calibrate probes it
+caches), each the median of three rounds, the active swap device as
+headroom agent calibrate probes it
 (or, with no swap active, the file system where density --swap SIZE puts
 its swap file) at queue depths 1 to 16, and, as
 root, the kernel's CPU per page paged (one headroom load worker in a memory
