@@ -428,6 +428,30 @@ func TestWorkerExitsWhenControllerGoesAway(t *testing.T) {
 	}
 }
 
+// Every key a scenario takes (each flag of sim but --scenario and --help)
+// has its row in docs/sim.md's table of keys.
+func TestSimScenarioKeysDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/sim.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	for _, line := range strings.Split(string(doc), "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 3 || !strings.HasPrefix(line, "| ") {
+			continue
+		}
+		for _, key := range strings.Split(cells[1], ",") {
+			documented[strings.TrimSpace(key)] = true
+		}
+	}
+	newSimCommand().Flags().VisitAll(func(f *pflag.Flag) {
+		if f.Name != "scenario" && f.Name != "help" && !documented[f.Name] {
+			t.Errorf("sim --%s has no row in docs/sim.md's table of scenario keys", f.Name)
+		}
+	})
+}
+
 // A scenario sets the flags it names; flags on the command line win; the
 // shipped scenarios load.
 func TestSimScenario(t *testing.T) {
