@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"os/exec"
 	"slices"
@@ -93,35 +94,29 @@ func loadSummary(ctx context.Context, o MeasureOptions, workers int, size uint64
 // noise; 0 when nothing ran alone); and the median populate rate of the
 // smallest block.
 func summarizeTouchRuns(runs []touchRun) (rates []TouchRate, speedup, populatePerCore float64) {
-	bySize := map[uint64][]float64{}
-	var sizes []uint64
-	var ratios, populate []float64
+	all, populate := map[uint64][]float64{}, map[uint64][]float64{}
+	var ratios []float64
 	for _, r := range runs {
 		if !(r.AllPagesPerSec > 0) {
 			continue
 		}
-		if _, seen := bySize[r.BytesPerCore]; !seen {
-			sizes = append(sizes, r.BytesPerCore)
+		all[r.BytesPerCore] = append(all[r.BytesPerCore], r.AllPagesPerSec)
+		if r.PopulatePagesPerSec > 0 {
+			populate[r.BytesPerCore] = append(populate[r.BytesPerCore], r.PopulatePagesPerSec)
 		}
-		bySize[r.BytesPerCore] = append(bySize[r.BytesPerCore], r.AllPagesPerSec)
 		if r.AlonePagesPerSec > 0 {
 			ratios = append(ratios, r.AlonePagesPerSec/r.AllPagesPerSec)
 		}
 	}
-	slices.Sort(sizes)
+	sizes := slices.Sorted(maps.Keys(all))
 	for _, size := range sizes {
-		rates = append(rates, TouchRate{BytesPerCore: float64(size), PagesPerSec: math.Round(results.Quantile(bySize[size], 0.5))})
-	}
-	for _, r := range runs {
-		if len(sizes) > 0 && r.BytesPerCore == sizes[0] && r.PopulatePagesPerSec > 0 {
-			populate = append(populate, r.PopulatePagesPerSec)
-		}
+		rates = append(rates, TouchRate{BytesPerCore: float64(size), PagesPerSec: math.Round(results.Quantile(all[size], 0.5))})
 	}
 	if len(ratios) > 0 {
 		speedup = math.Round(max(results.Quantile(ratios, 0.5), 1)*100) / 100
 	}
-	if len(populate) > 0 {
-		populatePerCore = math.Round(results.Quantile(populate, 0.5))
+	if len(sizes) > 0 && len(populate[sizes[0]]) > 0 {
+		populatePerCore = math.Round(results.Quantile(populate[sizes[0]], 0.5))
 	}
 	return rates, speedup, populatePerCore
 }

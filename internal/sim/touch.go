@@ -97,7 +97,7 @@ func aloneSpeedup(speedup, busyCores, cpus float64) float64 {
 	if !(speedup > 1) || !(cpus > 1) {
 		return 1
 	}
-	idle := min(max(cpus-max(busyCores, 1), 0), cpus-1)
+	idle := max(cpus-max(busyCores, 1), 0) // at most cpus-1
 	return 1 + (speedup-1)*idle/(cpus-1)
 }
 
