@@ -227,8 +227,8 @@ func (r *densityReporter) StepDone(s results.Step) {
 		return
 	}
 	if !r.header {
-		fmt.Fprintf(r.out, "%4s %7s %12s %12s %12s %10s %10s %9s %9s %8s  %s\n", "step", "workers", "agg pages/s", "min/worker", "max/worker",
-			"swapin/s", "majflt/s", "create95", "skew ms", "psi full", "status")
+		fmt.Fprintf(r.out, "%4s %7s %12s %12s %12s %10s %10s %9s %9s %8s %5s  %s\n", "step", "workers", "agg pages/s", "min/worker", "max/worker",
+			"swapin/s", "majflt/s", "create95", "skew ms", "psi full", "cores", "status")
 		r.header = true
 	}
 	lo, hi := 0.0, 0.0
@@ -242,9 +242,9 @@ func (r *densityReporter) StepDone(s results.Step) {
 	if s.Failed {
 		status = "FAILED: " + s.FailReason
 	}
-	fmt.Fprintf(r.out, "%4d %7d %12s %12s %12s %10s %10s %8.2fs %9.3f %7.1f%%  %s\n", s.Index, s.Workers, units.FormatRate(s.AggregatePagesPerSec),
+	fmt.Fprintf(r.out, "%4d %7d %12s %12s %12s %10s %10s %8.2fs %9.3f %7.1f%% %5.2f  %s\n", s.Index, s.Workers, units.FormatRate(s.AggregatePagesPerSec),
 		units.FormatRate(lo), units.FormatRate(hi), units.FormatRate(s.SwapInPagesPerSec), units.FormatRate(s.MajorFaultsPerSec), s.CreateP95Seconds,
-		s.StartSkewSeconds*1e3, s.PSIFullPercent, status)
+		s.StartSkewSeconds*1e3, s.PSIFullPercent, s.CPUBusyCores, status)
 }
 
 func (r *densityReporter) finish(dir string, run *results.Run) {

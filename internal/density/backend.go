@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/headroom-dev/headroom/internal/cgroup"
+	"github.com/headroom-dev/headroom/internal/host"
 	"github.com/headroom-dev/headroom/internal/results"
 )
 
@@ -118,13 +119,22 @@ func workerCgroup(scope cgroup.Group, name string, limitBytes uint64) (cgroup.Gr
 	return g, nil
 }
 
-// sampleCgroup reads a worker cgroup's usage and swap.
+// sampleCgroup reads a worker cgroup's usage, swap and its processes' CPU
+// time (0 where none could be read).
 func sampleCgroup(name string, g cgroup.Group) (results.WorkerSample, bool) {
 	u, err := g.Usage()
 	if err != nil {
 		return results.WorkerSample{Name: name}, false
 	}
-	return results.WorkerSample{Name: name, CgroupUsageBytes: u.UsageBytes, CgroupSwapBytes: u.SwapBytes}, true
+	s := results.WorkerSample{Name: name, CgroupUsageBytes: u.UsageBytes, CgroupSwapBytes: u.SwapBytes}
+	if pids, err := g.Procs(); err == nil {
+		for _, pid := range pids {
+			if cpu, err := host.ProcessCPUSeconds(pid); err == nil { // gone meanwhile: not counted
+				s.CPUSeconds += cpu
+			}
+		}
+	}
+	return s, true
 }
 
 // joinArgs adds the controller flags to a worker's load arguments.

@@ -17,7 +17,8 @@ type nodeCounters struct {
 	at                        time.Time
 	pswpin, pswpout, pgmajflt uint64
 	psi                       host.PSI
-	vmstatErr, psiErr         error
+	cpuBusySeconds            float64
+	vmstatErr, psiErr, cpuErr error
 }
 
 func (h *Harness) readCounters() nodeCounters {
@@ -27,6 +28,7 @@ func (h *Harness) readCounters() nodeCounters {
 		c.pswpin, c.pswpout, c.pgmajflt = v.PswpIn, v.PswpOut, v.PgMajFault
 	}
 	c.psi, c.psiErr = h.readPSI()
+	c.cpuBusySeconds, c.cpuErr = host.BusyCPUSeconds()
 	return c
 }
 
@@ -34,6 +36,7 @@ func (h *Harness) readCounters() nodeCounters {
 type nodeRates struct {
 	swapInPerSec, swapOutPerSec, majorFaultsPerSec float64
 	psiSomePercent, psiFullPercent                 float64
+	cpuBusyCores                                   float64
 	// problem says which rates are unknown and why ("": none).
 	problem string
 }
@@ -68,6 +71,13 @@ func ratesBetween(before, after nodeCounters) nodeRates {
 		r.psiSomePercent = rate("PSI some", before.psi.SomeMicros, after.psi.SomeMicros) / 1e4
 		r.psiFullPercent = rate("PSI full", before.psi.FullMicros, after.psi.FullMicros) / 1e4
 	}
+	if err := errors.Join(before.cpuErr, after.cpuErr); err != nil {
+		problems = append(problems, "CPU time unreadable: "+err.Error())
+	} else if after.cpuBusySeconds < before.cpuBusySeconds {
+		problems = append(problems, "CPU busy time went backwards")
+	} else {
+		r.cpuBusyCores = (after.cpuBusySeconds - before.cpuBusySeconds) / secs
+	}
 	r.problem = strings.Join(problems, "; ")
 	return r
 }
@@ -95,7 +105,7 @@ func (h *Harness) sampleNode(ctx context.Context) (stop func()) {
 			case now := <-t.C:
 				c := h.readCounters()
 				s := results.Sample{Time: now.UTC(), Step: int(h.step.Load()), PswpIn: c.pswpin, PswpOut: c.pswpout,
-					PgMajFault: c.pgmajflt, PSISomeMicros: c.psi.SomeMicros, PSIFullMicros: c.psi.FullMicros}
+					PgMajFault: c.pgmajflt, PSISomeMicros: c.psi.SomeMicros, PSIFullMicros: c.psi.FullMicros, CPUBusySeconds: c.cpuBusySeconds}
 				if m, err := host.ReadMemory(); err == nil {
 					s.MemAvailableBytes = m.AvailableBytes
 				}

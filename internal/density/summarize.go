@@ -104,6 +104,7 @@ func (h *Harness) summarize(step *results.Step, res []loadctl.Result, workers []
 	r := ratesBetween(before, after)
 	step.SwapInPagesPerSec, step.SwapOutPagesPerSec, step.MajorFaultsPerSec = r.swapInPerSec, r.swapOutPerSec, r.majorFaultsPerSec
 	step.PSISomePercent, step.PSIFullPercent = r.psiSomePercent, r.psiFullPercent
+	step.CPUBusyCores = r.cpuBusyCores
 	step.NodeCountersProblem = r.problem
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -75,10 +76,29 @@ func TestSystemShortRampWithAgent(t *testing.T) {
 		if s.Failed || s.AggregatePagesPerSec <= 0 || len(s.PerWorker) != s.Workers || s.CreateP50Seconds <= 0 {
 			t.Fatalf("step %+v", s)
 		}
+		// Its workers touch memory flat out: at least one core busy.
+		if s.CPUBusyCores < 0.5 || s.CPUBusyCores > float64(runtime.NumCPU())+0.1 {
+			t.Errorf("step %d: %.2f CPU cores busy on a node of %d", s.Index, s.CPUBusyCores, runtime.NumCPU())
+		}
 	}
 	timeline, err := results.ReadTimeline(dir)
 	if err != nil || len(timeline) < 3 {
 		t.Fatalf("timeline: %d samples, %v", len(timeline), err)
+	}
+	// Every worker's CPU time grows while it runs, and so does the node's.
+	workerCPU := map[string]float64{}
+	for i, s := range timeline {
+		if i > 0 && s.CPUBusySeconds <= timeline[i-1].CPUBusySeconds {
+			t.Errorf("node busy CPU %.2f s at %s, %.2f s a sample before", s.CPUBusySeconds, s.Time, timeline[i-1].CPUBusySeconds)
+		}
+		for _, w := range s.Workers {
+			workerCPU[w.Name] = max(workerCPU[w.Name], w.CPUSeconds)
+		}
+	}
+	for name, cpu := range workerCPU {
+		if cpu <= 0 {
+			t.Errorf("worker %s: no CPU time in the timeline", name)
+		}
 	}
 	workers, _ := os.ReadFile(filepath.Join(dir, results.WorkersFile))
 	for step := 1; step <= 3; step++ {
@@ -236,7 +256,8 @@ func TestSystemQEMURampShowsRegimes(t *testing.T) {
 			t.Errorf("step %d: phases %+v, rate %.1f/min", s.Index, s.CreatePhases, s.CreationRatePerMinute)
 		}
 		for _, w := range s.PerWorker {
-			if w.VM == nil || w.VM.BootCPUSeconds <= 0 || w.VM.Host == nil || w.VM.Host.OverheadBytes == 0 || w.VM.Host.Guest == nil {
+			if w.VM == nil || w.VM.BootCPUSeconds <= 0 || w.VM.Host == nil || w.VM.Host.OverheadBytes == 0 || w.VM.Host.Guest == nil ||
+				w.VM.Host.CPUSeconds < w.VM.BootCPUSeconds {
 				t.Errorf("step %d %s: VM result %+v", s.Index, w.Name, w.VM)
 			}
 		}

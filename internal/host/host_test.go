@@ -2,11 +2,13 @@ package host
 
 import (
 	"bytes"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseVMStat(t *testing.T) {
@@ -207,4 +209,41 @@ func FuzzParseZramMMStat(f *testing.F) {
 			t.Fatalf("accepted %q as %+v", b, st)
 		}
 	})
+}
+
+// Burning CPU shows in this process's CPU time and in the node's busy
+// time, by at least as much.
+func TestCPUSecondsGrowWithWork(t *testing.T) {
+	nodeBefore, err := BusyCPUSeconds()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := ProcessCPUSeconds(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	var now float64
+	for x := 1.0; now-before < 0.2; x = x*1.0000001 + 1e-9 {
+		if time.Now().After(deadline) {
+			t.Fatalf("20 s of spinning added only %.2f s of CPU time", now-before)
+		}
+		for range 1 << 20 {
+			x = math.Sqrt(x * x)
+		}
+		if now, err = ProcessCPUSeconds(os.Getpid()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nodeAfter, err := BusyCPUSeconds()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Clock ticks: both counters move in steps of 1/USER_HZ.
+	if nodeAfter-nodeBefore < now-before-0.05 {
+		t.Errorf("the node was busy %.2f s while this process used %.2f s", nodeAfter-nodeBefore, now-before)
+	}
+	if _, err := ProcessCPUSeconds(1 << 30); err == nil {
+		t.Error("no error for a process that does not exist")
+	}
 }

@@ -14,8 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/procfs"
-
+	"github.com/headroom-dev/headroom/internal/host"
 	"github.com/headroom-dev/headroom/internal/microvm/guest"
 	"github.com/headroom-dev/headroom/internal/qmp"
 )
@@ -176,15 +175,8 @@ func (vm *VM) forwardEvents() {
 
 // cpuSeconds is QEMU's CPU time so far.
 func (vm *VM) cpuSeconds() float64 {
-	p, err := procfs.NewProc(vm.cmd.Process.Pid)
-	if err != nil {
-		return 0
-	}
-	st, err := p.Stat()
-	if err != nil {
-		return 0
-	}
-	return st.CPUTime()
+	s, _ := host.ProcessCPUSeconds(vm.cmd.Process.Pid)
+	return s
 }
 
 // PID is QEMU's process id.

@@ -105,7 +105,11 @@ func drawCharts(runs []Run) ([]chart, error) {
 		// KubeVirt density measures the control plane: no pages/s, no swap.
 		return []chart{latencyChart(runs), vmPhasesChart(runs), creationRateChart(runs)}, nil
 	}
-	charts := []chart{aggregateChart(runs), perWorkerChart(runs), swapChart(runs), psiChart(runs), latencyChart(runs)}
+	charts := []chart{aggregateChart(runs), perWorkerChart(runs), swapChart(runs), psiChart(runs)}
+	if hasCPU(runs) {
+		charts = append(charts, cpuChart(runs))
+	}
+	charts = append(charts, latencyChart(runs))
 	if hasVMs(runs) {
 		charts = append(charts, vmPhasesChart(runs), vmMemoryChart(runs))
 	}
@@ -287,6 +291,27 @@ func psiChart(runs []Run) chart {
 		series{"some", func(s results.Step) float64 { return s.PSISomePercent }},
 		series{"full", func(s results.Step) float64 { return s.PSIFullPercent }})
 	return chart{name: "psi", title: "Memory pressure per step", p: p}
+}
+
+// hasCPU reports whether any step recorded the node's busy CPU (runs
+// before it was recorded did not).
+func hasCPU(runs []Run) bool {
+	for _, r := range runs {
+		for _, s := range r.Steps {
+			if s.CPUBusyCores > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// cpuChart: the node's busy cores per step: what the workload, paging,
+// the VMs and the levers cost in CPU.
+func cpuChart(runs []Run) chart {
+	p := newPlot("Node CPU", "workers", "cores busy (mean over the step)", false, true)
+	stepChart(p, runs, false, series{"busy", func(s results.Step) float64 { return s.CPUBusyCores }})
+	return chart{name: "cpu", title: "The node's busy CPU cores per step", p: p}
 }
 
 // latencyChart: creation-to-ready latency p50/p95/p99 per step (exact).

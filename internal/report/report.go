@@ -172,6 +172,7 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 	"rate": units.FormatRate,
 	"pct":  func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) },
 	"f1":   func(v float64) string { return fmt.Sprintf("%.1f", v) },
+	"f2":   func(v float64) string { return fmt.Sprintf("%.2f", v) },
 	"f3":   func(v float64) string { return fmt.Sprintf("%.3f", v) },
 	"ms":   func(v float64) string { return fmt.Sprintf("%.3f", v*1e3) },
 	"gib":  func(v uint64) string { return fmt.Sprintf("%.2f GiB", float64(v)/(1<<30)) },
@@ -205,9 +206,9 @@ device's measured 4 KiB random-read rate, the physical limit of page-ins.</p>
 <p>{{.Machine.Hostname}}, kernel {{.Machine.Kernel}}, {{.Machine.CPUs}} CPUs; node {{gib .Node.MemoryBytes}} RAM, {{gib .Node.SwapBytes}} swap{{if .Node.SwapTier}} ({{.Node.SwapTier}} tier){{end}};
 request per worker {{gib .Node.RequestBytes}}; {{.Node.Scope}}</p>
 <table class="steps"><tr><th>step</th><th>workers</th><th>aggregate pages/s</th><th>swap-in/s</th><th>swap-out/s</th><th>major faults/s</th>
-<th>PSI some</th><th>PSI full</th><th>create p50 s</th><th>p95</th><th>p99</th><th>start skew ms</th><th class="l">status</th></tr>
+<th>PSI some</th><th>PSI full</th><th>CPU cores busy</th><th>create p50 s</th><th>p95</th><th>p99</th><th>start skew ms</th><th class="l">status</th></tr>
 {{range .Steps}}<tr><td>{{.Index}}</td><td>{{.Workers}}</td><td>{{rate .AggregatePagesPerSec}}</td><td>{{rate .SwapInPagesPerSec}}</td><td>{{rate .SwapOutPagesPerSec}}</td>
-<td>{{rate .MajorFaultsPerSec}}</td><td>{{f1 .PSISomePercent}}%</td><td>{{f1 .PSIFullPercent}}%</td><td>{{f3 .CreateP50Seconds}}</td><td>{{f3 .CreateP95Seconds}}</td>
+<td>{{rate .MajorFaultsPerSec}}</td><td>{{f1 .PSISomePercent}}%</td><td>{{f1 .PSIFullPercent}}%</td><td>{{if .CPUBusyCores}}{{f2 .CPUBusyCores}}{{else}}–{{end}}</td><td>{{f3 .CreateP50Seconds}}</td><td>{{f3 .CreateP95Seconds}}</td>
 <td>{{f3 .CreateP99Seconds}}</td><td>{{ms .StartSkewSeconds}}</td><td class="l{{if .Failed}} failed{{end}}">{{if .Failed}}failed: {{.FailReason}}{{else}}ok{{end}}</td></tr>
 {{end}}</table>
 <p>Stopped: {{.StopReason}}</p>

@@ -35,7 +35,8 @@ func syntheticRun(t *testing.T, label string, scale float64) string {
 		}
 		s := results.Step{Index: n, Workers: n, AggregatePagesPerSec: a * scale, SwapInPagesPerSec: swapIn,
 			SwapOutPagesPerSec: swapIn, MajorFaultsPerSec: swapIn * 0.75, PSISomePercent: float64(n) * 5, PSIFullPercent: float64(n) * 3,
-			CreateP50Seconds: 0.1 * float64(n), CreateP95Seconds: 0.2 * float64(n), CreateP99Seconds: 0.3 * float64(n)}
+			CreateP50Seconds: 0.1 * float64(n), CreateP95Seconds: 0.2 * float64(n), CreateP99Seconds: 0.3 * float64(n),
+			CPUBusyCores: math.Min(float64(n), 2) * 0.9 * scale}
 		for w := 1; w <= n; w++ {
 			s.PerWorker = append(s.PerWorker, results.WorkerResult{Name: "w", PagesPerSec: a * scale / float64(n) * (0.5 + float64(w)/float64(n))})
 		}
@@ -77,7 +78,7 @@ func TestWriteHTMLAndPNGs(t *testing.T) {
 	html, _ := os.ReadFile(out)
 	page := string(html)
 	for _, want := range []string{"data:image/png;base64,", `id="chart-aggregate"`, `id="chart-per-worker"`, `id="chart-swap"`, `id="chart-psi"`,
-		`id="chart-latency"`, "seq-run", "random-run", "worker w3 OOM-killed",
+		`id="chart-cpu"`, "2.70", `id="chart-latency"`, "seq-run", "random-run", "worker w3 OOM-killed",
 		`id="headroom-summary"`, "80.00M", "50.0%"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("report lacks %q", want)
@@ -92,7 +93,7 @@ func TestWriteHTMLAndPNGs(t *testing.T) {
 	if err := json.Unmarshal([]byte(page[i+len(`id="headroom-summary">`):i+j]), &summary); err != nil || len(summary) != 2 {
 		t.Fatalf("embedded summary: %v", err)
 	}
-	if len(charts) != 5 {
+	if len(charts) != 6 {
 		t.Fatalf("%d charts", len(charts))
 	}
 	for _, c := range charts {

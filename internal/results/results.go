@@ -101,6 +101,9 @@ type Step struct {
 	MajorFaultsPerSec  float64 `json:"major_faults_per_sec"`
 	PSISomePercent     float64 `json:"psi_some_percent"`
 	PSIFullPercent     float64 `json:"psi_full_percent"`
+	// CPUBusyCores is the node's CPUs kept busy over the measured phase,
+	// from /proc/stat (0: not recorded).
+	CPUBusyCores float64 `json:"cpu_busy_cores,omitempty"`
 	// SwapUsedBytes is the node's swap in use at the end of the measured
 	// phase (0: not recorded).
 	SwapUsedBytes uint64 `json:"swap_used_bytes,omitempty"`
@@ -191,6 +194,9 @@ type WorkerSample struct {
 	Name             string `json:"name"`
 	CgroupUsageBytes uint64 `json:"cgroup_usage_bytes"`
 	CgroupSwapBytes  uint64 `json:"cgroup_swap_bytes"`
+	// CPUSeconds is the CPU time its processes used so far (for a VM,
+	// QEMU's: vCPUs, devices, the balloon's work on the host side).
+	CPUSeconds float64 `json:"cpu_seconds,omitempty"`
 	// QEMURSSBytes is QEMU's resident memory; GuestRAMBytes the resident
 	// part of the guest RAM it backs; OverheadBytes its anonymous memory
 	// beyond that (heap, translation cache, device buffers).
@@ -225,6 +231,9 @@ type Sample struct {
 	MemAvailableBytes uint64    `json:"mem_available_bytes"`
 	ScopeUsageBytes   uint64    `json:"scope_usage_bytes"`
 	ScopeSwapBytes    uint64    `json:"scope_swap_bytes"`
+	// CPUBusySeconds is all the node's CPUs' busy time since boot
+	// (host.BusyCPUSeconds): its difference over a second is busy cores.
+	CPUBusySeconds float64 `json:"cpu_busy_seconds,omitempty"`
 	// Workers are the step's workers at this moment.
 	Workers []WorkerSample `json:"workers,omitempty"`
 }
@@ -256,13 +265,13 @@ func stepsCSV(r *Run) []byte {
 	w := csv.NewWriter(&buf)
 	w.Write([]string{"step", "workers", "repeat", "failed", "fail_reason", "aggregate_pages_per_sec", "start_skew_seconds",
 		"swap_in_pages_per_sec", "swap_out_pages_per_sec", "major_faults_per_sec", "psi_some_percent", "psi_full_percent",
-		"create_p50_seconds", "create_p95_seconds", "create_p99_seconds", "evictions", "oom_kills"})
+		"create_p50_seconds", "create_p95_seconds", "create_p99_seconds", "evictions", "oom_kills", "cpu_busy_cores"})
 	f := func(x float64) string { return strconv.FormatFloat(x, 'g', 8, 64) }
 	for _, s := range r.Steps {
 		w.Write([]string{strconv.Itoa(s.Index), strconv.Itoa(s.Workers), strconv.Itoa(s.Repeat), strconv.FormatBool(s.Failed), s.FailReason,
 			f(s.AggregatePagesPerSec), f(s.StartSkewSeconds), f(s.SwapInPagesPerSec), f(s.SwapOutPagesPerSec), f(s.MajorFaultsPerSec),
 			f(s.PSISomePercent), f(s.PSIFullPercent), f(s.CreateP50Seconds), f(s.CreateP95Seconds), f(s.CreateP99Seconds),
-			strconv.Itoa(s.Evictions), strconv.Itoa(s.OOMKills)})
+			strconv.Itoa(s.Evictions), strconv.Itoa(s.OOMKills), f(s.CPUBusyCores)})
 	}
 	w.Flush()
 	return buf.b

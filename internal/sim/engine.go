@@ -111,6 +111,9 @@ type node struct {
 	// cumulative counters, like /proc/vmstat and PSI.
 	swapIns, swapOuts, majorFaults float64
 	psiSome, psiFull               float64 // seconds
+	// vmCPUSeconds is the cores' busy time the VMs' touching, populating
+	// and paging took (ksmd keeps its own).
+	vmCPUSeconds float64
 }
 
 func pagesOf(b uint64) float64 { return float64(b) / PageBytes }
@@ -379,6 +382,7 @@ func (s *node) tick(now float64, measuring bool) {
 	s.touchRate = touchRateAt(s.n.TouchRate, s.touchedBytesPerCore()) * aloneSpeedup(s.n.TouchAloneSpeedup, s.busyVMs(), s.n.CPUs)
 	share := s.cpuShare()
 	s.readWait = s.solveReadWait(share)
+	s.vmCPUSeconds += min(s.coresUsed(share), s.n.CPUs) * dt
 	var stalledAll, anyStalled = 1.0, 0.0
 	running := 0
 	for _, v := range s.vms {

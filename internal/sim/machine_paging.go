@@ -10,8 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/procfs"
-
 	"github.com/headroom-dev/headroom/internal/cgroup"
 	"github.com/headroom-dev/headroom/internal/host"
 	"github.com/headroom-dev/headroom/internal/memload"
@@ -152,16 +150,10 @@ type pagingCounters struct {
 
 func readPagingCounters() (pagingCounters, error) {
 	var c pagingCounters
-	fs, err := procfs.NewDefaultFS()
-	if err != nil {
+	var err error
+	if c.busyCPUSeconds, err = host.BusyCPUSeconds(); err != nil {
 		return c, err
 	}
-	st, err := fs.Stat()
-	if err != nil {
-		return c, fmt.Errorf("read /proc/stat: %w", err)
-	}
-	t := st.CPUTotal
-	c.busyCPUSeconds = t.User + t.Nice + t.System + t.IRQ + t.SoftIRQ
 	c.vm, err = host.ReadVMStat()
 	return c, err
 }

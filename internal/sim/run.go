@@ -154,10 +154,10 @@ func simulateStep(p Params, n, index int, dt float64, start time.Time) (results.
 }
 
 // counters are the node's cumulative counters at one moment.
-type counters struct{ swapIns, swapOuts, majorFaults, psiSome, psiFull float64 }
+type counters struct{ swapIns, swapOuts, majorFaults, psiSome, psiFull, cpuBusy float64 }
 
 func (s *node) counters() counters {
-	return counters{s.swapIns, s.swapOuts, s.majorFaults, s.psiSome, s.psiFull}
+	return counters{s.swapIns, s.swapOuts, s.majorFaults, s.psiSome, s.psiFull, s.vmCPUSeconds + s.ksm.cpuSeconds}
 }
 
 // summarizeStep fills a step's per-worker and node figures.
@@ -206,5 +206,6 @@ func summarizeStep(step *results.Step, s *node, before counters, now, measureFro
 		step.MajorFaultsPerSec = (after.majorFaults - before.majorFaults) / secs
 		step.PSISomePercent = 100 * (after.psiSome - before.psiSome) / secs
 		step.PSIFullPercent = 100 * (after.psiFull - before.psiFull) / secs
+		step.CPUBusyCores = (after.cpuBusy - before.cpuBusy) / secs
 	}
 }

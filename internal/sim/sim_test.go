@@ -142,6 +142,9 @@ func TestPagingCPUBoundsPagingOnFewCores(t *testing.T) {
 	if math.Abs(touches-want) > 0.02*want {
 		t.Errorf("%.0f pages/s on 2 cores at 30 µs per page paged, want %.0f", touches, want)
 	}
+	if math.Abs(n.vmCPUSeconds-2) > 0.01 { // both cores busy for the 1 s tick
+		t.Errorf("%.3f CPU seconds busy in 1 s on 2 cores bound by paging", n.vmCPUSeconds)
+	}
 }
 
 // With rates by queue depth, the reads a device serves follow the depth
@@ -355,6 +358,12 @@ func TestPaperScenario(t *testing.T) {
 			}
 			if s.Workers >= 16 {
 				lo, hi = math.Min(lo, s.AggregatePagesPerSec), math.Max(hi, s.AggregatePagesPerSec)
+			}
+			// In RAM each VM keeps a core busy touching; paging never
+			// takes more than the node's 64.
+			inRAM := s.Workers <= 10
+			if inRAM && math.Abs(s.CPUBusyCores-float64(s.Workers)) > 0.02*float64(s.Workers) || s.CPUBusyCores > 64+1e-9 || s.CPUBusyCores <= 0 {
+				t.Errorf("%s: %d VMs keep %.2f cores busy", scan, s.Workers, s.CPUBusyCores)
 			}
 		}
 		if hi > 2*lo {
