@@ -62,7 +62,7 @@ var notWithKubevirt = []string{"swap", "swap-tier", "node-memory", "agent", "bal
 
 // workloadFlags shape the in-guest workload: with the kubevirt backend
 // only beside --controller-address.
-var workloadFlags = []string{"memory-size", "memory-scan", "writes", "rate", "content", "workload-runtime", "seed"}
+var workloadFlags = []string{"memory-size", "memory-scan", "writes", "rate", "pace", "content", "workload-runtime", "seed"}
 
 // checkBackendFlags refuses flags that do not belong to the chosen backend.
 func checkBackendFlags(cmd *cobra.Command, backend string) error {
@@ -102,7 +102,7 @@ func runKubevirtDensity(cmd *cobra.Command, f *densityFlags) error {
 			return usagef("--memory-size %s must be below --vm-memory %s (the guest's OS needs the rest)", f.memorySize.String(), f.vmMemory.String())
 		}
 		work, err = kubevirt.NewWorkload(k.controller, exe, memload.Params{SizeBytes: uint64(f.memorySize), Scan: memload.Scan(f.scan),
-			StrideBytes: uint64(os.Getpagesize()), WriteFraction: float64(f.writes), RatePagesPerSec: float64(f.rate), Duration: f.runtime,
+			StrideBytes: uint64(os.Getpagesize()), WriteFraction: float64(f.writes), RatePagesPerSec: float64(f.rate), Pace: f.pace, Duration: f.runtime,
 			Content: memload.Content(f.content), Seed: f.seed, HugePages: memload.HugePagesNever, Interval: time.Second})
 		if err != nil {
 			return usageError{err}

@@ -60,6 +60,7 @@ type loadFlags struct {
 	mergeable  bool
 	hugePages  hugePagesValue
 	interval   time.Duration
+	pace       time.Duration
 	json       bool
 	controller string
 	workerID   string
@@ -94,6 +95,7 @@ func (f *loadFlags) register(fl *pflag.FlagSet) {
 	fl.BoolVar(&f.mergeable, "mergeable", false, "mark the block MADV_MERGEABLE so KSM may merge its pages")
 	fl.Var(&f.hugePages, "hugepages", "transparent huge pages for the block: never (MADV_NOHUGEPAGE) or madvise (MADV_HUGEPAGE)")
 	fl.DurationVar(&f.interval, "interval", time.Second, "reporting interval")
+	fl.DurationVar(&f.pace, "pace", 0, "with --rate: how often the run wakes to touch its next batch (default 10ms); where a wake-up is dear, as in a TCG guest (about 3 ms of CPU each here), a coarser pace costs less CPU, and intervals shorter than a few paces show the batches")
 	fl.BoolVar(&f.json, "json", false, "print JSON lines (interval records, then a final {\"type\":\"summary\"} line)")
 	fl.StringVar(&f.controller, "controller", "", "join a controller at unix:/path or tcp:host:port: report ready, wait for start, stream records")
 	fl.StringVar(&f.workerID, "worker-id", "", "this worker's name at the controller (default: host-pid)")
@@ -131,6 +133,7 @@ func (f *loadFlags) params() memload.Params {
 		Mergeable:       f.mergeable,
 		HugePages:       memload.HugePages(f.hugePages),
 		Interval:        f.interval,
+		Pace:            f.pace,
 	}
 	p.Normalize()
 	return p

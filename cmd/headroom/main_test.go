@@ -93,6 +93,9 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"density", "--backend", "kubevirt", "--controller-address", "10.0.0.1:65535"}, "port from 1 to 65534"},
 		{[]string{"density", "--backend", "kubevirt", "--controller-address", "10.0.0.1:9000", "--vm-memory", "256Mi", "--memory-size", "256Mi"}, "must be below --vm-memory"},
 		{[]string{"density", "--qps", "5"}, "--qps needs --backend kubevirt"},
+		{[]string{"density", "--pace", "100ms"}, "--pace needs --rate"},
+		{[]string{"density", "--rate", "1M", "--pace", "2s"}, "--pace must be between 1ms and 1s"},
+		{[]string{"load", "--rate", "1M", "--pace", "0.5ms"}, "--pace must be between 1ms and 1s"},
 		{[]string{"density", "--backend", "kubevirt", "--qps", "0"}, "--qps must be above 0"},
 		{[]string{"density", "--backend", "kubevirt", "--burst", "0"}, "--burst must be at least 1"},
 		{[]string{"density", "--backend", "kubevirt", "--timeout", "0s"}, "--timeout must be above 0"},
@@ -232,7 +235,7 @@ func TestWorkerArgsRoundTrip(t *testing.T) {
 		SizeBytes: 3 << 30, Scan: memload.ScanRandom, StrideBytes: 64, WriteFraction: 0.25,
 		RatePagesPerSec: 12345.5, Duration: 90 * time.Second, Iterations: 7,
 		Content: memload.Content{Kind: memload.ContentDup, DupFraction: 0.8}, Seed: 99,
-		Mergeable: true, HugePages: memload.HugePagesMadvise, Interval: 250 * time.Millisecond,
+		Mergeable: true, HugePages: memload.HugePagesMadvise, Interval: 250 * time.Millisecond, Pace: 40 * time.Millisecond,
 	}
 	want.Normalize()
 	f := newLoadFlags(uint64(os.Getpagesize()))

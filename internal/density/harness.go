@@ -328,7 +328,7 @@ func lastLine(s string) string {
 func (h *Harness) loadParams() memload.Params {
 	return memload.Params{
 		SizeBytes: h.p.MemorySizeBytes, Scan: h.p.Scan, StrideBytes: uint64(os.Getpagesize()),
-		WriteFraction: h.p.WriteFraction, RatePagesPerSec: h.p.RatePagesPerSec, Duration: h.p.WorkloadRuntime,
+		WriteFraction: h.p.WriteFraction, RatePagesPerSec: h.p.RatePagesPerSec, Pace: h.p.Pace, Duration: h.p.WorkloadRuntime,
 		Content: h.p.Content, Seed: h.p.Seed, HugePages: memload.HugePagesNever, Interval: h.p.Interval,
 	}
 }

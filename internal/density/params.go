@@ -19,13 +19,15 @@ import (
 
 // Params are a density run's parameters; names follow ClusterBuster's.
 type Params struct {
-	Backend           string
-	Deployments       []int
-	VMMemoryBytes     uint64
-	MemorySizeBytes   uint64
-	Scan              memload.Scan
-	WriteFraction     float64
-	RatePagesPerSec   float64
+	Backend         string
+	Deployments     []int
+	VMMemoryBytes   uint64
+	MemorySizeBytes uint64
+	Scan            memload.Scan
+	WriteFraction   float64
+	RatePagesPerSec float64
+	// Pace is how often a capped workload wakes (0: load's default).
+	Pace              time.Duration
 	Content           memload.Content
 	WorkloadRuntime   time.Duration
 	OvercommitPercent float64
@@ -199,7 +201,7 @@ func (p Params) Validate() error {
 	case p.Agent && p.NodeMemoryBytes == 0:
 		return fmt.Errorf("--agent needs --node-memory: the agent protects the run's node cgroup")
 	}
-	return nil
+	return memload.ValidatePace(p.Pace, p.RatePagesPerSec)
 }
 
 // AsMap renders the parameters for run.json.
@@ -207,7 +209,7 @@ func (p Params) AsMap() map[string]any {
 	m := map[string]any{
 		"backend": p.Backend, "deployments": p.Deployments, "vm_memory_bytes": p.VMMemoryBytes,
 		"memory_size_bytes": p.MemorySizeBytes, "memory_scan": string(p.Scan), "writes": p.WriteFraction,
-		"rate_pages_per_sec": p.RatePagesPerSec, "content": p.Content.String(),
+		"rate_pages_per_sec": p.RatePagesPerSec, "pace_seconds": p.Pace.Seconds(), "content": p.Content.String(),
 		"workload_runtime_seconds": p.WorkloadRuntime.Seconds(), "overcommit_percent": p.OvercommitPercent,
 		"overhead_bytes": p.OverheadBytes, "request_bytes": p.RequestBytes(), "repeat": p.Repeat,
 		"stop_on_failure": p.StopOnFailure, "node_memory_bytes": p.NodeMemoryBytes, "swap": p.Swap,

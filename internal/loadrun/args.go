@@ -26,5 +26,8 @@ func Args(p memload.Params) []string {
 	if p.Mergeable {
 		args = append(args, "--mergeable")
 	}
+	if p.Pace > 0 {
+		args = append(args, "--pace", p.Pace.String())
+	}
 	return args
 }

@@ -47,6 +47,10 @@ type Params struct {
 	HugePages       HugePages     `json:"hugepages"`
 	Interval        time.Duration `json:"-"`
 	IntervalSeconds float64       `json:"interval_seconds"`
+	// Pace is how often a rate-capped run wakes to touch its next batch
+	// (0: DefaultPace).
+	Pace        time.Duration `json:"-"`
+	PaceSeconds float64       `json:"pace_seconds,omitempty"`
 	// SharedStartWindow is set when many workers start at one instant:
 	// after its first small batch (its start) the worker pauses until this
 	// long after starting, leaving the CPU to the workers that have not
@@ -60,6 +64,7 @@ type Params struct {
 func (p *Params) Normalize() {
 	p.DurationSeconds = p.Duration.Seconds()
 	p.IntervalSeconds = p.Interval.Seconds()
+	p.PaceSeconds = p.Pace.Seconds()
 	p.ContentName = p.Content.String()
 }
 
@@ -79,10 +84,23 @@ func (p *Params) Validate(pageBytes uint64) error {
 		return fmt.Errorf("--duration must not be negative")
 	case p.Interval < 10*time.Millisecond:
 		return fmt.Errorf("--interval must be at least 10ms, got %s", p.Interval)
+	case ValidatePace(p.Pace, p.RatePagesPerSec) != nil:
+		return ValidatePace(p.Pace, p.RatePagesPerSec)
 	case p.Scan != ScanNone && p.Scan != ScanSeq && p.Scan != ScanRandom:
 		return fmt.Errorf("--scan must be none, seq or random, got %q", p.Scan)
 	case p.HugePages != HugePagesNever && p.HugePages != HugePagesMadvise:
 		return fmt.Errorf("--hugepages must be never or madvise, got %q", p.HugePages)
+	}
+	return nil
+}
+
+// ValidatePace checks --pace against its range and --rate (0: the default).
+func ValidatePace(pace time.Duration, ratePagesPerSec float64) error {
+	switch {
+	case pace != 0 && (pace < time.Millisecond || pace > time.Second):
+		return fmt.Errorf("--pace must be between 1ms and 1s, got %s", pace)
+	case pace != 0 && ratePagesPerSec == 0:
+		return fmt.Errorf("--pace needs --rate: a run without a cap never sleeps")
 	}
 	return nil
 }

@@ -225,3 +225,39 @@ func BenchmarkTouch(b *testing.B) {
 func hexAddr(b *Block) string {
 	return strconv.FormatUint(uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b.mem)))), 16)
 }
+
+// A capped run's batch is a pace's worth of touches, and its bucket holds
+// at least a batch.
+func TestRatedBatch(t *testing.T) {
+	tests := []struct {
+		rate  float64
+		pace  time.Duration
+		batch uint64
+		burst int
+	}{
+		{1e6, 0, 10000, 50000},                  // the default: 100 batches a second
+		{1e6, 100 * time.Millisecond, 1e5, 1e5}, // a pace past rateBurst widens the bucket
+		{1e6, time.Millisecond, 1000, 50000},    // fine pace
+		{50, 0, 1, 2},                           // never below one touch
+		{20000, time.Second, 20000, 20000},      // one batch a second
+		{1e9, 10 * time.Millisecond, 1e7, 5e7},  // the largest rate
+		{3, 100 * time.Millisecond, 1, 1},       // a bucket of at least one
+	}
+	for _, tt := range tests {
+		batch, burst := ratedBatch(tt.rate, tt.pace)
+		if batch != tt.batch || burst != tt.burst || batch > uint64(burst) {
+			t.Errorf("ratedBatch(%g, %s) = %d, %d; want %d, %d", tt.rate, tt.pace, batch, burst, tt.batch, tt.burst)
+		}
+	}
+}
+
+// A coarse pace keeps the rate.
+func TestRunHoldsRateAtACoarsePace(t *testing.T) {
+	b := populated(t, 256, Content{Kind: ContentRandom}, 1)
+	p := testParams(b, ScanSeq)
+	p.RatePagesPerSec, p.Duration, p.Pace = 20000, time.Second, 100*time.Millisecond
+	s := Run(context.Background(), b, p, PopulateStats{}, nil)
+	if ratio := s.PagesPerSec / p.RatePagesPerSec; ratio < 0.8 || ratio > 1.02 {
+		t.Fatalf("achieved %.0f pages/s for a %.0f cap at a 100ms pace (ratio %.3f)", s.PagesPerSec, p.RatePagesPerSec, ratio)
+	}
+}
