@@ -133,13 +133,20 @@ func controlPlaneOnly(runs []Run) bool {
 		if r.Params["backend"] != "kubevirt" {
 			return false
 		}
+	}
+	return !anyStep(runs, func(s results.Step) bool { return s.AggregatePagesPerSec > 0 })
+}
+
+// anyStep reports whether a step of any run is so.
+func anyStep(runs []Run, is func(results.Step) bool) bool {
+	for _, r := range runs {
 		for _, s := range r.Steps {
-			if s.AggregatePagesPerSec > 0 {
-				return false
+			if is(s) {
+				return true
 			}
 		}
 	}
-	return true
+	return false
 }
 
 // creationRateChart: objects reaching Running per minute per step, from
@@ -152,14 +159,7 @@ func creationRateChart(runs []Run) chart {
 
 // hasVMs reports whether any run's workers were VMs (qemu backend).
 func hasVMs(runs []Run) bool {
-	for _, r := range runs {
-		for _, s := range r.Steps {
-			if len(s.CreatePhases) > 0 {
-				return true
-			}
-		}
-	}
-	return false
+	return anyStep(runs, func(s results.Step) bool { return len(s.CreatePhases) > 0 })
 }
 
 // aggregateChart: aggregate pages/s vs workers, log scale, with regime
@@ -296,14 +296,7 @@ func psiChart(runs []Run) chart {
 // hasCPU reports whether any step recorded the node's busy CPU (runs
 // before it was recorded did not).
 func hasCPU(runs []Run) bool {
-	for _, r := range runs {
-		for _, s := range r.Steps {
-			if s.CPUBusyCores > 0 {
-				return true
-			}
-		}
-	}
-	return false
+	return anyStep(runs, func(s results.Step) bool { return s.CPUBusyCores > 0 })
 }
 
 // cpuChart: the node's busy cores per step: what the workload, paging,
