@@ -84,14 +84,12 @@ func (p *Params) Validate(pageBytes uint64) error {
 		return fmt.Errorf("--duration must not be negative")
 	case p.Interval < 10*time.Millisecond:
 		return fmt.Errorf("--interval must be at least 10ms, got %s", p.Interval)
-	case ValidatePace(p.Pace, p.RatePagesPerSec) != nil:
-		return ValidatePace(p.Pace, p.RatePagesPerSec)
 	case p.Scan != ScanNone && p.Scan != ScanSeq && p.Scan != ScanRandom:
 		return fmt.Errorf("--scan must be none, seq or random, got %q", p.Scan)
 	case p.HugePages != HugePagesNever && p.HugePages != HugePagesMadvise:
 		return fmt.Errorf("--hugepages must be never or madvise, got %q", p.HugePages)
 	}
-	return nil
+	return ValidatePace(p.Pace, p.RatePagesPerSec)
 }
 
 // ValidatePace checks --pace against its range and --rate (0: the default).
