@@ -158,8 +158,13 @@ type guestFaults struct {
 	// gives back 1 MiB at a time, as fast as the guest allocates).
 	lowestBytes, targetBytes uint64
 	// settled is when the guest's active memory last grew (or the guest
-	// was first seen) plus balloonSettleSeconds: it is not ballooned before.
+	// was first seen, or its stats first trusted) plus
+	// balloonSettleSeconds: it is not ballooned before.
 	settled time.Time
+	// statsTrusted: the guest's stats have been trusted at some round. A
+	// VM is seen from QEMU's start; its stats come once its kernel has
+	// booted, just before its workload populates.
+	statsTrusted bool
 	// peakActiveBytes is the most active memory seen since peakAt: the
 	// floor holds it for balloonPeakSeconds, so stats taken before the
 	// balloon's last move never make the guest look smaller than it is.
@@ -333,12 +338,13 @@ func (b *BalloonState) view(w Workload, cfg Config, now time.Time) vmView {
 		}
 	}
 	settled := prev.settled
-	if !seen || (trusted && prev.activeBytes > 0 && active > prev.activeBytes+balloonSettleBytes) {
+	firstStats := trusted && !prev.statsTrusted
+	if !seen || firstStats || (trusted && prev.activeBytes > 0 && active > prev.activeBytes+balloonSettleBytes) {
 		settled = now.Add(balloonSettleSeconds * time.Second)
 	}
 	v.settling = now.Before(settled)
 	b.faults[w.Name] = guestFaults{at: now, majorFaults: g.MajorFaults, swapInBytes: g.SwapInBytes, activeBytes: active,
-		memoryBytes: v.cur, lowestBytes: lowest, targetBytes: v.lastTarget, settled: settled, peakActiveBytes: peak, peakAt: peakAt, movedAt: movedAt}
+		memoryBytes: v.cur, lowestBytes: lowest, targetBytes: v.lastTarget, settled: settled, statsTrusted: prev.statsTrusted || trusted, peakActiveBytes: peak, peakAt: peakAt, movedAt: movedAt}
 	return v
 }
 

@@ -279,6 +279,19 @@ func TestBalloonLeavesBootingAndGrowingGuestsAlone(t *testing.T) {
 	if ds, _ := Decide(balloonSnap(0, 20, vm("new", 512, 512, 100)), balloonConfig(), State{}); len(targets(ds)) != 0 {
 		t.Fatalf("a guest seen for the first time was ballooned: %v", targets(ds))
 	}
+	// Seen while it boots (no stats yet), its stats first at 0 s: left
+	// alone for 10 s from then, not from when it was first seen — its
+	// workload populates just after its kernel is up.
+	booting := vm("b", 512, 512, 100)
+	booting.Guest.TotalBytes, booting.Guest.AvailableBytes = 0, -1
+	_, boot := Decide(balloonSnap(-30, 20, booting), balloonConfig(), State{})
+	_, boot = Decide(balloonSnap(0, 20, vm("b", 512, 512, 100)), balloonConfig(), boot)
+	if ds, _ := Decide(balloonSnap(5, 20, vm("b", 512, 512, 100)), balloonConfig(), boot); len(targets(ds)) != 0 {
+		t.Fatalf("a guest ballooned 5 s after its first stats: %v", targets(ds))
+	}
+	if ds, _ := Decide(balloonSnap(11, 20, vm("b", 512, 512, 100)), balloonConfig(), boot); targets(ds)["b"] != 132 {
+		t.Fatalf("targets %v 11 s after its first stats, want b at its floor (132 MiB)", targets(ds))
+	}
 	// Settled, then its active memory grows by 10 MiB: left alone for 10 s.
 	st := settled(vm("a", 512, 512, 100))
 	_, st = Decide(balloonSnap(0, 300, vm("a", 512, 512, 110)), balloonConfig(), st)
