@@ -254,11 +254,12 @@ func TestSystemBalloonController(t *testing.T) {
 				if run.reclaimedBytes < 300<<20 {
 					t.Errorf("reclaimed %d MiB before the growth, want ≥ 300 (both guests to their floors)", run.reclaimedBytes>>20)
 				}
-				// The target is < 5 s (bench/balloon-recovery.sh
-				// measures it: 1.8-3.4 s on this machine idle, 2026-11-26); two busy
-				// cores beside the TCG guests made it 6.1 s. The test
-				// holds the controller to giving the memory back at once,
-				// not at MOM's pace (+5% per 10 s: minutes).
+				// The target is < 5 s: bench/balloon-recovery.sh
+				// measures it (1.8-3.4 s on this machine idle,
+				// 2026-11-26); two busy cores beside the TCG guests made
+				// it 6.1 s. The test holds the controller to giving the
+				// memory back at once, not at MOM's pace (+5% per 10 s:
+				// minutes).
 				if run.recoverySecs < 0 || run.recoverySecs > recoveryBoundSeconds {
 					t.Errorf("the grower's memory came back in %.2f s (-1: never), want < %d s", run.recoverySecs, recoveryBoundSeconds)
 				}

@@ -162,8 +162,8 @@ type guestFaults struct {
 	// balloonSettleSeconds: it is not ballooned before.
 	settled time.Time
 	// statsTrusted: the guest's stats have been trusted at some round. A
-	// VM is seen from QEMU's start; its stats come once its kernel has
-	// booted, just before its workload populates.
+	// VM is seen from QEMU's start; its stats come only once its balloon
+	// driver is up, partway through a boot that can last 20 s under TCG.
 	statsTrusted bool
 	// peakActiveBytes is the most active memory seen since peakAt: the
 	// floor holds it for balloonPeakSeconds, so stats taken before the

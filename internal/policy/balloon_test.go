@@ -280,8 +280,8 @@ func TestBalloonLeavesBootingAndGrowingGuestsAlone(t *testing.T) {
 		t.Fatalf("a guest seen for the first time was ballooned: %v", targets(ds))
 	}
 	// Seen while it boots (no stats yet), its stats first at 0 s: left
-	// alone for 10 s from then, not from when it was first seen — its
-	// workload populates just after its kernel is up.
+	// alone for 10 s from then, not from when it was first seen — a TCG
+	// guest's boot can outlast the settle time.
 	booting := vm("b", 512, 512, 100)
 	booting.Guest.TotalBytes, booting.Guest.AvailableBytes = 0, -1
 	_, boot := Decide(balloonSnap(-30, 20, booting), balloonConfig(), State{})
