@@ -101,9 +101,10 @@ func runKubevirtDensity(cmd *cobra.Command, f *densityFlags) error {
 		if uint64(f.memorySize) >= uint64(f.vmMemory) {
 			return usagef("--memory-size %s must be below --vm-memory %s (the guest's OS needs the rest)", f.memorySize.String(), f.vmMemory.String())
 		}
-		work, err = kubevirt.NewWorkload(k.controller, exe, memload.Params{SizeBytes: uint64(f.memorySize), Scan: memload.Scan(f.scan),
-			StrideBytes: uint64(os.Getpagesize()), WriteFraction: float64(f.writes), RatePagesPerSec: float64(f.rate), Pace: f.pace, Duration: f.runtime,
-			Content: memload.Content(f.content), Seed: f.seed, HugePages: memload.HugePagesNever, Interval: time.Second})
+		workload := density.Params{MemorySizeBytes: uint64(f.memorySize), Scan: memload.Scan(f.scan), WriteFraction: float64(f.writes),
+			RatePagesPerSec: float64(f.rate), Pace: f.pace, WorkloadRuntime: f.runtime, Content: memload.Content(f.content), Seed: f.seed,
+			Interval: time.Second}
+		work, err = kubevirt.NewWorkload(k.controller, exe, workload.LoadParams())
 		if err != nil {
 			return usageError{err}
 		}

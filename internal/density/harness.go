@@ -266,7 +266,7 @@ func (h *Harness) runStep(ctx context.Context, index, n, repeat int) results.Ste
 		h.setWorkers(nil, false)
 		h.teardown(workers)
 	}()
-	params := h.loadParams()
+	params := h.p.LoadParams()
 	for i := 1; i <= n; i++ {
 		w, err := h.startWorker(fmt.Sprintf("w%d", i), params, uint64(index*100000+i), ctl.Addr())
 		if err != nil {
@@ -322,15 +322,6 @@ func (h *Harness) runStep(ctx context.Context, index, n, repeat int) results.Ste
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
-}
-
-// loadParams are every worker's `headroom load` parameters.
-func (h *Harness) loadParams() memload.Params {
-	return memload.Params{
-		SizeBytes: h.p.MemorySizeBytes, Scan: h.p.Scan, StrideBytes: uint64(os.Getpagesize()),
-		WriteFraction: h.p.WriteFraction, RatePagesPerSec: h.p.RatePagesPerSec, Pace: h.p.Pace, Duration: h.p.WorkloadRuntime,
-		Content: h.p.Content, Seed: h.p.Seed, HugePages: memload.HugePagesNever, Interval: h.p.Interval,
-	}
 }
 
 // startWorker writes the worker's metadata for the agent and starts it

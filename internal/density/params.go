@@ -7,6 +7,7 @@ package density
 
 import (
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -202,6 +203,16 @@ func (p Params) Validate() error {
 		return fmt.Errorf("--agent needs --node-memory: the agent protects the run's node cgroup")
 	}
 	return memload.ValidatePace(p.Pace, p.RatePagesPerSec)
+}
+
+// LoadParams are every worker's `headroom load` parameters: the
+// workload's fields, 4 KiB-page strides, no transparent huge pages.
+func (p Params) LoadParams() memload.Params {
+	return memload.Params{
+		SizeBytes: p.MemorySizeBytes, Scan: p.Scan, StrideBytes: uint64(os.Getpagesize()),
+		WriteFraction: p.WriteFraction, RatePagesPerSec: p.RatePagesPerSec, Pace: p.Pace, Duration: p.WorkloadRuntime,
+		Content: p.Content, Seed: p.Seed, HugePages: memload.HugePagesNever, Interval: p.Interval,
+	}
 }
 
 // AsMap renders the parameters for run.json.
