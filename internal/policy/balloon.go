@@ -71,7 +71,11 @@ const (
 	// while it boots or its workload populates.
 	balloonSettleSeconds = 10.0
 	balloonSettleBytes   = 8 << 20
-	balloonPeakSeconds   = 10.0
+	// balloonPeakSeconds: a guest's floor holds its peak active memory for
+	// this long — fast up, slow down, as ESX's working-set estimate: a
+	// workload that exits and starts again (a density ramp's next step, a
+	// batch job's next run) finds its memory still there.
+	balloonPeakSeconds = 60.0
 	// balloonSelfDeflateBytes: a guest above its target that grew by more
 	// than this since the target was set deflated its balloon itself (on
 	// OOM) and needs its memory.
@@ -161,13 +165,15 @@ type guestFaults struct {
 	// was first seen, or its stats first trusted) plus
 	// balloonSettleSeconds: it is not ballooned before.
 	settled time.Time
-	// statsTrusted: the guest's stats have been trusted at some round. A
-	// VM is seen from QEMU's start; its stats come only once its balloon
-	// driver is up, partway through a boot that can last 20 s under TCG.
-	statsTrusted bool
+	// firstTrustedAt is when the guest's stats were first trusted (zero
+	// before). A VM is seen from QEMU's start; its stats come only once
+	// its balloon driver is up, partway through a boot that can last 20 s
+	// under TCG.
+	firstTrustedAt time.Time
 	// peakActiveBytes is the most active memory seen since peakAt: the
 	// floor holds it for balloonPeakSeconds, so stats taken before the
-	// balloon's last move never make the guest look smaller than it is.
+	// balloon's last move never make the guest look smaller than it is,
+	// and a workload that starts again finds room.
 	peakActiveBytes uint64
 	peakAt          time.Time
 	// movedAt is when the balloon last moved (the guest's memory changed):
@@ -273,7 +279,6 @@ func (b *BalloonState) view(w Workload, cfg Config, now time.Time) vmView {
 	}
 	prev, seen := b.faults[w.Name]
 	recent := seen && now.Sub(prev.at).Seconds() <= 3
-	margin := uint64(max(cfg.BalloonGuestMarginBytes, cfg.BalloonGuestMarginFraction*float64(g.MaxBytes)))
 	movedAt := prev.movedAt // zero for a guest first seen: not known to have moved
 	if seen && absDiff(v.cur, prev.memoryBytes) >= 2<<20 {
 		movedAt = now
@@ -285,6 +290,14 @@ func (b *BalloonState) view(w Workload, cfg Config, now time.Time) vmView {
 	// were taken. Until then the last trusted figures stand.
 	trusted := g.TotalBytes > 0 && g.AvailableBytes >= 0 && g.AgeSeconds <= balloonStaleSeconds &&
 		now.Sub(movedAt).Seconds() > g.AgeSeconds+0.5
+	firstTrustedAt := prev.firstTrustedAt
+	if trusted && firstTrustedAt.IsZero() {
+		firstTrustedAt = now
+	}
+	margin := uint64(max(cfg.BalloonGuestMarginBytes, cfg.BalloonGuestMarginFraction*float64(g.MaxBytes)))
+	if !firstTrustedAt.IsZero() && now.Sub(firstTrustedAt).Seconds() < cfg.BalloonStartSeconds {
+		margin *= 2 // just booted: room for the workload it starts
+	}
 	if trusted {
 		// MemTotal leaves out what the guest's kernel reserved, and the
 		// balloon too unless the driver may deflate on OOM (then the
@@ -319,12 +332,18 @@ func (b *BalloonState) view(w Workload, cfg Config, now time.Time) vmView {
 		lowest = min(prev.lowestBytes, v.cur)
 	}
 	grown := max(uint64(balloonGrowthBytes), margin/2)
+	// Growing back to a level the floor still holds is not a guest
+	// running out: only growth beyond it is.
+	was := prev.activeBytes
+	if now.Sub(prev.peakAt).Seconds() < balloonPeakSeconds {
+		was = max(was, prev.peakActiveBytes)
+	}
 	switch {
 	case v.cur >= v.max:
 	case v.floor > 0 && uint64(g.AvailableBytes) < margin/2:
 		v.needy = fmt.Sprintf("its available memory is down to %d B (margin %d B)", g.AvailableBytes, margin)
-	case trusted && recent && prev.activeBytes > 0 && active > prev.activeBytes+grown:
-		v.needy = fmt.Sprintf("its active memory grew by %d B in %.1f s", active-prev.activeBytes, now.Sub(prev.at).Seconds())
+	case trusted && recent && prev.activeBytes > 0 && active > was+grown:
+		v.needy = fmt.Sprintf("its active memory grew by %d B in %.1f s, %d B beyond what its floor held", active-prev.activeBytes, now.Sub(prev.at).Seconds(), active-was)
 	case recent && v.cur > v.lastTarget+balloonTargetSlackBytes && v.cur > lowest+balloonSelfDeflateBytes:
 		v.needy = fmt.Sprintf("it deflated its balloon itself (on OOM): %d B above its target", v.cur-v.lastTarget)
 	case recent && g.MajorFaults >= 0 && prev.majorFaults >= 0:
@@ -338,13 +357,13 @@ func (b *BalloonState) view(w Workload, cfg Config, now time.Time) vmView {
 		}
 	}
 	settled := prev.settled
-	firstStats := trusted && !prev.statsTrusted
+	firstStats := trusted && prev.firstTrustedAt.IsZero()
 	if !seen || firstStats || (trusted && prev.activeBytes > 0 && active > prev.activeBytes+balloonSettleBytes) {
 		settled = now.Add(balloonSettleSeconds * time.Second)
 	}
 	v.settling = now.Before(settled)
 	b.faults[w.Name] = guestFaults{at: now, majorFaults: g.MajorFaults, swapInBytes: g.SwapInBytes, activeBytes: active,
-		memoryBytes: v.cur, lowestBytes: lowest, targetBytes: v.lastTarget, settled: settled, statsTrusted: prev.statsTrusted || trusted, peakActiveBytes: peak, peakAt: peakAt, movedAt: movedAt}
+		memoryBytes: v.cur, lowestBytes: lowest, targetBytes: v.lastTarget, settled: settled, firstTrustedAt: firstTrustedAt, peakActiveBytes: peak, peakAt: peakAt, movedAt: movedAt}
 	return v
 }
 

@@ -60,6 +60,7 @@ func balloonConfig() Config {
 	c.BalloonMinFreeBytes = 100 * mi
 	c.BalloonGuestMarginBytes = 32 * mi
 	c.BalloonGuestMarginFraction = 0
+	c.BalloonStartSeconds = 0 // TestBalloonStartMargin has it
 	return c
 }
 
@@ -197,7 +198,7 @@ func TestBalloonFloorWithDeflateOnOOM(t *testing.T) {
 }
 
 func TestBalloonGrowingGuestGetsItsMemoryBeforeItRunsOut(t *testing.T) {
-	_, st := Decide(balloonSnap(0, 20, vm("a", 512, 512, 100)), balloonConfig(), settled(vm("a", 512, 512, 100)))
+	_, st := Decide(balloonSnap(0, 20, vm("a", 512, 512, 60)), balloonConfig(), settled(vm("a", 512, 512, 60)))
 	// The balloon reaches 132 MiB; stats are trusted once it stood still.
 	_, st = Decide(balloonSnap(1, 20, vm("a", 512, 132, 60)), balloonConfig(), st)
 	_, st = Decide(balloonSnap(2, 20, vm("a", 512, 132, 60)), balloonConfig(), st)
@@ -205,6 +206,18 @@ func TestBalloonGrowingGuestGetsItsMemoryBeforeItRunsOut(t *testing.T) {
 	ds, _ := Decide(balloonSnap(3, 20, vm("a", 512, 132, 100)), balloonConfig(), st)
 	if got := targets(ds); got["a"] != 512 || !strings.Contains(ds[0].Reason, "grew") {
 		t.Fatalf("targets %v (%v), want a growing guest back at 512 MiB", got, ds)
+	}
+	// The same growth back to the 100 MiB its floor still holds (its
+	// workload exited and starts again) leaves its margin: not need.
+	_, st = Decide(balloonSnap(0, 20, vm("r", 512, 512, 100)), balloonConfig(), settled(vm("r", 512, 512, 100)))
+	_, st = Decide(balloonSnap(1, 20, vm("r", 512, 132, 60)), balloonConfig(), st)
+	_, st = Decide(balloonSnap(2, 20, vm("r", 512, 132, 60)), balloonConfig(), st)
+	if ds, _ := Decide(balloonSnap(3, 20, vm("r", 512, 132, 100)), balloonConfig(), st); len(targets(ds)) != 0 {
+		t.Fatalf("a guest back at the active memory its floor held was deflated: %v", ds)
+	}
+	// Its floor held the peak for balloonPeakSeconds, not just 10 s.
+	if ds, _ := Decide(balloonSnap(30, 20, vm("r", 512, 132, 60)), balloonConfig(), st); len(targets(ds)) != 0 {
+		t.Fatalf("30 s after its peak the guest was ballooned below it: %v", targets(ds))
 	}
 	// Growth below the threshold (16 MiB) with memory to spare is not need.
 	_, st = Decide(balloonSnap(0, 20, vm("b", 512, 512, 100)), balloonConfig(), settled(vm("b", 512, 512, 100)))
@@ -300,6 +313,50 @@ func TestBalloonLeavesBootingAndGrowingGuestsAlone(t *testing.T) {
 	}
 	if ds, _ := Decide(balloonSnap(11, 20, vm("a", 512, 512, 110)), balloonConfig(), st); targets(ds)["a"] != 142 {
 		t.Fatalf("targets %v 11 s after the growth, want a at its floor (142 MiB)", targets(ds))
+	}
+}
+
+func TestBalloonStartMargin(t *testing.T) {
+	// Stats first at 0 s, settled at 11 s in the low state: the floor is
+	// 100 MiB active + twice the 32 MiB margin while the guest is young.
+	// Then its workload starts and populates 24 MiB: that fits (40 MiB
+	// left available, growth under half the doubled margin) and the
+	// balloon stays. Without the start margin the floor is 132 MiB and the
+	// same populate leaves 8 MiB: needy, deflated in full.
+	for _, c := range []struct {
+		startSeconds     float64
+		wantFloorMi      uint64
+		wantAfterStartMi uint64 // 0: no change
+		wantAfterYouthMi uint64 // target once young no more, 0: no change
+	}{
+		{startSeconds: 60, wantFloorMi: 164, wantAfterYouthMi: 156},
+		{startSeconds: 0, wantFloorMi: 132, wantAfterStartMi: 512},
+	} {
+		cfg := balloonConfig()
+		cfg.BalloonStartSeconds = c.startSeconds
+		_, st := Decide(balloonSnap(0, 20, vm("a", 512, 512, 100)), cfg, State{})
+		ds, st := Decide(balloonSnap(11, 20, vm("a", 512, 512, 100)), cfg, st)
+		if got := targets(ds)["a"]; got != c.wantFloorMi {
+			t.Fatalf("start %g s: target %d MiB, want the floor %d", c.startSeconds, got, c.wantFloorMi)
+		}
+		floor := c.wantFloorMi
+		_, st = Decide(balloonSnap(14, 20, vm("a", 512, floor, 100)), cfg, st)
+		ds, st = Decide(balloonSnap(15, 20, vm("a", 512, floor, 124)), cfg, st)
+		if got := targets(ds)["a"]; got != c.wantAfterStartMi {
+			t.Fatalf("start %g s: after a 24 MiB populate target %d MiB, want %d (%v)", c.startSeconds, got, c.wantAfterStartMi, ds)
+		}
+		if c.wantAfterYouthMi == 0 {
+			continue
+		}
+		// Still low: young until 60 s, then the floor is active + one
+		// margin again.
+		if ds, _ := Decide(balloonSnap(59, 20, vm("a", 512, floor, 124)), cfg, st); len(targets(ds)) != 0 {
+			t.Fatalf("start %g s: a young guest ballooned below active + twice the margin: %v", c.startSeconds, targets(ds))
+		}
+		ds, _ = Decide(balloonSnap(61, 20, vm("a", 512, floor, 124)), cfg, st)
+		if got := targets(ds)["a"]; got != c.wantAfterYouthMi {
+			t.Fatalf("start %g s: young no more, target %d MiB, want %d", c.startSeconds, got, c.wantAfterYouthMi)
+		}
 	}
 }
 

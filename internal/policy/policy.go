@@ -74,6 +74,12 @@ type Config struct {
 	// of its configured RAM.
 	BalloonGuestMarginBytes    float64 `json:"balloonGuestMarginBytes"`
 	BalloonGuestMarginFraction float64 `json:"balloonGuestMarginFraction"`
+	// BalloonStartSeconds: for this long after a guest's statistics first
+	// come, its margin is doubled. A guest that has just booted has not
+	// shown its working set yet: what its workload populates as it starts
+	// should fit above its floor, not send the controller to deflate it
+	// in full (docs/balloon-density.md). 0 turns it off.
+	BalloonStartSeconds float64 `json:"balloonStartSeconds"`
 	// BalloonMOMIntervalSeconds is MOM's policy interval.
 	BalloonMOMIntervalSeconds float64 `json:"balloonMOMIntervalSeconds"`
 }
@@ -99,6 +105,7 @@ func DefaultConfig() Config {
 		BalloonPolicy:                  BalloonHeadroom,
 		BalloonGuestMarginBytes:        32 << 20,
 		BalloonGuestMarginFraction:     0.1,
+		BalloonStartSeconds:            60,
 		BalloonMOMIntervalSeconds:      10,
 	}
 }
@@ -142,6 +149,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("balloonGuestMarginBytes must be >= 0, got %g", c.BalloonGuestMarginBytes)
 	case !(c.BalloonGuestMarginFraction >= 0 && c.BalloonGuestMarginFraction < 1):
 		return fmt.Errorf("balloonGuestMarginFraction must be in [0,1), got %g", c.BalloonGuestMarginFraction)
+	case !(c.BalloonStartSeconds >= 0 && c.BalloonStartSeconds <= 3600):
+		return fmt.Errorf("balloonStartSeconds must be in [0,3600], got %g", c.BalloonStartSeconds)
 	case !(c.BalloonMOMIntervalSeconds >= 1 && c.BalloonMOMIntervalSeconds <= 600):
 		return fmt.Errorf("balloonMOMIntervalSeconds must be in [1,600], got %g", c.BalloonMOMIntervalSeconds)
 	}
