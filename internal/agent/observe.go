@@ -29,6 +29,10 @@ type observer struct {
 	// read every vmPoll (the agent's round interval).
 	vms    map[string]*vmConn
 	vmPoll time.Duration
+	// instances are the workloads' cgroup IDs: a workload whose cgroup
+	// was made again is a new one (a density step's VMs keep their
+	// predecessors' names), and its VM connection starts over.
+	instances map[string]uint64
 	// ksm reads ksmd when a KSM mode is on (nil otherwise).
 	ksm *ksmObserver
 	// tiers are the swap tiers of the last sample.
@@ -153,6 +157,16 @@ func (o *observer) discover() ([]Listed, error) {
 // its limits (more files), which the periodic refresh skips.
 func (o *observer) workload(name string, g cgroup.Group, full bool) (policy.Workload, Metadata) {
 	w := policy.Workload{Name: name}
+	if id, err := cgroup.ID(g); err == nil {
+		w.Instance = id
+		if was, ok := o.instances[name]; ok && was != id {
+			o.followVM(name, "")
+		}
+		if o.instances == nil {
+			o.instances = map[string]uint64{}
+		}
+		o.instances[name] = id
+	}
 	md, err := o.source.Metadata(name)
 	if err != nil {
 		w.Err = err.Error()
@@ -198,6 +212,7 @@ func (o *observer) workload(name string, g cgroup.Group, full bool) (policy.Work
 // forget drops what is cached about a workload that is gone.
 func (o *observer) forget(name string) {
 	delete(o.workloadLimits, name)
+	delete(o.instances, name)
 	o.followVM(name, "")
 }
 

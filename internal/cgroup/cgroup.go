@@ -355,6 +355,17 @@ func childDirs(dir string) ([]string, error) {
 	return out, nil
 }
 
+// ID is the group's identity: its directory's inode, which cgroup v2 uses
+// as the cgroup ID. A group removed and made again under the same path
+// has a new one.
+func ID(g Group) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(g.Path(), &st); err != nil {
+		return 0, err
+	}
+	return st.Ino, nil
+}
+
 // Signal sends sig to every process in g and in its descendant groups.
 func Signal(g Group, sig syscall.Signal) error { return signalTree(g.Path(), sig) }
 

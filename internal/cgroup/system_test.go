@@ -69,3 +69,36 @@ func TestSystemV1MemoryGroup(t *testing.T) {
 		t.Fatalf("after the 120 MiB workload: OOM kills %d, %v", m.OOMKills, err)
 	}
 }
+
+// A group removed and made again under the same path (a density step's
+// next VM) has a new ID: the agent tells the two workloads apart by it.
+func TestSystemGroupMadeAgainHasANewID(t *testing.T) {
+	scopeCg := testenv.NewMemoryCgroup(t, 512<<20)
+	scope, err := cgroup.OpenAt(cgroup.V1, testenv.CgroupV1MemoryRoot, strings.TrimPrefix(scopeCg.Path, testenv.CgroupV1MemoryRoot))
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := filepath.Join(scopeCg.Path, "w1")
+	id := func() uint64 {
+		t.Helper()
+		if err := os.Mkdir(child, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(child)
+		kids, err := scope.Children()
+		if err != nil || len(kids) != 1 {
+			t.Fatalf("Children = %v, %v", kids, err)
+		}
+		a, err := cgroup.ID(kids[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, err := cgroup.ID(kids[0]); err != nil || b != a {
+			t.Fatalf("the same group read twice: ID %d then %d (%v)", a, b, err)
+		}
+		return a
+	}
+	if first, again := id(), id(); first == again {
+		t.Fatalf("a group made again under the same path kept its ID %d", first)
+	}
+}

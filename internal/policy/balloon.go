@@ -141,8 +141,11 @@ type BalloonState struct {
 	changed map[string]time.Time
 	hold    map[string]time.Time
 	// faults are each guest's fault counters at the previous round.
-	faults  map[string]guestFaults
-	lastMOM time.Time
+	faults map[string]guestFaults
+	// instances are the VMs' Workload.Instance when last seen: a VM made
+	// again under the same name starts with nothing remembered.
+	instances map[string]uint64
+	lastMOM   time.Time
 	// givenInHigh is what deflation gave back since the state last became
 	// high: a deflated guest uses its memory only later, so free memory
 	// does not show it yet.
@@ -170,8 +173,9 @@ type guestFaults struct {
 	// its balloon driver is up, partway through a boot that can last 20 s
 	// under TCG.
 	firstTrustedAt time.Time
-	// peakActiveBytes is the most active memory seen since peakAt: the
-	// floor holds it for balloonPeakSeconds, so stats taken before the
+	// peakActiveBytes is the most active memory seen, peakAt when the
+	// guest was last within balloonSettleBytes of it: the floor holds it
+	// for balloonPeakSeconds from then, so stats taken before the
 	// balloon's last move never make the guest look smaller than it is,
 	// and a workload that starts again finds room.
 	peakActiveBytes uint64
@@ -204,6 +208,9 @@ func decideBalloon(snap Snapshot, cfg Config, st *State) []Decision {
 	if b.Targets == nil {
 		b.Targets, b.changed, b.hold, b.faults = map[string]uint64{}, map[string]time.Time{}, map[string]time.Time{}, map[string]guestFaults{}
 	}
+	if b.instances == nil {
+		b.instances = map[string]uint64{}
+	}
 	now := snap.Sample.Time
 	scope := snap.Sample.Scope
 	free := scope.RAMBytes - min(scope.RAMBytes, scope.WorkingSetBytes+scope.CompressedRAMBytes)
@@ -219,6 +226,12 @@ func decideBalloon(snap Snapshot, cfg Config, st *State) []Decision {
 			continue
 		}
 		present[w.Name] = true
+		if w.Instance != 0 {
+			if was, ok := b.instances[w.Name]; ok && was != w.Instance {
+				b.forget(w.Name)
+			}
+			b.instances[w.Name] = w.Instance
+		}
 		vms = append(vms, b.view(w, cfg, now))
 	}
 	for _, m := range []map[string]time.Time{b.changed, b.hold} {
@@ -232,6 +245,11 @@ func decideBalloon(snap Snapshot, cfg Config, st *State) []Decision {
 		if !present[name] {
 			delete(b.Targets, name)
 			delete(b.faults, name)
+		}
+	}
+	for name := range b.instances {
+		if !present[name] {
+			delete(b.instances, name)
 		}
 	}
 
@@ -295,8 +313,12 @@ func (b *BalloonState) view(w Workload, cfg Config, now time.Time) vmView {
 		firstTrustedAt = now
 	}
 	margin := uint64(max(cfg.BalloonGuestMarginBytes, cfg.BalloonGuestMarginFraction*float64(g.MaxBytes)))
+	// startRoom: a guest that just booted gets a second margin above its
+	// floor, room for the workload it starts. Using that room is what it
+	// is for: need is still judged against the first margin.
+	var startRoom uint64
 	if !firstTrustedAt.IsZero() && now.Sub(firstTrustedAt).Seconds() < cfg.BalloonStartSeconds {
-		margin *= 2 // just booted: room for the workload it starts
+		startRoom = margin
 	}
 	if trusted {
 		// MemTotal leaves out what the guest's kernel reserved, and the
@@ -311,8 +333,13 @@ func (b *BalloonState) view(w Workload, cfg Config, now time.Time) vmView {
 			usable = total
 		}
 		active = usable - min(uint64(g.AvailableBytes), usable)
-		if !(seen && prev.peakActiveBytes >= active && now.Sub(prev.peakAt).Seconds() < balloonPeakSeconds) {
+		switch {
+		case !(seen && prev.peakActiveBytes >= active && now.Sub(prev.peakAt).Seconds() < balloonPeakSeconds):
 			peak, peakAt = active, now
+		case active+balloonSettleBytes >= prev.peakActiveBytes:
+			// Still at its peak (to the jitter of a running workload):
+			// the hold counts from its last use, not its first.
+			peakAt = now
 		}
 	}
 	if peak > 0 && g.TotalBytes > 0 && g.AgeSeconds <= balloonStaleSeconds {
@@ -321,7 +348,7 @@ func (b *BalloonState) view(w Workload, cfg Config, now time.Time) vmView {
 		if uint64(g.TotalBytes) <= v.cur {
 			reserved = v.cur - uint64(g.TotalBytes)
 		}
-		v.floor = min(reserved+peak+margin, v.max)
+		v.floor = min(reserved+peak+margin+startRoom, v.max)
 		// Stats older than the balloon's last move do not size it again.
 		if t, ok := b.changed[w.Name]; ok && now.Sub(t).Seconds() <= g.AgeSeconds {
 			v.statsBeforeChange = true
@@ -331,7 +358,7 @@ func (b *BalloonState) view(w Workload, cfg Config, now time.Time) vmView {
 	if seen && prev.targetBytes == v.lastTarget && prev.lowestBytes > 0 {
 		lowest = min(prev.lowestBytes, v.cur)
 	}
-	grown := max(uint64(balloonGrowthBytes), margin/2)
+	grown := max(uint64(balloonGrowthBytes), margin/2) + startRoom
 	// Growing back to a level the floor still holds is not a guest
 	// running out: only growth beyond it is.
 	was := prev.activeBytes
@@ -365,6 +392,15 @@ func (b *BalloonState) view(w Workload, cfg Config, now time.Time) vmView {
 	b.faults[w.Name] = guestFaults{at: now, majorFaults: g.MajorFaults, swapInBytes: g.SwapInBytes, activeBytes: active,
 		memoryBytes: v.cur, lowestBytes: lowest, targetBytes: v.lastTarget, settled: settled, firstTrustedAt: firstTrustedAt, peakActiveBytes: peak, peakAt: peakAt, movedAt: movedAt}
 	return v
+}
+
+// forget drops what the controller remembered of a VM: its target, its
+// last moves and its guest's history.
+func (b *BalloonState) forget(name string) {
+	delete(b.Targets, name)
+	delete(b.changed, name)
+	delete(b.hold, name)
+	delete(b.faults, name)
 }
 
 // nextMemState applies the states' bounds with hysteresis.

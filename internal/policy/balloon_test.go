@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -219,6 +220,19 @@ func TestBalloonGrowingGuestGetsItsMemoryBeforeItRunsOut(t *testing.T) {
 	if ds, _ := Decide(balloonSnap(30, 20, vm("r", 512, 132, 60)), balloonConfig(), st); len(targets(ds)) != 0 {
 		t.Fatalf("30 s after its peak the guest was ballooned below it: %v", targets(ds))
 	}
+	// A workload that runs just under its peak for 100 s and then exits:
+	// the hold counts from its last use (100 s), not from its first.
+	st = settled(vm("p", 512, 512, 100))
+	for sec := 0.0; sec <= 100; sec += 5 {
+		_, st = Decide(balloonSnap(sec, 300, vm("p", 512, 512, 99)), balloonConfig(), st)
+	}
+	_, st = Decide(balloonSnap(105, 300, vm("p", 512, 512, 60)), balloonConfig(), st)
+	if ds, _ := Decide(balloonSnap(150, 20, vm("p", 512, 512, 60)), balloonConfig(), st); targets(ds)["p"] != 132 {
+		t.Fatalf("50 s after its workload last used its peak: targets %v, want p at 132 MiB (its peak of 100 held)", targets(ds))
+	}
+	if ds, _ := Decide(balloonSnap(161, 20, vm("p", 512, 512, 60)), balloonConfig(), st); targets(ds)["p"] != 92 {
+		t.Fatalf("61 s after its workload last used its peak: targets %v, want p at 92 MiB", targets(ds))
+	}
 	// Growth below the threshold (16 MiB) with memory to spare is not need.
 	_, st = Decide(balloonSnap(0, 20, vm("b", 512, 512, 100)), balloonConfig(), settled(vm("b", 512, 512, 100)))
 	_, st = Decide(balloonSnap(1, 20, vm("b", 512, 200, 90)), balloonConfig(), st)
@@ -316,46 +330,76 @@ func TestBalloonLeavesBootingAndGrowingGuestsAlone(t *testing.T) {
 	}
 }
 
+func TestBalloonForgetsAVMMadeAgain(t *testing.T) {
+	// "a" is ballooned to 132 MiB; then its VM is made again under the
+	// same name (a density step's next VMs), at its full 512 MiB.
+	first, again := vm("a", 512, 512, 100), vm("a", 512, 512, 100)
+	first.Instance, again.Instance = 1, 2
+	_, st := Decide(balloonSnap(0, 20, first), balloonConfig(), settled(first))
+	ballooned := vm("a", 512, 132, 100)
+	ballooned.Instance = 1
+	_, st = Decide(balloonSnap(1, 20, ballooned), balloonConfig(), st)
+	_, st = Decide(balloonSnap(2, 20, ballooned), balloonConfig(), st)
+	// The old one's target and lowest memory would make the new one a
+	// guest that deflated its balloon on OOM; it is a new guest: left
+	// alone while it settles.
+	for _, sec := range []float64{3, 5, 9} {
+		var ds []Decision
+		if ds, st = Decide(balloonSnap(sec, 20, again), balloonConfig(), st); len(targets(ds)) != 0 {
+			t.Fatalf("%g s: a VM made again was treated as its predecessor: %v", sec, ds)
+		}
+	}
+	if ds, _ := Decide(balloonSnap(14, 20, again), balloonConfig(), st); targets(ds)["a"] != 132 {
+		t.Fatalf("settled, the new VM: targets %v, want its floor 132 MiB", targets(ds))
+	}
+}
+
 func TestBalloonStartMargin(t *testing.T) {
 	// Stats first at 0 s, settled at 11 s in the low state: the floor is
-	// 100 MiB active + twice the 32 MiB margin while the guest is young.
-	// Then its workload starts and populates 24 MiB: that fits (40 MiB
-	// left available, growth under half the doubled margin) and the
-	// balloon stays. Without the start margin the floor is 132 MiB and the
-	// same populate leaves 8 MiB: needy, deflated in full.
+	// 100 MiB active + the 32 MiB margin + 32 MiB of start room while the
+	// guest is young. Its workload then starts and populates: using the
+	// start room is not need (available memory is judged against half the
+	// first margin, 16 MiB; growth against 16 MiB + the start room), so 24
+	// or 44 MiB keep the balloon and 52 MiB (12 MiB left) does not.
+	// Without the start room the floor is 132 MiB and 24 MiB leaves 8:
+	// needy, deflated in full.
 	for _, c := range []struct {
 		startSeconds     float64
+		populateMi       uint64
 		wantFloorMi      uint64
 		wantAfterStartMi uint64 // 0: no change
-		wantAfterYouthMi uint64 // target once young no more, 0: no change
+		wantAfterYouthMi uint64 // target once young no more, 0: not checked
 	}{
-		{startSeconds: 60, wantFloorMi: 164, wantAfterYouthMi: 156},
-		{startSeconds: 0, wantFloorMi: 132, wantAfterStartMi: 512},
+		{startSeconds: 60, populateMi: 24, wantFloorMi: 164, wantAfterYouthMi: 156},
+		{startSeconds: 60, populateMi: 44, wantFloorMi: 164},
+		{startSeconds: 60, populateMi: 52, wantFloorMi: 164, wantAfterStartMi: 512},
+		{startSeconds: 0, populateMi: 24, wantFloorMi: 132, wantAfterStartMi: 512},
 	} {
+		name := fmt.Sprintf("start %g s, populate %d MiB", c.startSeconds, c.populateMi)
 		cfg := balloonConfig()
 		cfg.BalloonStartSeconds = c.startSeconds
 		_, st := Decide(balloonSnap(0, 20, vm("a", 512, 512, 100)), cfg, State{})
 		ds, st := Decide(balloonSnap(11, 20, vm("a", 512, 512, 100)), cfg, st)
 		if got := targets(ds)["a"]; got != c.wantFloorMi {
-			t.Fatalf("start %g s: target %d MiB, want the floor %d", c.startSeconds, got, c.wantFloorMi)
+			t.Fatalf("%s: target %d MiB, want the floor %d", name, got, c.wantFloorMi)
 		}
-		floor := c.wantFloorMi
+		floor, active := c.wantFloorMi, 100+c.populateMi
 		_, st = Decide(balloonSnap(14, 20, vm("a", 512, floor, 100)), cfg, st)
-		ds, st = Decide(balloonSnap(15, 20, vm("a", 512, floor, 124)), cfg, st)
+		ds, st = Decide(balloonSnap(15, 20, vm("a", 512, floor, active)), cfg, st)
 		if got := targets(ds)["a"]; got != c.wantAfterStartMi {
-			t.Fatalf("start %g s: after a 24 MiB populate target %d MiB, want %d (%v)", c.startSeconds, got, c.wantAfterStartMi, ds)
+			t.Fatalf("%s: target %d MiB after the populate, want %d (%v)", name, got, c.wantAfterStartMi, ds)
 		}
 		if c.wantAfterYouthMi == 0 {
 			continue
 		}
 		// Still low: young until 60 s, then the floor is active + one
 		// margin again.
-		if ds, _ := Decide(balloonSnap(59, 20, vm("a", 512, floor, 124)), cfg, st); len(targets(ds)) != 0 {
-			t.Fatalf("start %g s: a young guest ballooned below active + twice the margin: %v", c.startSeconds, targets(ds))
+		if ds, _ := Decide(balloonSnap(59, 20, vm("a", 512, floor, active)), cfg, st); len(targets(ds)) != 0 {
+			t.Fatalf("%s: a young guest ballooned into its start room: %v", name, targets(ds))
 		}
-		ds, _ = Decide(balloonSnap(61, 20, vm("a", 512, floor, 124)), cfg, st)
+		ds, _ = Decide(balloonSnap(61, 20, vm("a", 512, floor, active)), cfg, st)
 		if got := targets(ds)["a"]; got != c.wantAfterYouthMi {
-			t.Fatalf("start %g s: young no more, target %d MiB, want %d", c.startSeconds, got, c.wantAfterYouthMi)
+			t.Fatalf("%s: young no more, target %d MiB, want %d", name, got, c.wantAfterYouthMi)
 		}
 	}
 }

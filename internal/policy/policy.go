@@ -193,7 +193,11 @@ type Sample struct {
 
 // Workload is one child cgroup of the scope with its metadata.
 type Workload struct {
-	Name         string `json:"name"`
+	Name string `json:"name"`
+	// Instance tells incarnations of a name apart (the agent: its cgroup's
+	// ID; 0: unknown). A workload whose Instance changed is a new one:
+	// what the policy remembered of the old one does not apply.
+	Instance     uint64 `json:"instance,omitempty"`
 	Priority     int    `json:"priority"`
 	RequestBytes uint64 `json:"request_bytes"`
 	Protected    bool   `json:"protected"`
