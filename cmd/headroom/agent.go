@@ -127,7 +127,7 @@ func agentConfigFlags() []configFlag {
 		{"kubernetes-namespace", "Kubernetes: the agent's own namespace (its pods are protected)", func(c *agent.Config) any { return &c.Kubernetes.Namespace }},
 		{"kubernetes-protected-selector", "Kubernetes: label selector of pods never evicted (e.g. tier=control)", func(c *agent.Config) any { return &c.Kubernetes.ProtectedSelector }},
 		{"kubernetes-swap", "Kubernetes: who sets pods' swap limits: auto (the kubelet's LimitedSwap where it set them, the agent's formula elsewhere), agent, kubelet", func(c *agent.Config) any { return &c.Kubernetes.Swap }},
-		{"balloon-start", "for this long after a guest's statistics first come, its margin is doubled (room for the workload it starts); 0 turns it off", func(c *agent.Config) any { return (*secondsValue)(&c.BalloonStartSeconds) }},
+		{"balloon-start", "for this long after a guest's statistics first come, its floor has a second margin of start room for the workload it starts (using it is not need); 0 turns it off", func(c *agent.Config) any { return (*secondsValue)(&c.BalloonStartSeconds) }},
 		{"balloon-mom-interval", "MOM policy: interval between balloon changes", func(c *agent.Config) any { return (*secondsValue)(&c.BalloonMOMIntervalSeconds) }},
 	}
 }

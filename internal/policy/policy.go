@@ -75,10 +75,11 @@ type Config struct {
 	BalloonGuestMarginBytes    float64 `json:"balloonGuestMarginBytes"`
 	BalloonGuestMarginFraction float64 `json:"balloonGuestMarginFraction"`
 	// BalloonStartSeconds: for this long after a guest's statistics first
-	// come, its margin is doubled. A guest that has just booted has not
-	// shown its working set yet: what its workload populates as it starts
-	// should fit above its floor, not send the controller to deflate it
-	// in full (docs/balloon-density.md). 0 turns it off.
+	// come, its floor has a second margin of start room, and using that
+	// room is not need. A guest that has just booted has not shown its
+	// working set yet: what its workload populates as it starts should
+	// fit above its floor, not send the controller to deflate it in full
+	// (docs/balloon-density.md). 0 turns it off.
 	BalloonStartSeconds float64 `json:"balloonStartSeconds"`
 	// BalloonMOMIntervalSeconds is MOM's policy interval.
 	BalloonMOMIntervalSeconds float64 `json:"balloonMOMIntervalSeconds"`
