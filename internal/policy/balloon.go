@@ -141,11 +141,8 @@ type BalloonState struct {
 	changed map[string]time.Time
 	hold    map[string]time.Time
 	// faults are each guest's fault counters at the previous round.
-	faults map[string]guestFaults
-	// instances are the VMs' Workload.Instance when last seen: a VM made
-	// again under the same name starts with nothing remembered.
-	instances map[string]uint64
-	lastMOM   time.Time
+	faults  map[string]guestFaults
+	lastMOM time.Time
 	// givenInHigh is what deflation gave back since the state last became
 	// high: a deflated guest uses its memory only later, so free memory
 	// does not show it yet.
@@ -204,13 +201,7 @@ func decideBalloon(snap Snapshot, cfg Config, st *State) []Decision {
 	if !cfg.Balloon || snap.Sample.ScopeErr != "" {
 		return nil
 	}
-	b := &st.Balloon
-	if b.Targets == nil {
-		b.Targets, b.changed, b.hold, b.faults = map[string]uint64{}, map[string]time.Time{}, map[string]time.Time{}, map[string]guestFaults{}
-	}
-	if b.instances == nil {
-		b.instances = map[string]uint64{}
-	}
+	b := &st.Balloon // its maps made by State.clone
 	now := snap.Sample.Time
 	scope := snap.Sample.Scope
 	free := scope.RAMBytes - min(scope.RAMBytes, scope.WorkingSetBytes+scope.CompressedRAMBytes)
@@ -226,12 +217,6 @@ func decideBalloon(snap Snapshot, cfg Config, st *State) []Decision {
 			continue
 		}
 		present[w.Name] = true
-		if w.Instance != 0 {
-			if was, ok := b.instances[w.Name]; ok && was != w.Instance {
-				b.forget(w.Name)
-			}
-			b.instances[w.Name] = w.Instance
-		}
 		vms = append(vms, b.view(w, cfg, now))
 	}
 	for _, m := range []map[string]time.Time{b.changed, b.hold} {
@@ -245,11 +230,6 @@ func decideBalloon(snap Snapshot, cfg Config, st *State) []Decision {
 		if !present[name] {
 			delete(b.Targets, name)
 			delete(b.faults, name)
-		}
-	}
-	for name := range b.instances {
-		if !present[name] {
-			delete(b.instances, name)
 		}
 	}
 

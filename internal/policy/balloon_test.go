@@ -340,6 +340,9 @@ func TestBalloonForgetsAVMMadeAgain(t *testing.T) {
 	ballooned.Instance = 1
 	_, st = Decide(balloonSnap(1, 20, ballooned), balloonConfig(), st)
 	_, st = Decide(balloonSnap(2, 20, ballooned), balloonConfig(), st)
+	// Decide leaves the state it is given alone: a round whose result is
+	// dropped changes nothing for the next.
+	_, _ = Decide(balloonSnap(3, 20, again), balloonConfig(), st)
 	// The old one's target and lowest memory would make the new one a
 	// guest that deflated its balloon on OOM; it is a new guest: left
 	// alone while it settles.

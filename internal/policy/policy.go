@@ -196,8 +196,9 @@ type Sample struct {
 type Workload struct {
 	Name string `json:"name"`
 	// Instance tells incarnations of a name apart (the agent: its cgroup's
-	// ID; 0: unknown). A workload whose Instance changed is a new one:
-	// what the policy remembered of the old one does not apply.
+	// ID; 0: unknown). A workload whose Instance changed is a new one: the
+	// balloon controller forgets the old one (forgetRenewed; the swap and
+	// eviction state still follow the name).
 	Instance     uint64 `json:"instance,omitempty"`
 	Priority     int    `json:"priority"`
 	RequestBytes uint64 `json:"request_bytes"`
@@ -304,6 +305,9 @@ type State struct {
 	KSM KSMState `json:"ksm"`
 	// Balloon is the balloon controller's state.
 	Balloon BalloonState `json:"balloon"`
+	// instances are the workloads' Workload.Instance when last seen: one
+	// made again under the same name starts with nothing remembered.
+	instances map[string]uint64
 	// lastNote avoids repeating the same non-action decision every tick.
 	lastNote string
 	// evictionHeld: balloons are holding a due eviction; the hold is
@@ -420,6 +424,7 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 	for i := range snap.Workloads {
 		present[snap.Workloads[i].Name] = &snap.Workloads[i]
 	}
+	forgetRenewed(snap.Workloads, &st)
 	for _, o := range snap.Outcomes {
 		out = append(out, outcomeDecision(now, o))
 		if o.Workload == st.lastVictim { // even if it left the listing before
@@ -648,12 +653,37 @@ func (st State) clone() State {
 	if c.swapRetry == nil {
 		c.swapRetry = map[string]swapBackoff{}
 	}
+	if c.instances = maps.Clone(st.instances); c.instances == nil {
+		c.instances = map[string]uint64{}
+	}
 	b := &c.Balloon
 	b.Targets, b.changed, b.hold, b.faults = maps.Clone(b.Targets), maps.Clone(b.changed), maps.Clone(b.hold), maps.Clone(b.faults)
 	if b.Targets == nil {
 		b.Targets, b.changed, b.hold, b.faults = map[string]uint64{}, map[string]time.Time{}, map[string]time.Time{}, map[string]guestFaults{}
 	}
 	return c
+}
+
+// forgetRenewed drops what the balloon controller remembered of a
+// workload made again under the same name (its Instance changed), and
+// the instances of workloads that are gone.
+func forgetRenewed(workloads []Workload, st *State) {
+	seen := make(map[string]bool, len(workloads))
+	for _, w := range workloads {
+		seen[w.Name] = true
+		if w.Instance == 0 {
+			continue
+		}
+		if was, ok := st.instances[w.Name]; ok && was != w.Instance {
+			st.Balloon.forget(w.Name)
+		}
+		st.instances[w.Name] = w.Instance
+	}
+	for name := range st.instances {
+		if !seen[name] {
+			delete(st.instances, name)
+		}
+	}
 }
 
 // appendToWindow adds s and drops samples older than the window or taken
