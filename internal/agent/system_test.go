@@ -242,6 +242,85 @@ func TestSystemDryRunActsOnNothing(t *testing.T) {
 	}
 }
 
+// TestSystemAgentSetsSwapOfAGroupMadeAgain removes a workload's cgroup
+// and makes it again under the same name between two rounds (density's
+// next step does): the new group starts without a swap limit, and the
+// agent must set its allowance again rather than take it as the old one.
+func TestSystemAgentSetsSwapOfAGroupMadeAgain(t *testing.T) {
+	testenv.SwapFile(t, 256<<20)
+	node := testenv.NewMemoryCgroup(t, 512<<20)
+	const limitBytes = 128 << 20
+	w1 := node.Child(t, "w1", limitBytes)
+	metaDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(metaDir, "w1.json"), []byte(`{"memoryRequest":"128Mi"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Stats are re-read every 300 s: the listing, every second, must be
+	// what tells the new group from the old one.
+	config := filepath.Join(t.TempDir(), "agent.yaml")
+	if err := os.WriteFile(config, []byte("workloadStatsSeconds: 300\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	scope := strings.TrimPrefix(node.Path, testenv.CgroupV1MemoryRoot)
+	cmd := exec.Command(testenv.HeadroomBinary(t), "agent", "--scope", scope, "--workloads-dir", metaDir, "--listen", "", "--config", config)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	records := make(chan Record, 64)
+	go readDecisions(stdout, records, make(chan []Record, 1))
+
+	// applied waits for the agent's next allowance for w1 and for the
+	// kernel to hold it (the write follows the decision line).
+	applied := func(what string) {
+		t.Helper()
+		var want int64
+		for want == 0 {
+			select {
+			case r, ok := <-records:
+				if !ok {
+					t.Fatalf("%s: the agent exited", what)
+				}
+				if r.Action == policy.ActionSetSwap && r.Workload == "w1" {
+					want = (limitBytes + int64(r.Swap.SwapBytes)) &^ 4095 // the kernel keeps whole pages
+					if r.Swap.SwapBytes == 0 {
+						t.Fatalf("%s: an allowance of 0 B; the test needs one the kernel shows", what)
+					}
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s: no swap allowance decided for w1 within 10 s", what)
+			}
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			got, err := w1.ReadInt("memory.memsw.limit_in_bytes")
+			if err == nil && got == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: memsw.limit_in_bytes %d (%v), want %d", what, got, err, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	applied("first group")
+	if err := os.Remove(w1.Path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(w1.Path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := w1.Write("memory.limit_in_bytes", strconv.Itoa(limitBytes)); err != nil {
+		t.Fatal(err)
+	}
+	applied("the group made again")
+}
+
 func TestSystemProtectedAndUnreadableAreNeverChosen(t *testing.T) {
 	run := runNode(t, []string{}, map[string]string{
 		"w-low": `{"name":"w-low","priority":1,"memoryRequest":"512Mi","protected":true}`,

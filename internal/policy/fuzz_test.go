@@ -60,6 +60,7 @@ func FuzzDecide(f *testing.F) {
 		var pswpin, psiFull uint64
 		ksm := KSMSample{MergeableBytes: uint64(src.upTo(8)) << 28}
 		faults := map[string]int64{}
+		instances := map[string]uint64{} // a workload made again gets the next
 		now := t0
 		for tick := 0; tick < 40 && len(src.b) > 0; tick++ {
 			now = now.Add(time.Duration(src.upTo(3000)) * time.Millisecond)
@@ -100,6 +101,10 @@ func FuzzDecide(f *testing.F) {
 				if flags&8 != 0 {
 					w.Err = "unreadable"
 				}
+				if flags&32 != 0 {
+					instances[w.Name]++
+				}
+				w.Instance = instances[w.Name]
 				if flags&16 != 0 { // a VM: its balloon at the last target or anywhere
 					maxB := uint64(1+src.upTo(8)) << 27
 					cur := maxB
@@ -196,7 +201,8 @@ func checkDecisions(t *testing.T, snap Snapshot, cfg Config, prev State, decisio
 			for _, o := range snap.Outcomes {
 				ended = ended || o.Workload == w.Name
 			}
-			if _, already := prev.Evicting[w.Name]; already && w.Processes > 0 && !ended {
+			// Nor one of the same name made again.
+			if _, already := prev.Evicting[w.Name]; already && w.Processes > 0 && !ended && prev.instances[w.Name] == w.Instance {
 				t.Fatalf("evicted %s twice", w.Name)
 			}
 			if _, abandoned := next.Abandoned[w.Name]; abandoned {

@@ -196,9 +196,9 @@ type Sample struct {
 type Workload struct {
 	Name string `json:"name"`
 	// Instance tells incarnations of a name apart (the agent: its cgroup's
-	// ID; 0: unknown). A workload whose Instance changed is a new one: the
-	// balloon controller forgets the old one (forgetRenewed; the swap and
-	// eviction state still follow the name).
+	// ID; 0: unknown). A workload whose Instance changed is a new one:
+	// nothing remembered of the old one (its swap allowance, eviction or
+	// balloon) carries over (forgetRenewed).
 	Instance     uint64 `json:"instance,omitempty"`
 	Priority     int    `json:"priority"`
 	RequestBytes uint64 `json:"request_bytes"`
@@ -424,14 +424,14 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 	for i := range snap.Workloads {
 		present[snap.Workloads[i].Name] = &snap.Workloads[i]
 	}
-	forgetRenewed(snap.Workloads, &st)
+	renewed := forgetRenewed(now, snap.Workloads, &st)
 	for _, o := range snap.Outcomes {
 		out = append(out, outcomeDecision(now, o))
 		if o.Workload == st.lastVictim { // even if it left the listing before
 			st.VictimGone = now
 		}
 		delete(st.Evicting, o.Workload)
-		if o.Result == EvictionFailed {
+		if o.Result == EvictionFailed && !renewed[o.Workload] {
 			if _, ok := present[o.Workload]; ok {
 				st.Abandoned[o.Workload] = now
 			}
@@ -456,6 +456,9 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 		}
 	}
 	for _, r := range snap.SwapResults {
+		if renewed[r.Workload] {
+			continue // written to the old group, or to the new one before it was seen: set again
+		}
 		delete(st.swapPending, r.Workload)
 		if r.Err == "" {
 			st.SwapAllowance[r.Workload] = r.SwapBytes
@@ -664,17 +667,33 @@ func (st State) clone() State {
 	return c
 }
 
-// forgetRenewed drops what the balloon controller remembered of a
-// workload made again under the same name (its Instance changed), and
-// the instances of workloads that are gone.
-func forgetRenewed(workloads []Workload, st *State) {
+// forgetRenewed drops what was remembered of a workload made again under
+// the same name (its Instance changed): its swap allowance (a new cgroup
+// has none set), a refusal's back-off, an eviction in progress or given
+// up on (the old one is gone: its memory is freed) and its balloon. It
+// forgets the instances of workloads that are gone, and returns the
+// names made again.
+func forgetRenewed(now time.Time, workloads []Workload, st *State) map[string]bool {
 	seen := make(map[string]bool, len(workloads))
+	var renewed map[string]bool
 	for _, w := range workloads {
 		seen[w.Name] = true
 		if w.Instance == 0 {
 			continue
 		}
 		if was, ok := st.instances[w.Name]; ok && was != w.Instance {
+			if renewed == nil {
+				renewed = map[string]bool{}
+			}
+			renewed[w.Name] = true
+			delete(st.SwapAllowance, w.Name)
+			delete(st.swapPending, w.Name)
+			delete(st.swapRetry, w.Name)
+			if _, ok := st.Evicting[w.Name]; ok && w.Name == st.lastVictim {
+				st.VictimGone = now
+			}
+			delete(st.Evicting, w.Name)
+			delete(st.Abandoned, w.Name)
 			st.Balloon.forget(w.Name)
 		}
 		st.instances[w.Name] = w.Instance
@@ -684,6 +703,7 @@ func forgetRenewed(workloads []Workload, st *State) {
 			delete(st.instances, name)
 		}
 	}
+	return renewed
 }
 
 // appendToWindow adds s and drops samples older than the window or taken

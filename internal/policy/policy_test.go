@@ -402,6 +402,94 @@ func TestDecideGivesUpOnFailedEviction(t *testing.T) {
 	}
 }
 
+// made gives w an Instance (its cgroup's ID).
+func made(w Workload, instance uint64) Workload {
+	w.Instance = instance
+	return w
+}
+
+// A workload made again under the same name (density's next step, a pod
+// recreated with its name) is a new one: the old one's swap allowance,
+// eviction or abandonment does not carry over.
+func TestDecideForgetsAWorkloadMadeAgain(t *testing.T) {
+	t.Run("swap allowance", func(t *testing.T) {
+		cfg := DefaultConfig()
+		snap := Snapshot{Sample: sample(0, 1, 0), Workloads: []Workload{made(wl("a", 0, 1, 0.5, 0), 1)}}
+		_, st := Decide(snap, cfg, State{})
+		snap.Sample, snap.SwapResults = sample(1, 1, 0), []SwapResult{{Workload: "a", SwapBytes: gi}}
+		_, st = Decide(snap, cfg, st)
+		// The new group has no swap limit set: its allowance is decided again,
+		// and a result in the same round (written by name, maybe to the old
+		// group) does not count as applied to it.
+		for _, results := range [][]SwapResult{nil, {{Workload: "a", SwapBytes: gi}}} {
+			again := Snapshot{Sample: sample(2, 1, 0), Workloads: []Workload{made(wl("a", 0, 1, 0.5, 0), 2)}, SwapResults: results}
+			ds, next := Decide(again, cfg, st)
+			if len(ds) != 1 || ds[0].Action != ActionSetSwap || ds[0].Swap.SwapBytes != gi || len(next.SwapAllowance) != 0 {
+				t.Fatalf("results %v: decided %+v, in force %v; want a's allowance set again and none in force", results, ds, next.SwapAllowance)
+			}
+		}
+	})
+	t.Run("refused allowance", func(t *testing.T) {
+		cfg := DefaultConfig()
+		snap := Snapshot{Sample: sample(0, 1, 0), Workloads: []Workload{made(wl("a", 0, 1, 0.5, 0), 1)}}
+		_, st := Decide(snap, cfg, State{})
+		snap.Sample, snap.SwapResults = sample(0.1, 1, 0), []SwapResult{{Workload: "a", SwapBytes: gi, Err: "no memory limit", TriedAt: at(0)}}
+		_, st = Decide(snap, cfg, st)
+		again := Snapshot{Sample: sample(0.2, 1, 0), Workloads: []Workload{made(wl("a", 0, 1, 0.5, 0), 2)}}
+		if ds, _ := Decide(again, cfg, st); len(ds) != 1 || ds[0].Action != ActionSetSwap {
+			t.Fatalf("a new group waited out its predecessor's refusal: %+v", ds)
+		}
+	})
+	t.Run("eviction", func(t *testing.T) {
+		cfg := DefaultConfig()
+		cfg.EvictionDeadlineSeconds = 10
+		wls := []Workload{made(wl("gold", 10, 2, 2, 1), 1), made(wl("stuck", 1, 2, 2, 1.5), 2)}
+		ds, st := Decide(Snapshot{Sample: sample(0, 4, 3.5), Workloads: wls}, cfg, State{})
+		if ev := evictions(ds); len(ev) != 1 || ev[0].Workload != "stuck" {
+			t.Fatalf("first eviction %+v", ds)
+		}
+		// The victim's group is gone and one of the same name is made
+		// before the agent saw it go: not the victim past its deadline.
+		wls[1] = made(wl("stuck", 1, 2, 0.1, 0), 3)
+		ds, st = Decide(Snapshot{Sample: sample(11, 1, 0), Workloads: wls}, cfg, st)
+		for _, d := range ds {
+			if d.Action == ActionAbandon {
+				t.Fatalf("the new group was given up on as its predecessor: %+v", d)
+			}
+		}
+		if len(st.Evicting) != 0 || len(st.Abandoned) != 0 || !st.VictimGone.Equal(at(11)) {
+			t.Fatalf("evicting %v, abandoned %v, victim gone %v; want none, none, 11 s", st.Evicting, st.Abandoned, st.VictimGone)
+		}
+		// The old group's failure, learned in the round the new one is
+		// first seen, is not the new one's.
+		_, st = Decide(Snapshot{Sample: sample(20, 4, 3.5), Workloads: wls}, cfg, st)
+		wls[1] = made(wl("stuck", 1, 2, 0.1, 0), 4)
+		_, st = Decide(Snapshot{Sample: sample(21, 1, 0), Workloads: wls,
+			Outcomes: []EvictionOutcome{{Workload: "stuck", Result: EvictionFailed, Err: "1 process left after SIGKILL"}}}, cfg, st)
+		if len(st.Abandoned) != 0 {
+			t.Fatalf("the new group was given up on for its predecessor's failed eviction: %v", st.Abandoned)
+		}
+	})
+	t.Run("abandoned", func(t *testing.T) {
+		cfg := DefaultConfig()
+		cfg.CooldownSeconds = 0
+		wls := []Workload{made(wl("a", 1, 2, 2, 1.5), 1), made(wl("b", 5, 2, 2, 1.5), 2)}
+		_, st := Decide(Snapshot{Sample: sample(0, 4, 3.5), Workloads: wls}, cfg, State{})
+		_, st = Decide(Snapshot{Sample: sample(1, 4, 3.5), Workloads: wls,
+			Outcomes: []EvictionOutcome{{Workload: "a", Result: EvictionFailed, Err: "1 process left after SIGKILL"}}}, cfg, st)
+		if _, ok := st.Abandoned["a"]; !ok {
+			t.Fatalf("a not given up on: %v", st.Abandoned)
+		}
+		// b is evicted and gone; a is made again: the new a may be chosen.
+		wls = []Workload{made(wl("a", 1, 2, 2, 1.5), 3)}
+		ds, _ := Decide(Snapshot{Sample: sample(2, 4, 3.5), Workloads: wls,
+			Outcomes: []EvictionOutcome{{Workload: "b", Result: EvictedGracefully}}}, cfg, st)
+		if ev := evictions(ds); len(ev) != 1 || ev[0].Workload != "a" {
+			t.Fatalf("the new a was skipped as its abandoned predecessor: %+v", ds)
+		}
+	})
+}
+
 func TestDecideNeverEvictsProtectedOrUnreadable(t *testing.T) {
 	cfg := DefaultConfig()
 	prot := wl("prot", 0, 0, 6, 3)
