@@ -148,6 +148,8 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"sim", "--guest-cache", "2Gi"}, "--guest-cache"},
 		{[]string{"sim", "--balloon-cpu", "5us"}, "--balloon-cpu needs --balloon"},
 		{[]string{"sim", "--agent", "--balloon", "--balloon-cpu", "-5us"}, "--balloon-cpu"},
+		{[]string{"sim", "--start-cpu-factor", "0.5"}, "--start-cpu-factor 0.5: want 0 (none) or a factor in [1,100]"},
+		{[]string{"sim", "--start-cpu-factor", "6", "--start-cpu-duration", "0s"}, "--start-cpu-duration"},
 		{[]string{"sim", "--agent", "--max-swap-out-pages-per-sec", "-5"}, "--max-swap-out-pages-per-sec"},
 		{[]string{"sim", "--agent", "--ksm", "advisor", "--ksmd-cpu", "-1s"}, "--ksmd-cpu"},
 		{[]string{"sim", "--ksm", "governor"}, "--ksm needs --agent"},

@@ -70,6 +70,8 @@ type simFlags struct {
 	touchRate                             string
 	readIOPS, writeIOPS                   float64
 	latency, ksmdCPU, balloonCPU          time.Duration
+	startCPUFactor                        float64
+	startCPUDuration                      time.Duration
 	swapTier                              string
 	agent                                 bool
 	out, label, scenario, find            string
@@ -124,6 +126,8 @@ func newSimCommand() *cobra.Command {
 	fl.Float64Var(&f.maxSwapOut, "max-swap-out-pages-per-sec", f.maxSwapOut, "with --agent: its swap-out rate threshold (-1: half --swap-write-iops; 0: off)")
 	fl.StringVar(&f.balloonPol, "balloon-policy", "headroom", "with --balloon: headroom (memory states, guest-aware targets) or mom (oVirt MOM's rules)")
 	fl.DurationVar(&f.balloonCPU, "balloon-cpu", 0, "with --balloon: the guest's vCPU time a page its balloon moves costs, inflating or deflating (free page reporting included); its workload waits meanwhile (about 5us under TCG here; 0: free)")
+	fl.Float64Var(&f.startCPUFactor, "start-cpu-factor", 0, "how many times its steady CPU a guest's touch costs as its workload starts, falling to once over --start-cpu-duration (about 6 under TCG here; 0 or 1: no difference)")
+	fl.DurationVar(&f.startCPUDuration, "start-cpu-duration", 3*time.Second, "with --start-cpu-factor: how long a guest's touches take to get back to their steady CPU")
 	fl.Var(&f.guestCache, "guest-cache", "clean page cache each guest fills at boot beside its workload and never touches again (memory a balloon reclaims without I/O)")
 	fl.StringVar(&f.find, "find", "", "max-vms: print the largest VM count that keeps --min-per-vm-fraction (and --max-swap-utilization)")
 	fl.Float64Var(&f.minPerVM, "min-per-vm-fraction", f.minPerVM, "with --find: the least mean per-VM rate, as a fraction of the one-VM rate")
@@ -258,6 +262,7 @@ func simParams(f *simFlags) (sim.Params, error) {
 	}
 	vm := sim.VMSpec{Process: f.workerKind == "process", MemoryBytes: uint64(f.vmMemory), GuestOverheadBytes: uint64(f.guestOverhead), HostOverheadBytes: uint64(f.overhead),
 		GuestCacheBytes: uint64(f.guestCache), BalloonCPUSecondsPerPage: f.balloonCPU.Seconds(),
+		StartCPUFactor: f.startCPUFactor, StartCPUSeconds: f.startCPUDuration.Seconds(),
 		RequestBytes: density.RequestBytes(uint64(f.vmMemory), f.overcommit, uint64(f.overhead)),
 		Workload: sim.Workload{SizeBytes: uint64(f.memorySize), Scan: memload.Scan(f.scan), WriteFraction: float64(f.writes),
 			RatePagesPerSec: float64(f.rate), DupFraction: sim.DupFraction(memload.Content(f.content))}}
@@ -281,6 +286,10 @@ func simParams(f *simFlags) (sim.Params, error) {
 		return sim.Params{}, usagef("--ksm %q: want off, governor or advisor", f.ksm)
 	case f.balloonCPU < 0:
 		return sim.Params{}, usagef("--balloon-cpu %s: want a duration not negative", f.balloonCPU)
+	case f.startCPUFactor != 0 && !(f.startCPUFactor >= 1 && f.startCPUFactor <= 100):
+		return sim.Params{}, usagef("--start-cpu-factor %g: want 0 (none) or a factor in [1,100]", f.startCPUFactor)
+	case f.startCPUDuration <= 0 || f.startCPUDuration > 10*time.Minute:
+		return sim.Params{}, usagef("--start-cpu-duration %s: want a duration in (0,10m]", f.startCPUDuration)
 	case f.balloonCPU > 0 && !f.balloon:
 		return sim.Params{}, usagef("--balloon-cpu needs --balloon")
 	case f.ksmdCPU < 0:
@@ -392,7 +401,7 @@ func simParamsMap(f *simFlags) map[string]any {
 		"overhead_bytes": uint64(f.overhead), "guest_overhead_bytes": uint64(f.guestOverhead), "node_memory_bytes": uint64(f.nodeMemory),
 		"system_reserve_bytes": uint64(f.systemReserve), "cpus": f.cpus, "touch_rate": f.touchRate, "touch_alone_speedup": f.touchAloneSpeedup, "populate_rate": f.populateRate, "swap_bytes": uint64(f.swap),
 		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(), "swap_depths": f.swapDepths, "paging_cpu": f.pagingCPU, "worker_kind": f.workerKind,
-		"swap_tier": f.swapTier, "agent": f.agent, "max_swap_in_pages_per_sec": f.maxSwapIn, "max_swap_out_pages_per_sec": f.maxSwapOut, "ksm": f.ksm, "ksmd_cpu_seconds": f.ksmdCPU.Seconds(), "balloon": balloonParam(f.balloon, f.balloonPol), "guest_cache_bytes": uint64(f.guestCache), "balloon_cpu_seconds_per_page": f.balloonCPU.Seconds(), "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
+		"swap_tier": f.swapTier, "agent": f.agent, "max_swap_in_pages_per_sec": f.maxSwapIn, "max_swap_out_pages_per_sec": f.maxSwapOut, "ksm": f.ksm, "ksmd_cpu_seconds": f.ksmdCPU.Seconds(), "balloon": balloonParam(f.balloon, f.balloonPol), "guest_cache_bytes": uint64(f.guestCache), "balloon_cpu_seconds_per_page": f.balloonCPU.Seconds(), "start_cpu_factor": f.startCPUFactor, "start_cpu_seconds": f.startCPUDuration.Seconds(), "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
 }
 
 // balloonParam is the balloon policy in force ("" with none), as density

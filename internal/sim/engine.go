@@ -76,7 +76,9 @@ type vmState struct {
 	// measured phase counters.
 	touches, faults float64
 	readyAt         float64
-	gone            string
+	// runningAt is when its workload started running (the measured phase).
+	runningAt float64
+	gone      string
 }
 
 func (v *vmState) live() bool { return v.phase != phaseGone }
@@ -114,6 +116,11 @@ type node struct {
 	// vmCPUSeconds is the cores' busy time the VMs' touching, populating
 	// and paging took (ksmd keeps its own).
 	vmCPUSeconds float64
+	// now is the tick's simulated time; startCPUFactor and
+	// startCPUSeconds the VMs' extra touch CPU as they start running
+	// (VMSpec).
+	now                             float64
+	startCPUFactor, startCPUSeconds float64
 }
 
 func pagesOf(b uint64) float64 { return float64(b) / PageBytes }
@@ -121,7 +128,8 @@ func pagesOf(b uint64) float64 { return float64(b) / PageBytes }
 func newNode(nd Node, spec VMSpec, count int, dt float64, seed uint64) *node {
 	s := &node{n: nd, w: spec.Workload, process: spec.Process, rng: rand.New(rand.NewPCG(seed, 0x5eed)), dtSeconds: dt,
 		capacityPages: pagesOf(nd.RAMBytes - nd.SystemReserveBytes), diskCapPages: pagesOf(nd.Swap.SizeBytes),
-		readWait: nd.Swap.LatencySeconds, touchRate: touchRateAt(nd.TouchRate, 0), ksm: newKSMD(nd.KSMDCPUSeconds)}
+		readWait: nd.Swap.LatencySeconds, touchRate: touchRateAt(nd.TouchRate, 0), ksm: newKSMD(nd.KSMDCPUSeconds),
+		startCPUFactor: spec.StartCPUFactor, startCPUSeconds: spec.StartCPUSeconds}
 	if nd.Tier != nil {
 		s.tierCapPages = pagesOf(nd.Tier.SizeBytes)
 	}
@@ -183,7 +191,7 @@ func tierShare(v *vmState) float64 {
 // touchTime is the seconds one touch takes on average, and the part of it
 // spent waiting for the device, at a given CPU share and read wait.
 func (s *node) touchTime(v *vmState, cpuShare, readWait float64) (total, waiting float64) {
-	cpu := 1 / s.touchRate // seconds of a whole core
+	cpu := s.startCPU(v) / s.touchRate // seconds of a whole core
 	miss := 1 - s.hit(v)
 	if miss <= 0 {
 		return cpu / cpuShare, 0
@@ -204,6 +212,17 @@ func (s *node) touchTime(v *vmState, cpuShare, readWait float64) (total, waiting
 	waiting = miss * (1 - z) / s.readahead() * readWait
 	cpu += miss * (s.pagingCPU + z*2*tierCPU)
 	return cpu/cpuShare + waiting, waiting
+}
+
+// startCPU is how many times its steady CPU a running VM's touch costs
+// now: startCPUFactor as its workload starts, falling linearly to 1 over
+// startCPUSeconds.
+func (s *node) startCPU(v *vmState) float64 {
+	if s.startCPUFactor <= 1 || s.startCPUSeconds <= 0 || v.phase != phaseRunning {
+		return 1
+	}
+	left := 1 - (s.now-v.runningAt)/s.startCPUSeconds
+	return 1 + (s.startCPUFactor-1)*min(max(left, 0), 1)
 }
 
 // rateAt is a running VM's touches/s at a given CPU share and read wait,
@@ -378,6 +397,7 @@ func (s *node) coresUsed(share float64) float64 {
 // says whether the running VMs' touches count.
 func (s *node) tick(now float64, measuring bool) {
 	dt := s.dtSeconds
+	s.now = now
 	s.pagingCPU = pagingCPUAt(s.n.PagingCPU, s.faulting())
 	s.touchRate = touchRateAt(s.n.TouchRate, s.touchedBytesPerCore()) * aloneSpeedup(s.n.TouchAloneSpeedup, s.busyVMs(), s.n.CPUs)
 	share := s.cpuShare()

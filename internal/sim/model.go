@@ -36,7 +36,9 @@
 //     effect within a tick and cost the guest's vCPU
 //     (VMSpec.BalloonCPUSecondsPerPage a page moved, inflating or
 //     deflating, free page reporting included), its workload stopped
-//     meanwhile.
+//     meanwhile. A guest's touches may cost more CPU as its workload
+//     starts (VMSpec.StartCPUFactor, falling to once over
+//     VMSpec.StartCPUSeconds), contending for the cores like any other.
 //   - ksmd (the agent's set_ksm) scans the workloads' pages at its pace,
 //     each page costing a core's time, and merges a resident duplicate
 //     the second time a scan finds it; a merged page takes no RAM but
@@ -144,6 +146,13 @@ type VMSpec struct {
 	// deflation returns included); its workload does not run meanwhile.
 	// Under TCG here about 5 µs (docs/sim.md); 0: free.
 	BalloonCPUSecondsPerPage float64
+	// StartCPUFactor is how many times its steady CPU a touch costs as
+	// the guest's workload starts, falling linearly to once over
+	// StartCPUSeconds of its running: under TCG here the guests' QEMUs
+	// needed 4-8 times their steady CPU a touch for the first 2-4 s
+	// (docs/sim.md); 0 or 1: no difference.
+	StartCPUFactor  float64
+	StartCPUSeconds float64
 	// RequestBytes is what the scheduler reserves for it.
 	RequestBytes uint64
 	Workload     Workload

@@ -503,6 +503,42 @@ func TestBalloonMovesCostTheGuestsVCPU(t *testing.T) {
 	}
 }
 
+// A guest's touches cost StartCPUFactor times their steady CPU as its
+// workload starts, falling to once over StartCPUSeconds, on the cores all
+// VMs share: one guest at 1M pages/s (0.1 µs a touch) fits a core even at
+// six times that, seven on two cores do not — each runs at 2 / (7 × 0.6
+// µs) = 476k pages/s in the first tick — and all run at their rate once
+// the start is over.
+func TestStartingWorkloadsShareTheCores(t *testing.T) {
+	for _, c := range []struct {
+		vms             int
+		factor          float64
+		wantFirstPerSec float64
+	}{
+		{vms: 1, factor: 6, wantFirstPerSec: 1e6},
+		{vms: 7, factor: 6, wantFirstPerSec: 2 / (7 * 6 * 1e-7)},
+		{vms: 7, factor: 0, wantFirstPerSec: 1e6},
+	} {
+		vm := oneVM(memload.ScanRandom)
+		vm.Workload.RatePagesPerSec, vm.StartCPUFactor, vm.StartCPUSeconds = 1e6, c.factor, 4
+		nd := smallNode()
+		nd.CPUs = 2
+		n := newNode(nd, vm, c.vms, 0.25, 1)
+		running(n, 1)
+		n.capacityPages = 1e12
+		v := n.vms[0]
+		n.tick(0, true)
+		if got := v.touches / 0.25; math.Abs(got-c.wantFirstPerSec) > 1 {
+			t.Errorf("%d VMs, factor %g: %.0f pages/s in the first tick, want %.0f", c.vms, c.factor, got, c.wantFirstPerSec)
+		}
+		before := v.touches
+		n.tick(4, true)
+		if got := (v.touches - before) / 0.25; math.Abs(got-1e6) > 1 {
+			t.Errorf("%d VMs, factor %g: %.0f pages/s once started, want the rate", c.vms, c.factor, got)
+		}
+	}
+}
+
 // balloonBench is bench/density-balloon.sh's node in the model: 512 MiB
 // guests, each with a 32 MiB workload at 1M pages/s beside 288 MiB of
 // idle cache, on 1.5 GiB with 2 GiB of swap; the guests fill their cache
