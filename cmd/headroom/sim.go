@@ -127,7 +127,7 @@ func newSimCommand() *cobra.Command {
 	fl.StringVar(&f.balloonPol, "balloon-policy", "headroom", "with --balloon: headroom (memory states, guest-aware targets) or mom (oVirt MOM's rules)")
 	fl.DurationVar(&f.balloonCPU, "balloon-cpu", 0, "with --balloon: the guest's vCPU time a page its balloon moves costs, inflating or deflating (free page reporting included); its workload waits meanwhile (about 5us under TCG here; 0: free)")
 	fl.Float64Var(&f.startCPUFactor, "start-cpu-factor", 0, "how many times its steady CPU a guest's touch costs as its workload starts, falling to once over --start-cpu-duration (about 6 under TCG here; 0 or 1: no difference)")
-	fl.DurationVar(&f.startCPUDuration, "start-cpu-duration", 3*time.Second, "with --start-cpu-factor: how long a guest's touches take to get back to their steady CPU")
+	fl.DurationVar(&f.startCPUDuration, "start-cpu-duration", 4*time.Second, "with --start-cpu-factor: how long a guest's touches take to get back to their steady CPU")
 	fl.Var(&f.guestCache, "guest-cache", "clean page cache each guest fills at boot beside its workload and never touches again (memory a balloon reclaims without I/O)")
 	fl.StringVar(&f.find, "find", "", "max-vms: print the largest VM count that keeps --min-per-vm-fraction (and --max-swap-utilization)")
 	fl.Float64Var(&f.minPerVM, "min-per-vm-fraction", f.minPerVM, "with --find: the least mean per-VM rate, as a fraction of the one-VM rate")
