@@ -45,8 +45,8 @@ done > "$BENCH_TMP/rows"
 printf '%-9s %7s %12s %12s %8s %11s %9s %4s %s\n' setup VMs agg_pages/s per_VM vs_swap swapouts/s evictions oom status
 awk '
   {rows[++n]=$0; if ($1=="swap") base[$2]=$3}
-  END {for (i=1;i<=n;i++) {split(rows[i],f," "); r=(base[f[2]]>0)?f[3]/base[f[2]]:0;
-       printf "%-9s %7s %12.0f %12.0f %8.2f %11.0f %9s %4s %s\n", f[1], f[2], f[3], f[3]/f[2], r, f[4], f[5], f[6], f[7]}}' "$BENCH_TMP/rows"
+  END {for (i=1;i<=n;i++) {split(rows[i],f," "); r=(base[f[2]]>0)?sprintf("%.2f", f[3]/base[f[2]]):"-";
+       printf "%-9s %7s %12.0f %12.0f %8s %11.0f %9s %4s %s\n", f[1], f[2], f[3], f[3]/f[2], r, f[4], f[5], f[6], f[7]}}' "$BENCH_TMP/rows"
 echo
 # The most VMs the node held: the largest step that ran without a failure,
 # an eviction or an OOM kill. (Per-VM rates fall with the VM count in RAM
