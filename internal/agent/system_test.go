@@ -72,21 +72,14 @@ func runNode(t *testing.T, agentArgs []string, metadata map[string]string) nodeR
 	}
 
 	var run nodeRun
-	var agentDone chan []Record
+	var agentDone <-chan []Record
 	var agentCmd *exec.Cmd
 	if agentArgs != nil {
 		scope := strings.TrimPrefix(node.Path, testenv.CgroupV1MemoryRoot)
 		args := append([]string{"agent", "--scope", scope, "--workloads-dir", metaDir, "--listen", ""}, agentArgs...)
 		agentCmd = exec.Command(bin, args...)
-		stdout, _ := agentCmd.StdoutPipe()
-		agentCmd.Stderr = os.Stderr
-		if err := agentCmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { agentCmd.Process.Kill(); agentCmd.Wait() })
-		records := make(chan Record, 64)
-		agentDone = make(chan []Record, 1)
-		go readDecisions(stdout, records, agentDone)
+		var records <-chan Record
+		records, agentDone = runAgentCommand(t, agentCmd)
 		// Allowances are applied on discovery, before any workload runs.
 		awaitAllowances(t, records, "w-low", "w-mid", "w-high")
 		go func() {
@@ -184,6 +177,30 @@ func readDecisions(r io.Reader, live chan<- Record, done chan<- []Record) {
 	done <- all
 }
 
+// runAgentCommand starts an agent command and streams its decision
+// lines: records as they come, done with all of them once the agent has
+// closed its output. The agent is killed when the test ends.
+func runAgentCommand(t *testing.T, cmd *exec.Cmd) (records <-chan Record, done <-chan []Record) {
+	t.Helper()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	live, all := make(chan Record, 256), make(chan []Record, 1)
+	go readDecisions(stdout, live, all)
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		for range live {
+		}
+		cmd.Wait()
+	})
+	return live, all
+}
+
 func evicted(decisions []Record) []string {
 	var out []string
 	for _, r := range decisions {
@@ -261,19 +278,7 @@ func TestSystemAgentSetsSwapOfAGroupMadeAgain(t *testing.T) {
 	if err := os.WriteFile(config, []byte("workloadStatsSeconds: 300\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	scope := strings.TrimPrefix(node.Path, testenv.CgroupV1MemoryRoot)
-	cmd := exec.Command(testenv.HeadroomBinary(t), "agent", "--scope", scope, "--workloads-dir", metaDir, "--listen", "", "--config", config)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	records := make(chan Record, 64)
-	go readDecisions(stdout, records, make(chan []Record, 1))
+	records, _ := startAgent(t, node, metaDir, "--config", config)
 
 	// applied waits for the agent's next allowance for w1 and for the
 	// kernel to hold it (the write follows the decision line).
@@ -366,23 +371,7 @@ func TestSystemAgentProtectsItself(t *testing.T) {
 	scope := strings.TrimPrefix(node.Path, testenv.CgroupV1MemoryRoot)
 	cmd := home.Command(testenv.HeadroomBinary(t), "agent", "--scope", scope, "--workloads-dir", metaDir,
 		"--listen", "", "--oom-score-adj", "321")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	records := make(chan Record, 64)
-	done := make(chan []Record, 1)
-	go readDecisions(stdout, records, done)
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		for range records {
-		}
-		cmd.Wait()
-	})
+	records, done := runAgentCommand(t, cmd)
 
 	// Allowances are decided at the first discovery, after self-protection.
 	seen := awaitAllowances(t, records, "w1")

@@ -94,15 +94,7 @@ func vmNode(t *testing.T, swapBytes int64) (node *testenv.MemoryCgroup, metaDir 
 func startAgent(t *testing.T, node *testenv.MemoryCgroup, metaDir string, args ...string) (<-chan Record, func() []Record) {
 	scope := strings.TrimPrefix(node.Path, testenv.CgroupV1MemoryRoot)
 	cmd := exec.Command(testenv.HeadroomBinary(t), append([]string{"agent", "--scope", scope, "--workloads-dir", metaDir, "--listen", ""}, args...)...)
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	live := make(chan Record, 256)
-	done := make(chan []Record, 1)
-	go readDecisions(stdout, live, done)
+	live, done := runAgentCommand(t, cmd)
 	return live, func() []Record {
 		cmd.Process.Signal(syscall.SIGTERM)
 		all := <-done
