@@ -295,7 +295,7 @@ func (a *Agent) discover() {
 	changed := false
 	for _, l := range kids {
 		seen[l.Name] = true
-		if known, ok := a.groups[l.Name]; !ok || known.Path() != l.Group.Path() || a.madeAgain(l.Name, l.Group) {
+		if known, ok := a.groups[l.Name]; !ok || known.Path() != l.Group.Path() || a.obs.madeAgain(l.Name, l.Group) {
 			changed = true
 			a.groups[l.Name] = l.Group
 			a.workloads[l.Name], a.meta[l.Name] = a.obs.workload(l.Name, l.Group, true)
@@ -314,15 +314,6 @@ func (a *Agent) discover() {
 		a.names = slices.Sorted(maps.Keys(a.workloads))
 		a.refreshDisplay()
 	}
-}
-
-// madeAgain reports whether a known workload's cgroup was removed and
-// made again under the same name since it was read (its ID changed): a
-// new workload, read at once rather than at the next stats refresh.
-func (a *Agent) madeAgain(name string, g cgroup.Group) bool {
-	id, err := cgroup.ID(g)
-	was := a.workloads[name].Instance
-	return err == nil && was != 0 && id != was
 }
 
 func (a *Agent) refreshWorkloads(now time.Time, full bool) {

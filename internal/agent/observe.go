@@ -209,6 +209,15 @@ func (o *observer) workload(name string, g cgroup.Group, full bool) (policy.Work
 	return w, md
 }
 
+// madeAgain reports whether a workload's cgroup was removed and made
+// again under the same name since it was last read (its ID changed): a
+// new workload, to be read at once rather than at the next stats refresh.
+func (o *observer) madeAgain(name string, g cgroup.Group) bool {
+	was, ok := o.instances[name]
+	id, err := cgroup.ID(g)
+	return ok && err == nil && id != was
+}
+
 // forget drops what is cached about a workload that is gone.
 func (o *observer) forget(name string) {
 	delete(o.workloadLimits, name)

@@ -219,19 +219,12 @@ func decideBalloon(snap Snapshot, cfg Config, st *State) []Decision {
 		present[w.Name] = true
 		vms = append(vms, b.view(w, cfg, now))
 	}
-	for _, m := range []map[string]time.Time{b.changed, b.hold} {
-		for name := range m {
-			if !present[name] {
-				delete(m, name)
-			}
-		}
-	}
-	for name := range b.Targets {
-		if !present[name] {
-			delete(b.Targets, name)
-			delete(b.faults, name)
-		}
-	}
+	// A VM gone (or no longer one with a balloon) is forgotten, all of it.
+	isVM := func(name string) bool { return present[name] }
+	forgetAbsent(b.Targets, isVM, b.forget)
+	forgetAbsent(b.faults, isVM, b.forget)
+	forgetAbsent(b.changed, isVM, b.forget)
+	forgetAbsent(b.hold, isVM, b.forget)
 
 	var out []Decision
 	if next := nextMemState(b.HostState, free, b.MinFreeBytes); next != b.HostState {

@@ -357,6 +357,28 @@ func TestBalloonForgetsAVMMadeAgain(t *testing.T) {
 	}
 }
 
+// A VM that leaves, or whose balloon does (its QMP socket gone), is
+// forgotten, ballooned or not: a long-running agent on a node whose VMs
+// come and go keeps nothing of them.
+func TestBalloonForgetsAVMThatLeft(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		after []Workload
+	}{
+		{"left", nil},
+		{"balloon gone", []Workload{{Name: "a", Processes: 1}}},
+	} {
+		_, st := Decide(balloonSnap(0, 20, vm("a", 512, 512, 100)), balloonConfig(), State{})
+		if len(st.Balloon.faults) != 1 {
+			t.Fatalf("%s: the guest's history not kept while it runs: %v", c.name, st.Balloon.faults)
+		}
+		_, st = Decide(balloonSnap(1, 20, c.after...), balloonConfig(), st)
+		if len(st.Balloon.faults)+len(st.Balloon.Targets)+len(st.Balloon.changed)+len(st.Balloon.hold) != 0 {
+			t.Fatalf("%s: still remembered: faults %v, targets %v", c.name, st.Balloon.faults, st.Balloon.Targets)
+		}
+	}
+}
+
 func TestBalloonStartMargin(t *testing.T) {
 	// Stats first at 0 s, settled at 11 s in the low state: the floor is
 	// 100 MiB active + the 32 MiB margin + 32 MiB of start room while the

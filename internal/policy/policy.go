@@ -450,11 +450,6 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 					now.Sub(since).Seconds(), w.Processes, cfg.EvictionDeadlineSeconds)})
 		}
 	}
-	for name := range st.Abandoned {
-		if _, ok := present[name]; !ok {
-			delete(st.Abandoned, name)
-		}
-	}
 	for _, r := range snap.SwapResults {
 		if renewed[r.Workload] {
 			continue // written to the old group, or to the new one before it was seen: set again
@@ -475,18 +470,7 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 			st.swapRetry[r.Workload] = swapBackoff{at: tried.Add(time.Duration(delay * float64(time.Second))), delaySeconds: delay}
 		}
 	}
-	for _, m := range []map[string]uint64{st.SwapAllowance, st.swapPending} {
-		for name := range m {
-			if _, ok := present[name]; !ok {
-				delete(m, name)
-			}
-		}
-	}
-	for name := range st.swapRetry {
-		if _, ok := present[name]; !ok {
-			delete(st.swapRetry, name)
-		}
-	}
+	st.forgetGone(present)
 	if snap.Sample.ScopeErr == "" {
 		out = append(out, swapAllowances(snap, &st)...)
 	}
@@ -667,10 +651,9 @@ func (st State) clone() State {
 	return c
 }
 
-// forgetRenewed drops what was remembered of a workload made again under
-// the same name (its Instance changed): its swap allowance (a new cgroup
-// has none set), a refusal's back-off, an eviction in progress or given
-// up on (the old one is gone: its memory is freed) and its balloon. It
+// forgetRenewed forgets a workload made again under the same name (its
+// Instance changed) as one that is gone: a new cgroup has no swap limit
+// set, and the old one's eviction is over (its memory is freed). It
 // forgets the instances of workloads that are gone, and returns the
 // names made again.
 func forgetRenewed(now time.Time, workloads []Workload, st *State) map[string]bool {
@@ -686,15 +669,10 @@ func forgetRenewed(now time.Time, workloads []Workload, st *State) map[string]bo
 				renewed = map[string]bool{}
 			}
 			renewed[w.Name] = true
-			delete(st.SwapAllowance, w.Name)
-			delete(st.swapPending, w.Name)
-			delete(st.swapRetry, w.Name)
 			if _, ok := st.Evicting[w.Name]; ok && w.Name == st.lastVictim {
 				st.VictimGone = now
 			}
-			delete(st.Evicting, w.Name)
-			delete(st.Abandoned, w.Name)
-			st.Balloon.forget(w.Name)
+			st.forget(w.Name)
 		}
 		st.instances[w.Name] = w.Instance
 	}
@@ -704,6 +682,36 @@ func forgetRenewed(now time.Time, workloads []Workload, st *State) map[string]bo
 		}
 	}
 	return renewed
+}
+
+// forget drops what Decide remembered of a workload: its allowance, a
+// refusal's back-off, its eviction or the give-up on it, and its balloon.
+func (st *State) forget(name string) {
+	delete(st.SwapAllowance, name)
+	delete(st.swapPending, name)
+	delete(st.swapRetry, name)
+	delete(st.Evicting, name)
+	delete(st.Abandoned, name)
+	st.Balloon.forget(name)
+}
+
+// forgetGone forgets the workloads that are no longer listed.
+func (st *State) forgetGone(present map[string]*Workload) {
+	listed := func(name string) bool { _, ok := present[name]; return ok }
+	forgetAbsent(st.SwapAllowance, listed, st.forget)
+	forgetAbsent(st.swapPending, listed, st.forget)
+	forgetAbsent(st.swapRetry, listed, st.forget)
+	forgetAbsent(st.Abandoned, listed, st.forget)
+}
+
+// forgetAbsent calls forget with every key of m that present rejects
+// (forget may delete from m).
+func forgetAbsent[V any](m map[string]V, present func(string) bool, forget func(string)) {
+	for name := range m {
+		if !present(name) {
+			forget(name)
+		}
+	}
 }
 
 // appendToWindow adds s and drops samples older than the window or taken
