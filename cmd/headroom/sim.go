@@ -77,6 +77,7 @@ type simFlags struct {
 	out, label, scenario, find            string
 	swapDepths, workerKind                string
 	pagingCPU                             string
+	readPages, writePages                 string
 	machine                               string
 	minPerVM, maxSwapUtil                 float64
 	seed                                  uint64
@@ -115,6 +116,8 @@ func newSimCommand() *cobra.Command {
 	fl.Float64Var(&f.writeIOPS, "swap-write-iops", f.writeIOPS, "the swap device's 4 KiB random-write rate")
 	fl.DurationVar(&f.latency, "swap-latency", f.latency, "one 4 KiB read's latency at queue depth 1")
 	fl.StringVar(&f.pagingCPU, "paging-cpu", f.pagingCPU, "CPU to page one page in from the swap device and another out (fault, reclaim, I/O), "+sim.PagingCPUForm+"; bounds paging on few cores")
+	fl.StringVar(&f.readPages, "swap-read-pages", "", "pages a sequential fault's swap readahead reads in one go, "+sim.IOPagesForm+" (default 8: vm.page-cluster 3; the kernel reads less when readahead goes unused)")
+	fl.StringVar(&f.writePages, "swap-write-pages", "", "pages one write to the swap device carries, "+sim.IOPagesForm+" (default 8: reclaim's batches merged; fewer when many cgroups reclaim at once)")
 	fl.StringVar(&f.swapDepths, "swap-depths", "", "the swap device's rates by queue depth, "+sim.DepthsForm+"; replaces --swap-read-iops and --swap-write-iops as its capacity")
 	fl.StringVar(&f.swapTier, "swap-tier", "", "compressed tier in front of the device: "+sim.TierForm+" (ratio: from --content unless given)")
 	fl.StringVar(&f.workerKind, "worker-kind", "vm", "what runs each workload: vm (a guest: its pages are scattered in the host's address space, so each page of a sequential readahead window is its own read) or process (as density's cgroup backend runs it: a window is one read)")
@@ -215,6 +218,12 @@ func applyMachine(cmd *cobra.Command, f *simFlags) error {
 	if len(fig.PagingCPU) > 0 {
 		set("paging-cpu", sim.FormatPagingCPU(fig.PagingCPU))
 	}
+	if len(fig.ReadaheadPages) > 0 {
+		set("swap-read-pages", sim.FormatIOPages(fig.ReadaheadPages))
+	}
+	if len(fig.WritePages) > 0 {
+		set("swap-write-pages", sim.FormatIOPages(fig.WritePages))
+	}
 	if fig.SwapSizeBytes > 0 {
 		set("swap", fmt.Sprint(fig.SwapSizeBytes))
 	}
@@ -246,6 +255,16 @@ func simParams(f *simFlags) (sim.Params, error) {
 	}
 	if node.TouchRate, err = sim.ParseTouchRate(f.touchRate); err != nil {
 		return sim.Params{}, usageError{err}
+	}
+	if f.readPages != "" {
+		if node.ReadaheadPages, err = sim.ParseIOPages("swap-read-pages", f.readPages); err != nil {
+			return sim.Params{}, usageError{err}
+		}
+	}
+	if f.writePages != "" {
+		if node.WritePages, err = sim.ParseIOPages("swap-write-pages", f.writePages); err != nil {
+			return sim.Params{}, usageError{err}
+		}
 	}
 	if node.PagingCPU, err = sim.ParsePagingCPU(f.pagingCPU); err != nil {
 		return sim.Params{}, usageError{err}
@@ -400,7 +419,7 @@ func simParamsMap(f *simFlags) map[string]any {
 		"content": memload.Content(f.content).String(), "workload_runtime_seconds": f.runtime.Seconds(), "overcommit_percent": f.overcommit,
 		"overhead_bytes": uint64(f.overhead), "guest_overhead_bytes": uint64(f.guestOverhead), "node_memory_bytes": uint64(f.nodeMemory),
 		"system_reserve_bytes": uint64(f.systemReserve), "cpus": f.cpus, "touch_rate": f.touchRate, "touch_alone_speedup": f.touchAloneSpeedup, "populate_rate": f.populateRate, "swap_bytes": uint64(f.swap),
-		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(), "swap_depths": f.swapDepths, "paging_cpu": f.pagingCPU, "worker_kind": f.workerKind,
+		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(), "swap_depths": f.swapDepths, "paging_cpu": f.pagingCPU, "swap_read_pages": f.readPages, "swap_write_pages": f.writePages, "worker_kind": f.workerKind,
 		"swap_tier": f.swapTier, "agent": f.agent, "max_swap_in_pages_per_sec": f.maxSwapIn, "max_swap_out_pages_per_sec": f.maxSwapOut, "ksm": f.ksm, "ksmd_cpu_seconds": f.ksmdCPU.Seconds(), "balloon": balloonParam(f.balloon, f.balloonPol), "guest_cache_bytes": uint64(f.guestCache), "balloon_cpu_seconds_per_page": f.balloonCPU.Seconds(), "start_cpu_factor": f.startCPUFactor, "start_cpu_seconds": f.startCPUDuration.Seconds(), "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
 }
 

@@ -282,4 +282,28 @@ func TestSystemSimMachineThis(t *testing.T) {
 			t.Errorf("paging CPU %s: the median %.1f µs is not within its runs' %.0f-%.0f µs", m[0], median, least, most)
 		}
 	}
+	// The same runs' swap I/O sizes, at the same worker counts: a seq
+	// scan's readahead read (at most 2^vm.page-cluster pages) and a write
+	// of reclaim's (2-8 pages here).
+	cluster, err := os.ReadFile("/proc/sys/vm/page-cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	window, _ := strconv.Atoi(strings.TrimSpace(string(cluster)))
+	for _, c := range []struct {
+		key, line string
+		most      float64
+	}{{"swap_read_pages", "pages a swap read carried", math.Pow(2, float64(window))}, {"swap_write_pages", "pages a swap write carried", 1024}} {
+		v, _ := p[c.key].(string)
+		ps, err := sim.ParseIOPages(c.key, v)
+		if err != nil || len(ps) != len(cs) || !strings.Contains(r.stderr, c.line) {
+			t.Errorf("%s %q (%v), figures %q: want the pages an I/O carried at each paging CPU figure's worker count", c.key, v, err, r.stderr)
+			continue
+		}
+		for i, pg := range ps {
+			if pg.Tasks != cs[i].Tasks || pg.Pages < 1 || pg.Pages > c.most+0.01 {
+				t.Errorf("%s %q: %g pages with %g workers; want 1 to %g, at the paging CPU's counts", c.key, v, pg.Pages, pg.Tasks, c.most)
+			}
+		}
+	}
 }

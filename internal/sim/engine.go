@@ -13,10 +13,12 @@ const (
 	// populateCost is how many touches' time a first touch takes (the
 	// page is allocated and zeroed) when the populate rate is not given.
 	populateCost = 4.0
-	// writeMergePages is how many dirty pages one write to the swap device
-	// carries: reclaim writes a batch of LRU-tail pages to consecutive swap
-	// slots and the block layer merges them.
-	writeMergePages = 8.0
+	// defaultWritePages is how many dirty pages one write to the swap
+	// device carries when Node.WritePages does not say: reclaim writes a
+	// batch of LRU-tail pages to consecutive swap slots and the block layer
+	// merges them (measured here: 7-8 pages with two tasks paging, fewer
+	// with more).
+	defaultWritePages = 8.0
 	// reclaimBatchPages is how many pages reclaim takes from one cgroup at
 	// a time (SWAP_CLUSTER_MAX).
 	reclaimBatchPages = 32.0
@@ -108,6 +110,9 @@ type node struct {
 	// the number of VMs faulting on it; touchRate its pages/s a core
 	// touches in RAM, at the memory the running VMs touch per core.
 	pagingCPU, touchRate float64
+	// readaheadPages and writePages are this tick's pages a sequential
+	// fault reads and a write carries, at the number of VMs faulting.
+	readaheadPages, writePages float64
 	// ksm is ksmd, stopped until the agent sets it.
 	ksm *ksmd
 	// cumulative counters, like /proc/vmstat and PSI.
@@ -130,6 +135,7 @@ func newNode(nd Node, spec VMSpec, count int, dt float64, seed uint64) *node {
 		capacityPages: pagesOf(nd.RAMBytes - nd.SystemReserveBytes), diskCapPages: pagesOf(nd.Swap.SizeBytes),
 		readWait: nd.Swap.LatencySeconds, touchRate: touchRateAt(nd.TouchRate, 0), ksm: newKSMD(nd.KSMDCPUSeconds),
 		startCPUFactor: spec.StartCPUFactor, startCPUSeconds: spec.StartCPUSeconds}
+	s.setIOPages(0)
 	if nd.Tier != nil {
 		s.tierCapPages = pagesOf(nd.Tier.SizeBytes)
 	}
@@ -145,12 +151,18 @@ func newNode(nd Node, spec VMSpec, count int, dt float64, seed uint64) *node {
 	return s
 }
 
-// readahead is the pages one swap-in read brings for this scan.
+// readahead is the pages one swap-in fault brings for this scan.
 func (s *node) readahead() float64 {
 	if s.w.Scan == memload.ScanSeq {
-		return math.Pow(2, float64(s.n.PageCluster))
+		return s.readaheadPages
 	}
 	return 1
+}
+
+// setIOPages sets this tick's I/O sizes at the VMs faulting now.
+func (s *node) setIOPages(faulting float64) {
+	s.readaheadPages = ioPagesAt(s.n.ReadaheadPages, faulting, math.Pow(2, float64(s.n.PageCluster)))
+	s.writePages = ioPagesAt(s.n.WritePages, faulting, defaultWritePages)
 }
 
 // pagesPerRead is the pages one device read carries. A process's
@@ -266,7 +278,7 @@ func (s *node) deviceLoad(cpuShare, readWait float64) float64 {
 		r := s.rateAt(v, cpuShare, readWait)
 		z := tierShare(v)
 		reads += r * miss * (1 - z) / s.pagesPerRead()
-		writes += r * miss * s.dirtyShare(v) * toDevice / writeMergePages
+		writes += r * miss * s.dirtyShare(v) * toDevice / s.writePages
 	}
 	return reads/s.n.Swap.readIOPSAt(reads*readWait) + writes/s.n.Swap.writeIOPS()
 }
@@ -398,7 +410,9 @@ func (s *node) coresUsed(share float64) float64 {
 func (s *node) tick(now float64, measuring bool) {
 	dt := s.dtSeconds
 	s.now = now
-	s.pagingCPU = pagingCPUAt(s.n.PagingCPU, s.faulting())
+	faulting := s.faulting()
+	s.pagingCPU = pagingCPUAt(s.n.PagingCPU, faulting)
+	s.setIOPages(faulting)
 	s.touchRate = touchRateAt(s.n.TouchRate, s.touchedBytesPerCore()) * aloneSpeedup(s.n.TouchAloneSpeedup, s.busyVMs(), s.n.CPUs)
 	share := s.cpuShare()
 	s.readWait = s.solveReadWait(share)

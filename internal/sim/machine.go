@@ -43,12 +43,18 @@ type MachineFigures struct {
 	// where a scratch file could be written).
 	Depths []DepthRate `json:"swap_depths,omitempty"`
 	// PagingCPU is the CPU per page paged in and out with one and with
-	// four workers a core (MeasurePagingCPU), the median of
+	// four workers a core (MeasurePaging), the median of
 	// pagingProbeRuns runs; PagingCPUSpread the least and most of those
 	// runs, per entry. None with PagingNote saying why it was not measured.
 	PagingCPU       []PagingCost `json:"paging_cpu,omitempty"`
 	PagingCPUSpread []Spread     `json:"paging_cpu_spread,omitempty"`
 	PagingNote      string       `json:"paging_note,omitempty"`
+	// ReadaheadPages and WritePages are the pages one read and one write
+	// to the swap device carried in the same runs (medians), by the
+	// workers faulting: readahead only for a sequential scan (a random
+	// one reads a page a fault, and the model knows it).
+	ReadaheadPages []IOPages `json:"swap_read_pages,omitempty"`
+	WritePages     []IOPages `json:"swap_write_pages,omitempty"`
 	// KSMDCPUSeconds is the CPU time ksmd has used since boot (the
 	// kernel's advisor counts it into its first scan).
 	KSMDCPUSeconds float64 `json:"ksmd_cpu_seconds"`
@@ -118,7 +124,7 @@ func MeasureMachine(ctx context.Context, o MeasureOptions) (MachineFigures, erro
 		f.SwapDevice = o.SwapFileDir + " (no swap active: where density puts its swap file)"
 	}
 	f.ReadIOPS, f.WriteIOPS, f.LatencySeconds = res.ReadIOPS, res.WriteIOPS, res.ReadLatencyUs/1e6
-	if f.PagingCPU, f.PagingCPUSpread, err = measurePagingCPURuns(ctx, o, f.CPUs); errors.Is(err, ErrPagingNeedsRoot) {
+	if err = f.measurePaging(ctx, o); errors.Is(err, ErrPagingNeedsRoot) {
 		f.PagingNote = "not measured: " + err.Error()
 	} else if err != nil {
 		return f, err
@@ -134,30 +140,60 @@ func MeasureMachine(ctx context.Context, o MeasureOptions) (MachineFigures, erro
 	return f, nil
 }
 
-// measurePagingCPURuns measures the paging CPU pagingProbeRuns times at
-// each count of pagingWorkersPerCore and returns each count's median and
-// spread.
-func measurePagingCPURuns(ctx context.Context, o MeasureOptions, cpus int) ([]PagingCost, []Spread, error) {
-	runs := make([][]float64, len(pagingWorkersPerCore))
+// measurePaging measures the paging CPU and the swap I/O sizes
+// pagingProbeRuns times at each count of pagingWorkersPerCore and keeps
+// each count's medians (and the CPU's spread).
+func (f *MachineFigures) measurePaging(ctx context.Context, o MeasureOptions) error {
+	runs := make([][]PagingSample, len(pagingWorkersPerCore))
 	for range pagingProbeRuns {
 		for i, perCore := range pagingWorkersPerCore {
-			workers := perCore * cpus
-			cost, err := MeasurePagingCPU(ctx, o.Headroom, o.Scan, workers, 2*o.Duration)
+			workers := perCore * f.CPUs
+			sample, err := MeasurePaging(ctx, o.Headroom, o.Scan, workers, 2*o.Duration)
 			if errors.Is(err, ErrPagingNeedsRoot) {
-				return nil, nil, err
+				return err
 			}
 			if err != nil {
-				return nil, nil, fmt.Errorf("measure paging CPU with %d workers: %w", workers, err)
+				return fmt.Errorf("measure paging CPU with %d workers: %w", workers, err)
 			}
-			runs[i] = append(runs[i], cost)
+			runs[i] = append(runs[i], sample)
 		}
 	}
-	costs, spreads := make([]PagingCost, len(runs)), make([]Spread, len(runs))
-	for i, r := range runs {
-		costs[i] = PagingCost{Tasks: float64(pagingWorkersPerCore[i] * cpus), SecondsPerPage: results.Quantile(r, 0.5)}
-		spreads[i] = Spread{Min: slices.Min(r), Max: slices.Max(r)}
+	f.PagingCPU, f.PagingCPUSpread, f.ReadaheadPages, f.WritePages = summarizePaging(runs, f.CPUs, o.Scan)
+	return nil
+}
+
+// summarizePaging takes the medians of each worker count's runs: the
+// CPU a page with its spread, and the I/O sizes where every run could
+// tell them (readahead only for a sequential scan).
+func summarizePaging(runs [][]PagingSample, cpus int, scan memload.Scan) (costs []PagingCost, spreads []Spread, readahead, writes []IOPages) {
+	// each is one figure of every run; ok when all runs have it.
+	each := func(r []PagingSample, of func(PagingSample) float64) (vs []float64, ok bool) {
+		for _, s := range r {
+			vs = append(vs, of(s))
+		}
+		return vs, len(vs) > 0 && slices.Min(vs) > 0
 	}
-	return costs, spreads, nil
+	for i, r := range runs {
+		tasks := float64(pagingWorkersPerCore[i] * cpus)
+		cpu, _ := each(r, func(s PagingSample) float64 { return s.SecondsPerPage })
+		costs = append(costs, PagingCost{Tasks: tasks, SecondsPerPage: results.Quantile(cpu, 0.5)})
+		spreads = append(spreads, Spread{Min: slices.Min(cpu), Max: slices.Max(cpu)})
+		if vs, ok := each(r, func(s PagingSample) float64 { return s.PagesPerRead }); ok && scan == memload.ScanSeq {
+			readahead = append(readahead, IOPages{Tasks: tasks, Pages: results.Quantile(vs, 0.5)})
+		}
+		if vs, ok := each(r, func(s PagingSample) float64 { return s.PagesPerWrite }); ok {
+			writes = append(writes, IOPages{Tasks: tasks, Pages: results.Quantile(vs, 0.5)})
+		}
+	}
+	// A size by some counts and not others would be read as one count's
+	// for all: keep sizes only where every count has one.
+	if len(readahead) < len(runs) {
+		readahead = nil
+	}
+	if len(writes) < len(runs) {
+		writes = nil
+	}
+	return costs, spreads, readahead, writes
 }
 
 // String is the one-line account `sim --machine this` prints.
@@ -186,6 +222,12 @@ func (f MachineFigures) String() string {
 		if i < len(f.PagingCPUSpread) {
 			s += fmt.Sprintf(" (%.0f-%.0f, median of %d)", f.PagingCPUSpread[i].Min*1e6, f.PagingCPUSpread[i].Max*1e6, pagingProbeRuns)
 		}
+	}
+	if len(f.ReadaheadPages) > 0 {
+		s += "; pages a swap read carried (readahead) " + FormatIOPages(f.ReadaheadPages)
+	}
+	if len(f.WritePages) > 0 {
+		s += "; pages a swap write carried " + FormatIOPages(f.WritePages)
 	}
 	return s
 }

@@ -34,7 +34,15 @@ const (
 // with no swap active, a swap file.
 var ErrPagingNeedsRoot = errors.New("needs root (a memory cgroup and swap)")
 
-// MeasurePagingCPU measures the CPU per page paged on this machine by
+// PagingSample is one paging measurement: the CPU per page paged in (and
+// another out), and the pages one read and one write to the swap device
+// carried (0: the device's I/O could not be told apart).
+type PagingSample struct {
+	SecondsPerPage              float64
+	PagesPerRead, PagesPerWrite float64
+}
+
+// MeasurePaging measures the CPU per page paged on this machine by
 // workers `headroom load` workers scanning as scan in a memory cgroup
 // smaller than their blocks, over the active swap or, with none, a swap
 // file where density puts one. It is the node's busy CPU time
@@ -46,19 +54,21 @@ var ErrPagingNeedsRoot = errors.New("needs root (a memory cgroup and swap)")
 // takes on the faults paging causes, which the guest sees as the workers'
 // user time (here a third of it). The workers' own touches are a rounding
 // error beside them (tens of nanoseconds a page against tens of
-// microseconds); the machine should be otherwise idle.
-func MeasurePagingCPU(ctx context.Context, headroom string, scan memload.Scan, workers int, window time.Duration) (secondsPerPage float64, err error) {
+// microseconds). The I/O sizes are the pages swapped in and out over the
+// reads and writes the swap areas' block devices completed. The machine
+// should be otherwise idle.
+func MeasurePaging(ctx context.Context, headroom string, scan memload.Scan, workers int, window time.Duration) (sample PagingSample, err error) {
 	if os.Geteuid() != 0 {
-		return 0, ErrPagingNeedsRoot
+		return sample, ErrPagingNeedsRoot
 	}
 	swaps, err := host.ReadSwaps()
 	if err != nil {
-		return 0, err
+		return sample, err
 	}
 	if len(swaps) == 0 {
 		setup, err := swaptier.Up(swaptier.Spec{File: &swaptier.FileSpec{SizeBytes: pagingSwapBytes}}, "")
 		if err != nil {
-			return 0, fmt.Errorf("swap file: %w", err)
+			return sample, fmt.Errorf("swap file: %w", err)
 		}
 		defer func() {
 			if derr := setup.Down(); derr != nil && err == nil {
@@ -68,16 +78,16 @@ func MeasurePagingCPU(ctx context.Context, headroom string, scan memload.Scan, w
 	}
 	root, err := cgroup.Open("/")
 	if err != nil {
-		return 0, err
+		return sample, err
 	}
 	g, err := cgroup.Create(root, fmt.Sprintf("headroom-sim-paging-%d", os.Getpid()))
 	if err != nil {
-		return 0, err
+		return sample, err
 	}
 	defer cgroup.Remove(g, 10*time.Second)
 	workers = max(workers, 1)
 	if err := g.SetMemoryLimit(uint64(workers) * pagingWorkBytes * 2 / 3); err != nil {
-		return 0, err
+		return sample, err
 	}
 	// Each worker's first interval record says its block is populated and
 	// its measured scan (the paging) has begun.
@@ -87,17 +97,17 @@ func MeasurePagingCPU(ctx context.Context, headroom string, scan memload.Scan, w
 		// workers and libvirt's and KubeVirt's VMs are.
 		w, err := cgroup.Create(g, fmt.Sprintf("w%d", i+1))
 		if err != nil {
-			return 0, err
+			return sample, err
 		}
 		cmd := cgroup.Command(w.Path(), headroom, "load", "--size", fmt.Sprint(pagingWorkBytes), "--scan", string(scan),
 			"--duration", (window + 2*time.Minute).String(), "--interval", "250ms", "--json")
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		out, err := cmd.StdoutPipe()
 		if err != nil {
-			return 0, err
+			return sample, err
 		}
 		if err := cmd.Start(); err != nil {
-			return 0, fmt.Errorf("start headroom load: %w", err)
+			return sample, fmt.Errorf("start headroom load: %w", err)
 		}
 		defer func() {
 			cmd.Process.Signal(syscall.SIGTERM)
@@ -118,34 +128,31 @@ func MeasurePagingCPU(ctx context.Context, headroom string, scan memload.Scan, w
 		select {
 		case <-scanning:
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return sample, ctx.Err()
 		case <-timeout:
-			return 0, fmt.Errorf("%d headroom load workers did not all start scanning within two minutes", workers)
+			return sample, fmt.Errorf("%d headroom load workers did not all start scanning within two minutes", workers)
 		}
 	}
 	before, err := readPagingCounters()
 	if err != nil {
-		return 0, err
+		return sample, err
 	}
 	select {
 	case <-time.After(window):
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return sample, ctx.Err()
 	}
 	after, err := readPagingCounters()
 	if err != nil {
-		return 0, err
+		return sample, err
 	}
-	pages := float64(after.vm.PswpIn-before.vm.PswpIn+after.vm.PswpOut-before.vm.PswpOut) / 2
-	if pages < pagingMinPages {
-		return 0, fmt.Errorf("only %.0f pages paged in %s: too few to measure", pages, window)
-	}
-	return (after.busyCPUSeconds - before.busyCPUSeconds) / pages, nil
+	return after.sub(before, window)
 }
 
 type pagingCounters struct {
 	vm             host.VMStat
 	busyCPUSeconds float64 // over all CPUs
+	io             host.BlockIO
 }
 
 func readPagingCounters() (pagingCounters, error) {
@@ -154,6 +161,28 @@ func readPagingCounters() (pagingCounters, error) {
 	if c.busyCPUSeconds, err = host.BusyCPUSeconds(); err != nil {
 		return c, err
 	}
+	if c.io, err = host.SwapBlockIO(); err != nil {
+		return c, err
+	}
 	c.vm, err = host.ReadVMStat()
 	return c, err
+}
+
+// sub is the paging measured between two readings window apart.
+func (c pagingCounters) sub(before pagingCounters, window time.Duration) (PagingSample, error) {
+	in, out := float64(c.vm.PswpIn-before.vm.PswpIn), float64(c.vm.PswpOut-before.vm.PswpOut)
+	pages := (in + out) / 2
+	if pages < pagingMinPages {
+		return PagingSample{}, fmt.Errorf("only %.0f pages paged in %s: too few to measure", pages, window)
+	}
+	s := PagingSample{SecondsPerPage: (c.busyCPUSeconds - before.busyCPUSeconds) / pages}
+	// A device with other work (a swap file's file system) shows more
+	// I/Os than swap's: the sizes then read small, never large.
+	if reads := float64(c.io.Reads - before.io.Reads); reads > 0 {
+		s.PagesPerRead = max(in/reads, 1)
+	}
+	if writes := float64(c.io.Writes - before.io.Writes); writes > 0 {
+		s.PagesPerWrite = max(out/writes, 1)
+	}
+	return s, nil
 }

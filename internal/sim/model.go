@@ -9,8 +9,9 @@
 // The approximations (see docs/sim.md):
 //   - Random access hits with the probability of its resident fraction;
 //     a sequential scan larger than its resident set misses every page
-//     (LRU evicts exactly what the scan needs next) but each device read
-//     brings vm.page-cluster's 8 pages, which the scan then uses.
+//     (LRU evicts exactly what the scan needs next) but each fault's
+//     readahead brings up to vm.page-cluster's 8 pages
+//     (Node.ReadaheadPages), which the scan then uses.
 //   - Every page paged costs CPU (Node.PagingCPU, more the more VMs fault
 //     at once), which on few cores bounds the paging rate before the
 //     device does.
@@ -24,7 +25,8 @@
 //   - The swap device is a closed queue: each faulting VM waits for one
 //     read at a time; while the demand stays under the device's rate a
 //     read takes its latency, beyond it the latency grows until the
-//     demand (reads plus the writes of dirty evictions) fits the rate.
+//     demand (reads plus the writes of dirty evictions, Node.WritePages
+//     a write) fits the rate.
 //   - CPUs are shared fairly; a VM waiting on the device uses none. A
 //     core touches fewer pages/s the more memory its VMs cycle through
 //     (Node.TouchRate by the resident workload bytes per busy core).
@@ -46,8 +48,10 @@
 //     unmerges it. With the kernel's advisor on, its formula sets the
 //     pace after every full scan.
 //   - Ignored: THP, NUMA, the guest's reclaim of anything but its idle
-//     cache, ksmd's higher cost a page in small batches, swap slot fragmentation, readahead
-//     of random faults, the larger size of a readahead read.
+//     cache, ksmd's higher cost a page in small batches, readahead of
+//     random faults, the larger size of a readahead read. Swap slot
+//     fragmentation is there only as the I/O sizes it leaves
+//     (Node.ReadaheadPages, Node.WritePages).
 package sim
 
 import (
@@ -91,6 +95,13 @@ type Node struct {
 	// submission and completion), by the number of VMs faulting at once:
 	// on few cores it, not the device, bounds the paging rate.
 	PagingCPU []PagingCost
+	// ReadaheadPages is the pages a sequential fault's readahead brings
+	// in, by the number of VMs faulting at once (none: 2^PageCluster);
+	// WritePages the pages one write to the swap device carries (none:
+	// defaultWritePages). The kernel narrows the window when readahead
+	// goes unused, and reclaimers in many cgroups at once interleave in
+	// the swap slots, so both shrink as more VMs page.
+	ReadaheadPages, WritePages []IOPages
 	// KSMDCPUSeconds is the CPU time ksmd has used before the run. The
 	// kernel's advisor counts it into its first adjustment.
 	KSMDCPUSeconds float64
@@ -196,6 +207,10 @@ func Validate(n Node, v VMSpec) error {
 		return fmt.Errorf("--swap-depths: want %s, depths ascending, rates positive", DepthsForm)
 	case n.Tier != nil && !(n.Tier.Ratio >= 1):
 		return fmt.Errorf("--swap-tier ratio must be at least 1")
+	case !ioPagesValid(n.ReadaheadPages):
+		return fmt.Errorf("--swap-read-pages: want %s, task counts ascending from 1, pages 1..%d", IOPagesForm, maxIOPages)
+	case !ioPagesValid(n.WritePages):
+		return fmt.Errorf("--swap-write-pages: want %s, task counts ascending from 1, pages 1..%d", IOPagesForm, maxIOPages)
 	case n.PageCluster < 0 || n.PageCluster > 10:
 		return fmt.Errorf("page cluster %d: want 0..10", n.PageCluster)
 	case v.Workload.SizeBytes == 0:

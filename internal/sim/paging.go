@@ -24,27 +24,45 @@ type PagingCost struct {
 // ParsePagingCPU parses --paging-cpu: one duration (the cost whatever the
 // tasks) or costs by task count, ascending.
 func ParsePagingCPU(s string) ([]PagingCost, error) {
-	bad := fmt.Errorf("--paging-cpu %q: want %s, task counts ascending from 1, durations not negative", s, PagingCPUForm)
-	if d, err := time.ParseDuration(strings.TrimSpace(s)); err == nil {
-		if d < 0 {
-			return nil, bad
-		}
-		return []PagingCost{{Tasks: 1, SecondsPerPage: d.Seconds()}}, nil
+	cost := func(v string) (float64, bool) {
+		d, err := time.ParseDuration(v)
+		return d.Seconds(), err == nil && d >= 0
 	}
-	var out []PagingCost
-	for _, part := range strings.Split(s, ",") {
-		tasks, cost, ok := strings.Cut(strings.TrimSpace(part), ":")
-		if !ok {
-			return nil, bad
-		}
-		n, err := strconv.ParseFloat(tasks, 64)
-		d, err2 := time.ParseDuration(cost)
-		if err != nil || err2 != nil || d < 0 || !(n >= 1) || math.IsInf(n, 0) || (len(out) > 0 && !(n > out[len(out)-1].Tasks)) {
-			return nil, bad
-		}
-		out = append(out, PagingCost{Tasks: n, SecondsPerPage: d.Seconds()})
+	byTasks, ok := parseByTasks(s, cost)
+	if !ok {
+		return nil, fmt.Errorf("--paging-cpu %q: want %s, task counts ascending from 1, durations not negative", s, PagingCPUForm)
+	}
+	out := make([]PagingCost, len(byTasks))
+	for i, f := range byTasks {
+		out[i] = PagingCost{Tasks: f.tasks, SecondsPerPage: f.value}
 	}
 	return out, nil
+}
+
+// taskFigure is a figure measured with some tasks faulting at once.
+type taskFigure struct{ tasks, value float64 }
+
+// parseByTasks parses a figure whatever the tasks ("VALUE", taken at one
+// task) or figures by task count ("TASKS:VALUE,...", counts ascending
+// from 1), value parsing and checking each figure.
+func parseByTasks(s string, value func(string) (float64, bool)) ([]taskFigure, bool) {
+	if v, ok := value(strings.TrimSpace(s)); ok {
+		return []taskFigure{{1, v}}, true
+	}
+	var out []taskFigure
+	for _, part := range strings.Split(s, ",") {
+		tasks, v, ok := strings.Cut(strings.TrimSpace(part), ":")
+		if !ok {
+			return nil, false
+		}
+		n, err := strconv.ParseFloat(tasks, 64)
+		f, ok := value(v)
+		if err != nil || !ok || !(n >= 1) || math.IsInf(n, 0) || (len(out) > 0 && !(n > out[len(out)-1].tasks)) {
+			return nil, false
+		}
+		out = append(out, taskFigure{n, f})
+	}
+	return out, true
 }
 
 // FormatPagingCPU is ParsePagingCPU's inverse.
@@ -66,4 +84,71 @@ func pagingCPUAt(cs []PagingCost, tasks float64) float64 {
 	}
 	return max(alongLog2(cs, max(tasks, 1), func(c PagingCost) float64 { return c.Tasks },
 		func(c PagingCost) float64 { return c.SecondsPerPage }, true), 0)
+}
+
+// IOPagesForm describes the accepted --swap-read-pages and
+// --swap-write-pages syntax.
+const IOPagesForm = "PAGES or TASKS:PAGES[,...] (e.g. 8, or 2:6,8:4.2: the pages one I/O carries with that many tasks faulting at once)"
+
+// maxIOPages bounds the pages one swap I/O may carry (a readahead window
+// is at most 2^10 pages, vm.page-cluster's largest).
+const maxIOPages = 1024
+
+// IOPages is how many pages one swap I/O carries with Tasks tasks
+// faulting at once. Both sizes shrink as more tasks page: the kernel
+// narrows a sequential fault's readahead window when what it read ahead
+// went unused, and the writes of reclaimers in several cgroups at once
+// interleave in the swap slots, so fewer pages are adjacent for the
+// block layer to merge (measured here with seq workers: reads of 6 pages
+// and writes of 7-8 with two workers, 4 and 2-3 with eight).
+type IOPages struct {
+	Tasks float64
+	Pages float64
+}
+
+// ParseIOPages parses --swap-read-pages or --swap-write-pages (name):
+// one page count whatever the tasks, or counts by task count, ascending.
+func ParseIOPages(name, s string) ([]IOPages, error) {
+	pages := func(v string) (float64, bool) {
+		p, err := strconv.ParseFloat(v, 64)
+		return p, err == nil && p >= 1 && p <= maxIOPages
+	}
+	byTasks, ok := parseByTasks(s, pages)
+	if !ok {
+		return nil, fmt.Errorf("--%s %q: want %s, task counts ascending from 1, pages 1..%d", name, s, IOPagesForm, maxIOPages)
+	}
+	out := make([]IOPages, len(byTasks))
+	for i, f := range byTasks {
+		out[i] = IOPages{Tasks: f.tasks, Pages: f.value}
+	}
+	return out, nil
+}
+
+// FormatIOPages is ParseIOPages' inverse, to a hundredth of a page.
+func FormatIOPages(ps []IOPages) string {
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		parts[i] = fmt.Sprintf("%g:%g", p.Tasks, math.Round(p.Pages*100)/100)
+	}
+	return strings.Join(parts, ",")
+}
+
+func ioPagesValid(ps []IOPages) bool {
+	for i, p := range ps {
+		if !(p.Pages >= 1 && p.Pages <= maxIOPages) || !(p.Tasks >= 1) || math.IsInf(p.Tasks, 0) || (i > 0 && !(p.Tasks > ps[i-1].Tasks)) {
+			return false
+		}
+	}
+	return true
+}
+
+// ioPagesAt is the pages one I/O carries with tasks faulting at once:
+// linear in log2 of the task count between the given counts, the nearest
+// count's beyond them (a size does not shrink below one page or grow past
+// its window); fallback when none are given.
+func ioPagesAt(ps []IOPages, tasks, fallback float64) float64 {
+	if len(ps) == 0 {
+		return fallback
+	}
+	return max(alongLog2(ps, max(tasks, 1), func(p IOPages) float64 { return p.Tasks }, func(p IOPages) float64 { return p.Pages }, false), 1)
 }

@@ -1,0 +1,57 @@
+package host
+
+import (
+	"fmt"
+
+	"github.com/prometheus/procfs/blockdevice"
+	"golang.org/x/sys/unix"
+)
+
+// BlockIO is the I/O block devices completed since boot (/proc/diskstats).
+type BlockIO struct {
+	Reads, Writes uint64
+}
+
+// SwapBlockIO sums the completed I/O of the block devices under the
+// active swap areas, each device once: a partition is its own device, a
+// swap file is on its file system's. Swap's own I/O is only part of it
+// where the file system is busy with other work.
+func SwapBlockIO() (BlockIO, error) {
+	swaps, err := ReadSwaps()
+	if err != nil {
+		return BlockIO{}, err
+	}
+	devices := map[uint64]bool{}
+	for _, s := range swaps {
+		var st unix.Stat_t
+		if err := unix.Stat(s.Path, &st); err != nil {
+			return BlockIO{}, fmt.Errorf("stat swap area %s: %w", s.Path, err)
+		}
+		dev := st.Dev // a file: the device its file system is on
+		if st.Mode&unix.S_IFMT == unix.S_IFBLK {
+			dev = st.Rdev
+		}
+		devices[dev] = true
+	}
+	fs, err := blockdevice.NewDefaultFS()
+	if err != nil {
+		return BlockIO{}, fmt.Errorf("read /proc/diskstats: %w", err)
+	}
+	stats, err := fs.ProcDiskstats()
+	if err != nil {
+		return BlockIO{}, fmt.Errorf("read /proc/diskstats: %w", err)
+	}
+	return sumBlockIO(stats, devices), nil
+}
+
+// sumBlockIO adds up the I/O of the listed devices (by device number).
+func sumBlockIO(stats []blockdevice.Diskstats, devices map[uint64]bool) BlockIO {
+	var io BlockIO
+	for _, d := range stats {
+		if devices[unix.Mkdev(d.MajorNumber, d.MinorNumber)] {
+			io.Reads += d.ReadIOs
+			io.Writes += d.WriteIOs
+		}
+	}
+	return io
+}

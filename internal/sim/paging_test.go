@@ -1,0 +1,176 @@
+package sim
+
+import (
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/headroom-dev/headroom/internal/host"
+	"github.com/headroom-dev/headroom/internal/memload"
+)
+
+func TestParseIOPages(t *testing.T) {
+	for in, want := range map[string][]IOPages{
+		"8":          {{1, 8}},
+		"1":          {{1, 1}},
+		"2:6, 8:4.2": {{2, 6}, {8, 4.2}},
+		"1:1024":     {{1, 1024}},
+		"":           nil,
+		"0.5":        nil, // less than a page
+		"1025":       nil,
+		"8:4,2:6":    nil, // not ascending
+		"2:6,2:5":    nil,
+		"0:4":        nil, // fewer than one task
+		"2:0":        nil,
+		"2:x":        nil,
+		"Inf:4":      nil,
+		"NaN:4":      nil,
+		"2:NaN":      nil,
+	} {
+		got, err := ParseIOPages("swap-write-pages", in)
+		if want == nil {
+			if err == nil || !strings.Contains(err.Error(), IOPagesForm) || !strings.Contains(err.Error(), "--swap-write-pages") {
+				t.Errorf("%q: %+v, %v; want an error naming the flag and %s", in, got, err, IOPagesForm)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("%q: %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+}
+
+// What ParseIOPages accepts, FormatIOPages writes in a form it accepts
+// again, and that form is stable (sizes are kept to a hundredth of a page).
+func FuzzParseIOPages(f *testing.F) {
+	for _, s := range []string{"8", "2:6,8:4.2", "1:1.005,4:2,16:1024", "8:4,2:6", "1e300:1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ps, err := ParseIOPages("swap-read-pages", s)
+		if err != nil {
+			return
+		}
+		once := FormatIOPages(ps)
+		again, err := ParseIOPages("swap-read-pages", once)
+		if err != nil {
+			t.Fatalf("%q parsed to %+v, formatted to %q, refused: %v", s, ps, once, err)
+		}
+		if twice := FormatIOPages(again); twice != once {
+			t.Fatalf("%q: formatted %q, then %q", s, once, twice)
+		}
+	})
+}
+
+// The pages an I/O carries follow the tasks faulting: linear in log2 of
+// their count between measured counts, the nearest count's beyond (a
+// window does not grow past what was measured or shrink below a page).
+func TestIOPagesFollowTheFaultingTasks(t *testing.T) {
+	measured := []IOPages{{2, 6}, {8, 4}}
+	for tasks, want := range map[float64]float64{0: 6, 1: 6, 2: 6, 4: 5, 8: 4, 64: 4} {
+		if got := ioPagesAt(measured, tasks, 8); math.Abs(got-want) > 1e-9 {
+			t.Errorf("%g tasks: %g pages, want %g", tasks, got, want)
+		}
+	}
+	if got := ioPagesAt(nil, 4, 8); got != 8 {
+		t.Errorf("none given: %g pages, want the fallback 8", got)
+	}
+}
+
+// A device at its limit swaps in as many pages as its I/Os carry. Bound
+// by reclaim's writes (10k a second): 80k pages with the default eight a
+// write, 20k with two, and with sizes by tasks the size at the VMs
+// faulting (eight VMs between 1:8 and 64:2: 5 pages, 50k). Bound by its
+// reads (10k a second, a process's sequential window one read): eight
+// pages a read by default (vm.page-cluster 3), four where the kernel
+// reads four.
+func TestIOPagesAtTheDevicesLimit(t *testing.T) {
+	writeBound := func(pages []IOPages) func(*Node) {
+		return func(nd *Node) { nd.Swap.ReadIOPS, nd.Swap.WriteIOPS, nd.WritePages = 1e9, 10000, pages }
+	}
+	readBound := func(pages []IOPages) func(*Node) { return func(nd *Node) { nd.ReadaheadPages = pages } }
+	for _, c := range []struct {
+		name  string
+		set   func(*Node)
+		count int
+		want  float64
+	}{
+		{"writes of 8 (default)", writeBound(nil), 8, 80000},
+		{"writes of 2", writeBound([]IOPages{{1, 2}}), 8, 20000},
+		{"writes by tasks", writeBound([]IOPages{{1, 8}, {64, 2}}), 8, 50000},
+		{"reads of 8 (default)", readBound(nil), 50, 80000},
+		{"reads of 4", readBound([]IOPages{{1, 4}}), 50, 40000},
+	} {
+		nd := smallNode()
+		c.set(&nd)
+		spec := oneVM(memload.ScanSeq)
+		spec.Process = true
+		n := newNode(nd, spec, c.count, 1, 1)
+		running(n, 0.5)
+		n.capacityPages = 1e12
+		n.tick(0, true)
+		if math.Abs(n.swapIns-c.want) > 0.01*c.want {
+			t.Errorf("%s: %.0f pages in per second from a device at its limit, want %.0f", c.name, n.swapIns, c.want)
+		}
+	}
+}
+
+// One paging measurement: the CPU per page is the busy time over the
+// pages in and out halved, and the I/O sizes the pages over the device's
+// reads and writes, never below a page (a device with other work done).
+func TestPagingSampleFromCounters(t *testing.T) {
+	before := pagingCounters{vm: host.VMStat{PswpIn: 1000, PswpOut: 2000}, busyCPUSeconds: 10, io: host.BlockIO{Reads: 50, Writes: 70}}
+	after := pagingCounters{vm: host.VMStat{PswpIn: 41000, PswpOut: 42000}, busyCPUSeconds: 12, io: host.BlockIO{Reads: 10050, Writes: 16070}}
+	got, err := after.sub(before, 4*time.Second)
+	want := PagingSample{SecondsPerPage: 2.0 / 40000, PagesPerRead: 4, PagesPerWrite: 2.5}
+	if err != nil || math.Abs(got.SecondsPerPage-want.SecondsPerPage) > 1e-12 || got.PagesPerRead != 4 || got.PagesPerWrite != 2.5 {
+		t.Errorf("got %+v, %v; want %+v", got, err, want)
+	}
+	busy := after
+	busy.io.Reads = 100050 // ten times the swap-ins: other reads too
+	if got, _ := busy.sub(before, 4*time.Second); got.PagesPerRead != 1 {
+		t.Errorf("more reads than pages in: %g pages a read, want 1", got.PagesPerRead)
+	}
+	idle := after
+	idle.io = before.io // the device's I/O not seen (not a block device)
+	if got, _ := idle.sub(before, 4*time.Second); got.PagesPerRead != 0 || got.PagesPerWrite != 0 {
+		t.Errorf("no I/O seen: %+v, want no sizes", got)
+	}
+	few := before
+	few.vm.PswpIn += pagingMinPages / 2
+	if _, err := few.sub(before, 4*time.Second); err == nil {
+		t.Errorf("%d pages paged: no error, want too few to measure", pagingMinPages/4)
+	}
+}
+
+// Each worker count's figures are the medians of its runs; the readahead
+// window only for a sequential scan, and a size only where every run of
+// every count could tell it.
+func TestSummarizePaging(t *testing.T) {
+	runs := [][]PagingSample{
+		{{30e-6, 6, 7}, {40e-6, 5, 8}, {35e-6, 7, 6}},
+		{{50e-6, 4, 2}, {70e-6, 4.5, 3}, {45e-6, 3.5, 2.5}},
+	}
+	costs, spreads, readahead, writes := summarizePaging(runs, 2, memload.ScanSeq)
+	if want := []PagingCost{{2, 35e-6}, {8, 50e-6}}; !reflect.DeepEqual(costs, want) {
+		t.Errorf("costs %+v, want %+v", costs, want)
+	}
+	if want := []Spread{{30e-6, 40e-6}, {45e-6, 70e-6}}; !reflect.DeepEqual(spreads, want) {
+		t.Errorf("spreads %+v, want %+v", spreads, want)
+	}
+	if want := []IOPages{{2, 6}, {8, 4}}; !reflect.DeepEqual(readahead, want) {
+		t.Errorf("readahead %+v, want %+v", readahead, want)
+	}
+	if want := []IOPages{{2, 7}, {8, 2.5}}; !reflect.DeepEqual(writes, want) {
+		t.Errorf("writes %+v, want %+v", writes, want)
+	}
+	if _, _, readahead, writes := summarizePaging(runs, 2, memload.ScanRandom); readahead != nil || writes == nil {
+		t.Errorf("random scan: readahead %+v, writes %+v; want no readahead, the writes", readahead, writes)
+	}
+	runs[1][2].PagesPerWrite = 0 // one run could not tell
+	if _, _, _, writes := summarizePaging(runs, 2, memload.ScanSeq); writes != nil {
+		t.Errorf("a run without write sizes: %+v, want none", writes)
+	}
+}
