@@ -207,10 +207,6 @@ func Validate(n Node, v VMSpec) error {
 		return fmt.Errorf("--swap-depths: want %s, depths ascending, rates positive", DepthsForm)
 	case n.Tier != nil && !(n.Tier.Ratio >= 1):
 		return fmt.Errorf("--swap-tier ratio must be at least 1")
-	case !ioPagesValid(n.ReadaheadPages):
-		return fmt.Errorf("--swap-read-pages: want %s, task counts ascending from 1, pages 1..%d", IOPagesForm, maxIOPages)
-	case !ioPagesValid(n.WritePages):
-		return fmt.Errorf("--swap-write-pages: want %s, task counts ascending from 1, pages 1..%d", IOPagesForm, maxIOPages)
 	case n.PageCluster < 0 || n.PageCluster > 10:
 		return fmt.Errorf("page cluster %d: want 0..10", n.PageCluster)
 	case v.Workload.SizeBytes == 0:

@@ -133,15 +133,6 @@ func FormatIOPages(ps []IOPages) string {
 	return strings.Join(parts, ",")
 }
 
-func ioPagesValid(ps []IOPages) bool {
-	for i, p := range ps {
-		if !(p.Pages >= 1 && p.Pages <= maxIOPages) || !(p.Tasks >= 1) || math.IsInf(p.Tasks, 0) || (i > 0 && !(p.Tasks > ps[i-1].Tasks)) {
-			return false
-		}
-	}
-	return true
-}
-
 // ioPagesAt is the pages one I/O carries with tasks faulting at once:
 // linear in log2 of the task count between the given counts, the nearest
 // count's beyond them (a size does not shrink below one page or grow past
