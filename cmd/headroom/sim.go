@@ -66,6 +66,7 @@ type simFlags struct {
 	maxSwapIn, maxSwapOut                 float64
 	ksm                                   string
 	nodeMemory, systemReserve, swap       bytesValue
+	readBandwidth, writeBandwidth         bytesValue
 	cpus, populateRate, touchAloneSpeedup float64
 	touchRate                             string
 	readIOPS, writeIOPS                   float64
@@ -76,7 +77,7 @@ type simFlags struct {
 	agent                                 bool
 	out, label, scenario, find            string
 	swapDepths, workerKind                string
-	pagingCPU                             string
+	pagingCPU, runQueueWait               string
 	readPages, writePages                 string
 	machine                               string
 	minPerVM, maxSwapUtil                 float64
@@ -114,8 +115,11 @@ func newSimCommand() *cobra.Command {
 	fl.Var(&f.swap, "swap", "swap device size (0: none)")
 	fl.Float64Var(&f.readIOPS, "swap-read-iops", f.readIOPS, "the swap device's 4 KiB random-read rate")
 	fl.Float64Var(&f.writeIOPS, "swap-write-iops", f.writeIOPS, "the swap device's 4 KiB random-write rate")
+	fl.Var(&f.readBandwidth, "swap-read-bandwidth", "bytes/s a swap read's bytes beyond its first page move at (a readahead window is one read; 0: an I/O costs the same whatever its size)")
+	fl.Var(&f.writeBandwidth, "swap-write-bandwidth", "bytes/s a swap write's bytes beyond its first page move at (merged pages are one write; 0: an I/O costs the same whatever its size)")
 	fl.DurationVar(&f.latency, "swap-latency", f.latency, "one 4 KiB read's latency at queue depth 1")
 	fl.StringVar(&f.pagingCPU, "paging-cpu", f.pagingCPU, "CPU to page one page in from the swap device and another out (fault, reclaim, I/O), "+sim.PagingCPUForm+"; bounds paging on few cores")
+	fl.StringVar(&f.runQueueWait, "run-queue-wait", "", "a faulting VM's wait for a core per page paged in from the swap device (woken by its read, it queues for a core), "+sim.RunQueueWaitForm+" (default none: it waits only when the cores are oversubscribed)")
 	fl.StringVar(&f.readPages, "swap-read-pages", "", "pages a sequential fault's swap readahead reads in one go, "+sim.IOPagesForm+" (default 8: vm.page-cluster 3; the kernel reads less when readahead goes unused)")
 	fl.StringVar(&f.writePages, "swap-write-pages", "", "pages one write to the swap device carries, "+sim.IOPagesForm+" (default 8: reclaim's batches merged; fewer when many cgroups reclaim at once)")
 	fl.StringVar(&f.swapDepths, "swap-depths", "", "the swap device's rates by queue depth, "+sim.DepthsForm+"; replaces --swap-read-iops and --swap-write-iops as its capacity")
@@ -212,11 +216,20 @@ func applyMachine(cmd *cobra.Command, f *simFlags) error {
 	set("swap-read-iops", fmt.Sprint(fig.ReadIOPS))
 	set("swap-write-iops", fmt.Sprint(fig.WriteIOPS))
 	set("swap-latency", time.Duration(fig.LatencySeconds*float64(time.Second)).String())
+	if fig.ReadBytesPerSec > 0 {
+		set("swap-read-bandwidth", fmt.Sprint(uint64(math.Round(fig.ReadBytesPerSec))))
+	}
+	if fig.WriteBytesPerSec > 0 {
+		set("swap-write-bandwidth", fmt.Sprint(uint64(math.Round(fig.WriteBytesPerSec))))
+	}
 	if len(fig.Depths) > 0 {
 		set("swap-depths", sim.FormatDepths(fig.Depths))
 	}
 	if len(fig.PagingCPU) > 0 {
-		set("paging-cpu", sim.FormatPagingCPU(fig.PagingCPU))
+		set("paging-cpu", sim.FormatPagingSeconds(fig.PagingCPU))
+	}
+	if len(fig.RunQueueWait) > 0 {
+		set("run-queue-wait", sim.FormatPagingSeconds(fig.RunQueueWait))
 	}
 	if len(fig.ReadaheadPages) > 0 {
 		set("swap-read-pages", sim.FormatIOPages(fig.ReadaheadPages))
@@ -247,7 +260,8 @@ func simParams(f *simFlags) (sim.Params, error) {
 	ratio := sim.ContentRatio(content)
 	node := sim.Node{RAMBytes: uint64(f.nodeMemory), SystemReserveBytes: uint64(f.systemReserve), CPUs: f.cpus,
 		TouchAloneSpeedup: f.touchAloneSpeedup, PopulateRatePerCore: f.populateRate, PageCluster: 3, KSMDCPUSeconds: f.ksmdCPU.Seconds(),
-		Swap: sim.Device{SizeBytes: uint64(f.swap), ReadIOPS: f.readIOPS, WriteIOPS: f.writeIOPS, LatencySeconds: f.latency.Seconds()}}
+		Swap: sim.Device{SizeBytes: uint64(f.swap), ReadIOPS: f.readIOPS, WriteIOPS: f.writeIOPS, LatencySeconds: f.latency.Seconds(),
+			ReadBytesPerSec: float64(f.readBandwidth), WriteBytesPerSec: float64(f.writeBandwidth)}}
 	if f.swapDepths != "" {
 		if node.Swap.Depths, err = sim.ParseDepths(f.swapDepths); err != nil {
 			return sim.Params{}, usageError{err}
@@ -268,6 +282,11 @@ func simParams(f *simFlags) (sim.Params, error) {
 	}
 	if node.PagingCPU, err = sim.ParsePagingCPU(f.pagingCPU); err != nil {
 		return sim.Params{}, usageError{err}
+	}
+	if f.runQueueWait != "" {
+		if node.RunQueueWait, err = sim.ParseRunQueueWait(f.runQueueWait); err != nil {
+			return sim.Params{}, usageError{err}
+		}
 	}
 	if f.swapTier != "" {
 		tier, err := sim.ParseTier(f.swapTier, ratio)
@@ -419,7 +438,7 @@ func simParamsMap(f *simFlags) map[string]any {
 		"content": memload.Content(f.content).String(), "workload_runtime_seconds": f.runtime.Seconds(), "overcommit_percent": f.overcommit,
 		"overhead_bytes": uint64(f.overhead), "guest_overhead_bytes": uint64(f.guestOverhead), "node_memory_bytes": uint64(f.nodeMemory),
 		"system_reserve_bytes": uint64(f.systemReserve), "cpus": f.cpus, "touch_rate": f.touchRate, "touch_alone_speedup": f.touchAloneSpeedup, "populate_rate": f.populateRate, "swap_bytes": uint64(f.swap),
-		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(), "swap_depths": f.swapDepths, "paging_cpu": f.pagingCPU, "swap_read_pages": f.readPages, "swap_write_pages": f.writePages, "worker_kind": f.workerKind,
+		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(), "swap_read_bandwidth": uint64(f.readBandwidth), "swap_write_bandwidth": uint64(f.writeBandwidth), "swap_depths": f.swapDepths, "paging_cpu": f.pagingCPU, "run_queue_wait": f.runQueueWait, "swap_read_pages": f.readPages, "swap_write_pages": f.writePages, "worker_kind": f.workerKind,
 		"swap_tier": f.swapTier, "agent": f.agent, "max_swap_in_pages_per_sec": f.maxSwapIn, "max_swap_out_pages_per_sec": f.maxSwapOut, "ksm": f.ksm, "ksmd_cpu_seconds": f.ksmdCPU.Seconds(), "balloon": balloonParam(f.balloon, f.balloonPol), "guest_cache_bytes": uint64(f.guestCache), "balloon_cpu_seconds_per_page": f.balloonCPU.Seconds(), "start_cpu_factor": f.startCPUFactor, "start_cpu_seconds": f.startCPUDuration.Seconds(), "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
 }
 

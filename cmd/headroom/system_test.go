@@ -306,4 +306,19 @@ func TestSystemSimMachineThis(t *testing.T) {
 			}
 		}
 	}
+	// The same runs' wait for a core a page paged in: four workers a core
+	// wait longer than one a core (here 1-2 µs against 30-40).
+	wait, _ := p["run_queue_wait"].(string)
+	ws, err := sim.ParseRunQueueWait(wait)
+	if err != nil || len(ws) != len(cs) || ws[0].Tasks != cs[0].Tasks || ws[1].Tasks != cs[1].Tasks ||
+		!(ws[1].SecondsPerPage > ws[0].SecondsPerPage) || ws[1].SecondsPerPage > 10e-3 || !strings.Contains(r.stderr, "wait for a core per page paged in") {
+		t.Errorf("run_queue_wait %q (%v), figures %q: want the wait at the paging CPU's counts, longer with more workers a core", wait, err, r.stderr)
+	}
+	// The scratch file's transfer rates, from 128 KiB I/Os against 4 KiB
+	// ones: 1-3 GB/s here; 10 MB/s to 100 GB/s anywhere.
+	for _, key := range []string{"swap_read_bandwidth", "swap_write_bandwidth"} {
+		if b, _ := p[key].(float64); b < 10e6 || b > 100e9 || !strings.Contains(r.stderr, "beyond its first page move at") {
+			t.Errorf("%s %v, figures %q: want the device's transfer rate, 10 MB/s to 100 GB/s", key, p[key], r.stderr)
+		}
+	}
 }

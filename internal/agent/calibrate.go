@@ -28,6 +28,9 @@ type CalibrateOptions struct {
 	// Depths are further queue depths to measure (the simulator's device
 	// model; the thresholds use Jobs').
 	Depths []int
+	// LargeBlockBytes, if set, is a block size measured too, at Jobs (the
+	// simulator's cost of an I/O's bytes).
+	LargeBlockBytes int
 }
 
 // Validate names the first bad option by its flag.
@@ -59,7 +62,7 @@ type Calibration struct {
 // blocks would be answered without device I/O); a partition is only read,
 // and written only in WriteTestDir on the same device.
 func Calibrate(ctx context.Context, dev host.SwapDevice, o CalibrateOptions) (Calibration, error) {
-	opts := probe.Options{Duration: o.Duration, Jobs: o.Jobs, ScratchBytes: min(dev.SizeBytes, 256<<20), Depths: o.Depths}
+	opts := probe.Options{Duration: o.Duration, Jobs: o.Jobs, ScratchBytes: min(dev.SizeBytes, 256<<20), Depths: o.Depths, LargeBlockBytes: o.LargeBlockBytes}
 	switch {
 	case o.WriteTestDir != "":
 		opts.Dir = o.WriteTestDir

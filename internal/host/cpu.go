@@ -1,7 +1,9 @@
 package host
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 
 	"github.com/prometheus/procfs"
 )
@@ -35,4 +37,27 @@ func ProcessCPUSeconds(pid int) (float64, error) {
 		return 0, fmt.Errorf("read /proc/%d/stat: %w", pid, err)
 	}
 	return st.CPUTime(), nil
+}
+
+// RunQueueWaitSeconds reads how long a process's threads have waited,
+// runnable, for a core since they started (/proc/PID/task/*/schedstat):
+// the time between a wakeup, such as a swap-in read's completion, and
+// running again. A thread that exits meanwhile is not counted.
+func RunQueueWaitSeconds(pid int) (float64, error) {
+	threads, err := procfs.AllThreads(pid)
+	if err != nil {
+		return 0, fmt.Errorf("list /proc/%d/task: %w", pid, err)
+	}
+	var waitNanoseconds uint64
+	for _, t := range threads {
+		st, err := t.Schedstat()
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return 0, fmt.Errorf("read /proc/%d/task/%d/schedstat: %w", pid, t.PID, err)
+		}
+		waitNanoseconds += st.WaitingNanoseconds
+	}
+	return float64(waitNanoseconds) / 1e9, nil
 }

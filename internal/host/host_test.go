@@ -5,8 +5,10 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -244,6 +246,48 @@ func TestCPUSecondsGrowWithWork(t *testing.T) {
 		t.Errorf("the node was busy %.2f s while this process used %.2f s", nodeAfter-nodeBefore, now-before)
 	}
 	if _, err := ProcessCPUSeconds(1 << 30); err == nil {
+		t.Error("no error for a process that does not exist")
+	}
+}
+
+// More spinning threads than cores wait for one in turn: the wait shows
+// in this process's run-queue time.
+func TestRunQueueWaitGrowsWithContention(t *testing.T) {
+	before, err := RunQueueWaitSeconds(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	threads := 2*runtime.NumCPU() + 1
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(threads))
+	stop := make(chan struct{})
+	var spinning sync.WaitGroup
+	for range threads {
+		spinning.Add(1)
+		go func() {
+			defer spinning.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			for x := 1.0; ; x = math.Sqrt(x*x + 1) {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond) // the contention's length, not a synchronisation
+	close(stop)
+	spinning.Wait()
+	after, err := RunQueueWaitSeconds(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// threads-cores threads wait at any time: about 0.5 s each.
+	if after-before < 0.2 {
+		t.Errorf("%d threads spinning on %d cores for 0.5 s waited %.3f s for a core", threads, runtime.NumCPU(), after-before)
+	}
+	if _, err := RunQueueWaitSeconds(1 << 30); err == nil {
 		t.Error("no error for a process that does not exist")
 	}
 }

@@ -32,6 +32,14 @@ type Result struct {
 	WriteLatencyUs float64 `json:"write_latency_us,omitempty"`
 	// Depths are the rates at each queue depth Options.Depths asked for.
 	Depths []DepthRates `json:"depths,omitempty"`
+	// LargeBlockBytes, when Options asked for it, is the size of a second
+	// pair of random reads and writes at Jobs; LargeReadIOPS and
+	// LargeWriteIOPS their rates: against the 4 KiB rates they give what
+	// each byte beyond an I/O's first page costs (swap reads a readahead
+	// window and writes merged pages as one I/O).
+	LargeBlockBytes int     `json:"large_block_bytes,omitempty"`
+	LargeReadIOPS   float64 `json:"large_read_iops,omitempty"`
+	LargeWriteIOPS  float64 `json:"large_write_iops,omitempty"`
 }
 
 // DepthRates are a device's 4 KiB random rates at one queue depth: many
@@ -59,6 +67,9 @@ type Options struct {
 	// Depths, if any, are further queue depths to measure, each for
 	// Duration (Jobs' own rates are Result's main figures).
 	Depths []int
+	// LargeBlockBytes, if set (a multiple of 4 KiB), is measured too, at
+	// Jobs.
+	LargeBlockBytes int
 }
 
 // Run measures random reads, then (with a scratch file) random writes, at
@@ -79,15 +90,19 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return r, fmt.Errorf("probe %s: too small to probe", readPath)
 	}
 	r.ReadPath = readPath
-	// rates measures reads, and writes with a scratch file, at one depth.
-	rates := func(depth int) (read, write float64, readLatUs, writeLatUs float64, err error) {
-		n, d, err := randomIO(ctx, readPath, unix.O_RDONLY, readBytes, o.Duration, depth, false)
+	if o.LargeBlockBytes < 0 || o.LargeBlockBytes%BlockBytes != 0 || uint64(o.LargeBlockBytes) > readBytes/2 {
+		return r, fmt.Errorf("probe: large block of %d bytes: want a multiple of %d, at most half of %s", o.LargeBlockBytes, BlockBytes, readPath)
+	}
+	// rates measures reads, and writes with a scratch file, at one depth
+	// and block size.
+	rates := func(depth, block int) (read, write float64, readLatUs, writeLatUs float64, err error) {
+		n, d, err := randomIO(ctx, readPath, unix.O_RDONLY, readBytes, o.Duration, depth, block, false)
 		if err != nil {
 			return 0, 0, 0, 0, err
 		}
 		read, readLatUs = float64(n)/d.Seconds(), latencyMicros(n, d, depth)
 		if o.Dir != "" {
-			if n, d, err = randomIO(ctx, r.WritePath, unix.O_WRONLY, o.ScratchBytes, o.Duration, depth, true); err != nil {
+			if n, d, err = randomIO(ctx, r.WritePath, unix.O_WRONLY, o.ScratchBytes, o.Duration, depth, block, true); err != nil {
 				return 0, 0, 0, 0, err
 			}
 			write, writeLatUs = float64(n)/d.Seconds(), latencyMicros(n, d, depth)
@@ -95,8 +110,14 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return read, write, readLatUs, writeLatUs, nil
 	}
 	var err error
-	if r.ReadIOPS, r.WriteIOPS, r.ReadLatencyUs, r.WriteLatencyUs, err = rates(o.Jobs); err != nil {
+	if r.ReadIOPS, r.WriteIOPS, r.ReadLatencyUs, r.WriteLatencyUs, err = rates(o.Jobs, BlockBytes); err != nil {
 		return r, err
+	}
+	if o.LargeBlockBytes > 0 {
+		r.LargeBlockBytes = o.LargeBlockBytes
+		if r.LargeReadIOPS, r.LargeWriteIOPS, _, _, err = rates(o.Jobs, o.LargeBlockBytes); err != nil {
+			return r, err
+		}
 	}
 	for _, depth := range o.Depths {
 		dr := DepthRates{QueueDepth: depth, ReadIOPS: r.ReadIOPS, WriteIOPS: r.WriteIOPS}
@@ -104,7 +125,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		case depth < 1:
 			return r, fmt.Errorf("probe: queue depth %d: want at least 1", depth)
 		case depth != o.Jobs: // Jobs' depth is measured already
-			if dr.ReadIOPS, dr.WriteIOPS, _, _, err = rates(depth); err != nil {
+			if dr.ReadIOPS, dr.WriteIOPS, _, _, err = rates(depth, BlockBytes); err != nil {
 				return r, err
 			}
 		}
@@ -159,10 +180,11 @@ func latencyMicros(n uint64, d time.Duration, jobs int) float64 {
 	return d.Seconds() * float64(jobs) / float64(n) * 1e6
 }
 
-// randomIO runs jobs workers doing 4 KiB direct I/O at uniform offsets in
-// [4 KiB, size) (the first page of a swap partition is its header) for d.
-func randomIO(ctx context.Context, path string, mode int, size uint64, d time.Duration, jobs int, write bool) (uint64, time.Duration, error) {
-	blocks := size/BlockBytes - 1
+// randomIO runs jobs workers doing direct I/O of block bytes at uniform
+// block-aligned offsets in [block, size) (the first page of a swap
+// partition is its header) for d.
+func randomIO(ctx context.Context, path string, mode int, size uint64, d time.Duration, jobs, block int, write bool) (uint64, time.Duration, error) {
+	blocks := size/uint64(block) - 1
 	var ops atomic.Uint64
 	var firstErr error
 	var errOnce sync.Once
@@ -182,7 +204,7 @@ func randomIO(ctx context.Context, path string, mode int, size uint64, d time.Du
 			defer wg.Done()
 			defer unix.Close(fd)
 			// Direct I/O needs an aligned buffer: a mapped page is.
-			buf, err := unix.Mmap(-1, 0, BlockBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+			buf, err := unix.Mmap(-1, 0, block, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 			if err != nil {
 				errOnce.Do(func() { firstErr = err })
 				return
@@ -190,7 +212,7 @@ func randomIO(ctx context.Context, path string, mode int, size uint64, d time.Du
 			defer unix.Munmap(buf)
 			rng := rand.New(rand.NewPCG(uint64(j), 0x5eed))
 			for ctx.Err() == nil {
-				off := int64(1+rng.Uint64N(blocks)) * BlockBytes
+				off := int64(1+rng.Uint64N(blocks)) * int64(block)
 				if write {
 					_, err = unix.Pwrite(fd, buf, off)
 				} else {

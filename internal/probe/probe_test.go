@@ -50,3 +50,22 @@ func TestRunRejectsTinyDevice(t *testing.T) {
 		t.Fatal("probed a one-page device")
 	}
 }
+
+// A large block is measured beside the 4 KiB one, at the same depth: it
+// moves more bytes an I/O, and so fewer I/Os a second.
+func TestRunLargeBlocks(t *testing.T) {
+	dir := t.TempDir()
+	r, err := Run(context.Background(), Options{Dir: dir, ScratchBytes: 16 << 20, Duration: 300 * time.Millisecond, Jobs: 2, LargeBlockBytes: 256 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.LargeBlockBytes != 256<<10 || !(r.LargeReadIOPS > 0 && r.LargeReadIOPS < r.ReadIOPS) || !(r.LargeWriteIOPS > 0 && r.LargeWriteIOPS < r.WriteIOPS) {
+		t.Errorf("256 KiB at %.0f/%.0f IOPS (read/write), 4 KiB at %.0f/%.0f: want fewer, not none", r.LargeReadIOPS, r.LargeWriteIOPS, r.ReadIOPS, r.WriteIOPS)
+	}
+	if _, err := Run(context.Background(), Options{Dir: dir, ScratchBytes: 16 << 20, Duration: time.Millisecond, Jobs: 1, LargeBlockBytes: 5000}); err == nil {
+		t.Error("a large block of 5000 bytes was accepted")
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("scratch file left behind: %v", left)
+	}
+}

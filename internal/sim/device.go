@@ -66,6 +66,15 @@ func (d Device) readIOPSAt(q float64) float64 {
 	return alongLog2(d.Depths, q, func(r DepthRate) float64 { return r.QueueDepth }, func(r DepthRate) float64 { return r.ReadIOPS }, false)
 }
 
+// transferSeconds is the device time an I/O of pages spends moving its
+// bytes beyond its first page at bytesPerSec (0: none).
+func transferSeconds(pages, bytesPerSec float64) float64 {
+	if bytesPerSec <= 0 || pages <= 1 {
+		return 0
+	}
+	return (pages - 1) * PageBytes / bytesPerSec
+}
+
 // writeIOPS is the device's rate for reclaim's writes, which queue deep.
 func (d Device) writeIOPS() float64 {
 	if len(d.Depths) == 0 {

@@ -110,6 +110,9 @@ type node struct {
 	// the number of VMs faulting on it; touchRate its pages/s a core
 	// touches in RAM, at the memory the running VMs touch per core.
 	pagingCPU, touchRate float64
+	// runQueueWait is this tick's wait for a core per page paged in from
+	// the device, at the number of VMs faulting on it.
+	runQueueWait float64
 	// readaheadPages and writePages are this tick's pages a sequential
 	// fault reads and a write carries, at the number of VMs faulting.
 	readaheadPages, writePages float64
@@ -200,13 +203,14 @@ func tierShare(v *vmState) float64 {
 	return 0
 }
 
-// touchTime is the seconds one touch takes on average, and the part of it
-// spent waiting for the device, at a given CPU share and read wait.
-func (s *node) touchTime(v *vmState, cpuShare, readWait float64) (total, waiting float64) {
-	cpu := s.startCPU(v) / s.touchRate // seconds of a whole core
+// touchTime is the seconds one touch takes on average, the part of it
+// spent waiting for the device, and the core-seconds it uses, at a given
+// CPU share and read wait.
+func (s *node) touchTime(v *vmState, cpuShare, readWait float64) (total, waiting, cpu float64) {
+	cpu = s.startCPU(v) / s.touchRate // seconds of a whole core
 	miss := 1 - s.hit(v)
 	if miss <= 0 {
-		return cpu / cpuShare, 0
+		return cpu / cpuShare, 0, cpu
 	}
 	z := tierShare(v)
 	var tierCPU float64
@@ -220,10 +224,14 @@ func (s *node) touchTime(v *vmState, cpuShare, readWait float64) (total, waiting
 	// from the tier as from the device (measured here: zram pages cost
 	// 158 µs each, disk pages 150-180 µs), and a tier's page adds its
 	// decompression and another's compression. All of it runs on the VM's
-	// share of the cores.
+	// share of the cores. A read's completion wakes the VM, which waits
+	// for a core: the measured run-queue wait, or the fair share's
+	// stretch where the cores are oversubscribed (the two are one wait,
+	// seen from the machine and from the fluid share).
 	waiting = miss * (1 - z) / s.readahead() * readWait
 	cpu += miss * (s.pagingCPU + z*2*tierCPU)
-	return cpu/cpuShare + waiting, waiting
+	onCore := max(cpu/cpuShare, cpu+miss*(1-z)*s.runQueueWait)
+	return onCore + waiting, waiting, cpu
 }
 
 // startCPU is how many times its steady CPU a running VM's touch costs
@@ -240,7 +248,7 @@ func (s *node) startCPU(v *vmState) float64 {
 // rateAt is a running VM's touches/s at a given CPU share and read wait,
 // capped by its rate limit.
 func (s *node) rateAt(v *vmState, cpuShare, readWait float64) float64 {
-	t, _ := s.touchTime(v, cpuShare, readWait)
+	t, _, _ := s.touchTime(v, cpuShare, readWait)
 	r := 1 / t
 	if s.w.RatePagesPerSec > 0 {
 		r = min(r, s.w.RatePagesPerSec)
@@ -260,7 +268,8 @@ func (s *node) dirtyShare(v *vmState) float64 {
 // use at a given read wait: their reads plus the writes of the pages
 // evicted to make room for what they read (in steady state, as many).
 // Reads are served at the rate of the depth they keep outstanding (by
-// Little's law, their rate times the wait), writes at the deepest.
+// Little's law, their rate times the wait), writes at the deepest; each
+// I/O's pages beyond its first add their transfer time.
 func (s *node) deviceLoad(cpuShare, readWait float64) float64 {
 	if s.n.Swap.ReadIOPS <= 0 {
 		return 0
@@ -280,7 +289,10 @@ func (s *node) deviceLoad(cpuShare, readWait float64) float64 {
 		reads += r * miss * (1 - z) / s.pagesPerRead()
 		writes += r * miss * s.dirtyShare(v) * toDevice / s.writePages
 	}
-	return reads/s.n.Swap.readIOPSAt(reads*readWait) + writes/s.n.Swap.writeIOPS()
+	d := s.n.Swap
+	readSeconds := 1/d.readIOPSAt(reads*readWait) + transferSeconds(s.pagesPerRead(), d.ReadBytesPerSec)
+	writeSeconds := 1/d.writeIOPS() + transferSeconds(s.writePages, d.WriteBytesPerSec)
+	return reads*readSeconds + writes*writeSeconds
 }
 
 // tierRoomShare is 1 while the compressed tier has room (evictions go
@@ -398,8 +410,8 @@ func (s *node) coresUsed(share float64) float64 {
 		case phasePopulating:
 			cores += share
 		case phaseRunning:
-			t, wait := s.touchTime(v, 1, s.readWait) // CPU seconds per touch: t - wait
-			cores += s.rateAt(v, share, s.readWait) * (t - wait)
+			_, _, cpu := s.touchTime(v, 1, s.readWait)
+			cores += s.rateAt(v, share, s.readWait) * cpu
 		}
 	}
 	return cores
@@ -412,6 +424,7 @@ func (s *node) tick(now float64, measuring bool) {
 	s.now = now
 	faulting := s.faulting()
 	s.pagingCPU = pagingCPUAt(s.n.PagingCPU, faulting)
+	s.runQueueWait = runQueueWaitAt(s.n.RunQueueWait, faulting)
 	s.setIOPages(faulting)
 	s.touchRate = touchRateAt(s.n.TouchRate, s.touchedBytesPerCore()) * aloneSpeedup(s.n.TouchAloneSpeedup, s.busyVMs(), s.n.CPUs)
 	share := s.cpuShare()
@@ -451,7 +464,7 @@ func (s *node) tick(now float64, measuring bool) {
 		case phaseRunning:
 			running++
 			r := s.rateAt(v, share, s.readWait)
-			t, wait := s.touchTime(v, share, s.readWait)
+			t, wait, _ := s.touchTime(v, share, s.readWait)
 			// The balloon's work first: the workload runs in what is left.
 			r *= 1 - v.balloonWork(dt)/dt
 			v.rate, v.stall = r, wait/t

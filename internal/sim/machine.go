@@ -39,6 +39,12 @@ type MachineFigures struct {
 	ReadIOPS       float64 `json:"swap_read_iops"`
 	WriteIOPS      float64 `json:"swap_write_iops"`
 	LatencySeconds float64 `json:"swap_latency_seconds"`
+	// ReadBytesPerSec and WriteBytesPerSec are the rates an I/O's bytes
+	// beyond its first page move at: probeLargeBlockBytes I/Os' time less
+	// 4 KiB ones', at probeJobs (writes only where a scratch file could
+	// be written).
+	ReadBytesPerSec  float64 `json:"swap_read_bytes_per_sec,omitempty"`
+	WriteBytesPerSec float64 `json:"swap_write_bytes_per_sec,omitempty"`
 	// Depths are the device's rates at queue depths 1 to 16 (writes only
 	// where a scratch file could be written).
 	Depths []DepthRate `json:"swap_depths,omitempty"`
@@ -55,6 +61,9 @@ type MachineFigures struct {
 	// one reads a page a fault, and the model knows it).
 	ReadaheadPages []IOPages `json:"swap_read_pages,omitempty"`
 	WritePages     []IOPages `json:"swap_write_pages,omitempty"`
+	// RunQueueWait is the workers' wait for a core per page paged in, in
+	// the same runs (medians).
+	RunQueueWait []PagingCost `json:"run_queue_wait,omitempty"`
 	// KSMDCPUSeconds is the CPU time ksmd has used since boot (the
 	// kernel's advisor counts it into its first scan).
 	KSMDCPUSeconds float64 `json:"ksmd_cpu_seconds"`
@@ -89,6 +98,11 @@ type MeasureOptions struct {
 // probeJobs is the queue depth of the device probe's main figures.
 const probeJobs = 4
 
+// probeLargeBlockBytes is the block the device's transfer rate is
+// measured with: larger than any swap I/O here (readahead reads up to
+// 32 KiB), small enough to stay a random I/O.
+const probeLargeBlockBytes = 128 << 10
+
 // probeDepths are the queue depths the device is measured at for the
 // model: one faulting VM up to many.
 var probeDepths = []int{1, 2, 4, 8, 16}
@@ -111,19 +125,23 @@ func MeasureMachine(ctx context.Context, o MeasureOptions) (MachineFigures, erro
 	}
 	var res probe.Result
 	if dev, err := agent.PickSwapDevice(""); err == nil {
-		c, err := agent.Calibrate(ctx, dev, agent.CalibrateOptions{Duration: o.Duration, Jobs: probeJobs, Fraction: 1, Depths: probeDepths})
+		c, err := agent.Calibrate(ctx, dev, agent.CalibrateOptions{Duration: o.Duration, Jobs: probeJobs, Fraction: 1, Depths: probeDepths,
+			LargeBlockBytes: probeLargeBlockBytes})
 		if err != nil {
 			return f, fmt.Errorf("probe swap %s: %w", dev.Path, err)
 		}
 		res, f.SwapDevice, f.SwapSizeBytes = c.Probe, dev.Path, dev.SizeBytes
 	} else {
-		res, err = probe.Run(ctx, probe.Options{Dir: o.SwapFileDir, ScratchBytes: 256 << 20, Duration: o.Duration, Jobs: probeJobs, Depths: probeDepths})
+		res, err = probe.Run(ctx, probe.Options{Dir: o.SwapFileDir, ScratchBytes: 256 << 20, Duration: o.Duration, Jobs: probeJobs, Depths: probeDepths,
+			LargeBlockBytes: probeLargeBlockBytes})
 		if err != nil {
 			return f, fmt.Errorf("probe %s: %w", o.SwapFileDir, err)
 		}
 		f.SwapDevice = o.SwapFileDir + " (no swap active: where density puts its swap file)"
 	}
 	f.ReadIOPS, f.WriteIOPS, f.LatencySeconds = res.ReadIOPS, res.WriteIOPS, res.ReadLatencyUs/1e6
+	f.ReadBytesPerSec = transferRate(res.ReadIOPS, res.LargeReadIOPS, res.LargeBlockBytes)
+	f.WriteBytesPerSec = transferRate(res.WriteIOPS, res.LargeWriteIOPS, res.LargeBlockBytes)
 	if err = f.measurePaging(ctx, o); errors.Is(err, ErrPagingNeedsRoot) {
 		f.PagingNote = "not measured: " + err.Error()
 	} else if err != nil {
@@ -138,6 +156,20 @@ func MeasureMachine(ctx context.Context, o MeasureOptions) (MachineFigures, erro
 		}
 	}
 	return f, nil
+}
+
+// transferRate is the bytes/s an I/O's bytes beyond its first page move
+// at, from the rates of 4 KiB I/Os and of largeBytes ones at the same
+// depth (0: not measured, or the large block no slower).
+func transferRate(smallIOPS, largeIOPS float64, largeBytes int) float64 {
+	if !(smallIOPS > 0) || !(largeIOPS > 0) || largeBytes <= probe.BlockBytes {
+		return 0
+	}
+	extraSeconds := 1/largeIOPS - 1/smallIOPS
+	if extraSeconds <= 0 {
+		return 0
+	}
+	return float64(largeBytes-probe.BlockBytes) / extraSeconds
 }
 
 // measurePaging measures the paging CPU and the swap I/O sizes
@@ -158,14 +190,24 @@ func (f *MachineFigures) measurePaging(ctx context.Context, o MeasureOptions) er
 			runs[i] = append(runs[i], sample)
 		}
 	}
-	f.PagingCPU, f.PagingCPUSpread, f.ReadaheadPages, f.WritePages = summarizePaging(runs, f.CPUs, o.Scan)
+	p := summarizePaging(runs, f.CPUs, o.Scan)
+	f.PagingCPU, f.PagingCPUSpread, f.RunQueueWait, f.ReadaheadPages, f.WritePages = p.cpu, p.cpuSpread, p.runQueueWait, p.readahead, p.writes
 	return nil
 }
 
+// pagingFigures are the paging runs' figures by worker count.
+type pagingFigures struct {
+	cpu               []PagingCost
+	cpuSpread         []Spread
+	runQueueWait      []PagingCost
+	readahead, writes []IOPages
+}
+
 // summarizePaging takes the medians of each worker count's runs: the
-// CPU a page with its spread, and the I/O sizes where every run could
-// tell them (readahead only for a sequential scan).
-func summarizePaging(runs [][]PagingSample, cpus int, scan memload.Scan) (costs []PagingCost, spreads []Spread, readahead, writes []IOPages) {
+// CPU a page with its spread, the wait for a core a page paged in, and
+// the I/O sizes where every run could tell them (readahead only for a
+// sequential scan).
+func summarizePaging(runs [][]PagingSample, cpus int, scan memload.Scan) (p pagingFigures) {
 	// each is one figure of every run; ok when all runs have it.
 	each := func(r []PagingSample, of func(PagingSample) float64) (vs []float64, ok bool) {
 		for _, s := range r {
@@ -176,24 +218,26 @@ func summarizePaging(runs [][]PagingSample, cpus int, scan memload.Scan) (costs 
 	for i, r := range runs {
 		tasks := float64(pagingWorkersPerCore[i] * cpus)
 		cpu, _ := each(r, func(s PagingSample) float64 { return s.SecondsPerPage })
-		costs = append(costs, PagingCost{Tasks: tasks, SecondsPerPage: results.Quantile(cpu, 0.5)})
-		spreads = append(spreads, Spread{Min: slices.Min(cpu), Max: slices.Max(cpu)})
+		p.cpu = append(p.cpu, PagingCost{Tasks: tasks, SecondsPerPage: results.Quantile(cpu, 0.5)})
+		p.cpuSpread = append(p.cpuSpread, Spread{Min: slices.Min(cpu), Max: slices.Max(cpu)})
+		wait, _ := each(r, func(s PagingSample) float64 { return s.RunQueueSecondsPerPage })
+		p.runQueueWait = append(p.runQueueWait, PagingCost{Tasks: tasks, SecondsPerPage: results.Quantile(wait, 0.5)})
 		if vs, ok := each(r, func(s PagingSample) float64 { return s.PagesPerRead }); ok && scan == memload.ScanSeq {
-			readahead = append(readahead, IOPages{Tasks: tasks, Pages: results.Quantile(vs, 0.5)})
+			p.readahead = append(p.readahead, IOPages{Tasks: tasks, Pages: results.Quantile(vs, 0.5)})
 		}
 		if vs, ok := each(r, func(s PagingSample) float64 { return s.PagesPerWrite }); ok {
-			writes = append(writes, IOPages{Tasks: tasks, Pages: results.Quantile(vs, 0.5)})
+			p.writes = append(p.writes, IOPages{Tasks: tasks, Pages: results.Quantile(vs, 0.5)})
 		}
 	}
 	// A size by some counts and not others would be read as one count's
 	// for all: keep sizes only where every count has one.
-	if len(readahead) < len(runs) {
-		readahead = nil
+	if len(p.readahead) < len(runs) {
+		p.readahead = nil
 	}
-	if len(writes) < len(runs) {
-		writes = nil
+	if len(p.writes) < len(runs) {
+		p.writes = nil
 	}
-	return costs, spreads, readahead, writes
+	return p
 }
 
 // String is the one-line account `sim --machine this` prints.
@@ -209,6 +253,13 @@ func (f MachineFigures) String() string {
 	s := fmt.Sprintf("this machine: %s RAM, %d cores, pages/s a core touches %s and fills %s (headroom load, a worker a core, median of %d runs%s); swap %s: 4 KiB random read %s IOPS, write %s IOPS at queue depth %d, %.0f µs a read alone",
 		units.FormatBytes(f.RAMBytes), f.CPUs, strings.Join(touch, ", "), units.FormatRate(f.PopulateRatePerCore), touchProbeRounds, alone, f.SwapDevice, units.FormatRate(f.ReadIOPS),
 		units.FormatRate(f.WriteIOPS), probeJobs, f.LatencySeconds*1e6)
+	if f.ReadBytesPerSec > 0 {
+		s += fmt.Sprintf("; an I/O's bytes beyond its first page move at %s/s read", units.FormatBytes(uint64(f.ReadBytesPerSec)))
+		if f.WriteBytesPerSec > 0 {
+			s += fmt.Sprintf(", %s/s written", units.FormatBytes(uint64(f.WriteBytesPerSec)))
+		}
+		s += fmt.Sprintf(" (%s I/Os against 4 KiB ones)", units.FormatBytes(probeLargeBlockBytes))
+	}
 	if len(f.Depths) > 0 {
 		s += "; by queue depth (read/write IOPS) " + FormatDepths(f.Depths)
 	}
@@ -221,6 +272,12 @@ func (f MachineFigures) String() string {
 		s += fmt.Sprintf(" %g: %.1f µs", c.Tasks, c.SecondsPerPage*1e6)
 		if i < len(f.PagingCPUSpread) {
 			s += fmt.Sprintf(" (%.0f-%.0f, median of %d)", f.PagingCPUSpread[i].Min*1e6, f.PagingCPUSpread[i].Max*1e6, pagingProbeRuns)
+		}
+	}
+	if len(f.RunQueueWait) > 0 {
+		s += "; their wait for a core per page paged in"
+		for _, w := range f.RunQueueWait {
+			s += fmt.Sprintf(" %g: %.1f µs", w.Tasks, w.SecondsPerPage*1e6)
 		}
 	}
 	if len(f.ReadaheadPages) > 0 {

@@ -35,10 +35,12 @@ const (
 var ErrPagingNeedsRoot = errors.New("needs root (a memory cgroup and swap)")
 
 // PagingSample is one paging measurement: the CPU per page paged in (and
-// another out), and the pages one read and one write to the swap device
-// carried (0: the device's I/O could not be told apart).
+// another out), the faulting tasks' wait for a core per page paged in,
+// and the pages one read and one write to the swap device carried (0:
+// the device's I/O could not be told apart).
 type PagingSample struct {
 	SecondsPerPage              float64
+	RunQueueSecondsPerPage      float64
 	PagesPerRead, PagesPerWrite float64
 }
 
@@ -54,7 +56,11 @@ type PagingSample struct {
 // takes on the faults paging causes, which the guest sees as the workers'
 // user time (here a third of it). The workers' own touches are a rounding
 // error beside them (tens of nanoseconds a page against tens of
-// microseconds). The I/O sizes are the pages swapped in and out over the
+// microseconds). The run-queue wait is the workers' threads' time
+// runnable but not running (schedstat) over the pages paged in: a task
+// woken by its swap-in read's completion waits for a core before it runs
+// on (here 40 µs a seq page with eight workers on two cores, while the
+// cores were a third idle). The I/O sizes are the pages swapped in and out over the
 // reads and writes the swap areas' block devices completed. The machine
 // should be otherwise idle.
 func MeasurePaging(ctx context.Context, headroom string, scan memload.Scan, workers int, window time.Duration) (sample PagingSample, err error) {
@@ -92,6 +98,7 @@ func MeasurePaging(ctx context.Context, headroom string, scan memload.Scan, work
 	// Each worker's first interval record says its block is populated and
 	// its measured scan (the paging) has begun.
 	scanning := make(chan struct{}, workers)
+	pids := make([]int, 0, workers)
 	for i := range workers {
 		// Each in its own cgroup under the limited one, as density's
 		// workers and libvirt's and KubeVirt's VMs are.
@@ -109,6 +116,7 @@ func MeasurePaging(ctx context.Context, headroom string, scan memload.Scan, work
 		if err := cmd.Start(); err != nil {
 			return sample, fmt.Errorf("start headroom load: %w", err)
 		}
+		pids = append(pids, cmd.Process.Pid)
 		defer func() {
 			cmd.Process.Signal(syscall.SIGTERM)
 			cmd.Wait()
@@ -133,7 +141,7 @@ func MeasurePaging(ctx context.Context, headroom string, scan memload.Scan, work
 			return sample, fmt.Errorf("%d headroom load workers did not all start scanning within two minutes", workers)
 		}
 	}
-	before, err := readPagingCounters()
+	before, err := readPagingCounters(pids)
 	if err != nil {
 		return sample, err
 	}
@@ -142,7 +150,7 @@ func MeasurePaging(ctx context.Context, headroom string, scan memload.Scan, work
 	case <-ctx.Done():
 		return sample, ctx.Err()
 	}
-	after, err := readPagingCounters()
+	after, err := readPagingCounters(pids)
 	if err != nil {
 		return sample, err
 	}
@@ -152,14 +160,23 @@ func MeasurePaging(ctx context.Context, headroom string, scan memload.Scan, work
 type pagingCounters struct {
 	vm             host.VMStat
 	busyCPUSeconds float64 // over all CPUs
-	io             host.BlockIO
+	// runQueueSeconds is the workers' wait for a core.
+	runQueueSeconds float64
+	io              host.BlockIO
 }
 
-func readPagingCounters() (pagingCounters, error) {
+func readPagingCounters(workerPIDs []int) (pagingCounters, error) {
 	var c pagingCounters
 	var err error
 	if c.busyCPUSeconds, err = host.BusyCPUSeconds(); err != nil {
 		return c, err
+	}
+	for _, pid := range workerPIDs {
+		wait, err := host.RunQueueWaitSeconds(pid)
+		if err != nil {
+			return c, err
+		}
+		c.runQueueSeconds += wait
 	}
 	if c.io, err = host.SwapBlockIO(); err != nil {
 		return c, err
@@ -176,6 +193,9 @@ func (c pagingCounters) sub(before pagingCounters, window time.Duration) (Paging
 		return PagingSample{}, fmt.Errorf("only %.0f pages paged in %s: too few to measure", pages, window)
 	}
 	s := PagingSample{SecondsPerPage: (c.busyCPUSeconds - before.busyCPUSeconds) / pages}
+	if in > 0 {
+		s.RunQueueSecondsPerPage = max(c.runQueueSeconds-before.runQueueSeconds, 0) / in
+	}
 	// A device with other work (a swap file's file system) shows more
 	// I/Os than swap's: the sizes then read small, never large.
 	if reads := float64(c.io.Reads - before.io.Reads); reads > 0 {

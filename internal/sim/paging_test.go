@@ -102,6 +102,19 @@ func TestIOPagesAtTheDevicesLimit(t *testing.T) {
 		{"writes by tasks", writeBound([]IOPages{{1, 8}, {64, 2}}), 8, 50000},
 		{"reads of 8 (default)", readBound(nil), 50, 80000},
 		{"reads of 4", readBound([]IOPages{{1, 4}}), 50, 40000},
+		// A 4 KiB I/O's 100 µs again for the bytes beyond its first page:
+		// each I/O takes twice as long.
+		{"reads of 4, 3 pages' transfer in 100 µs", func(nd *Node) {
+			nd.ReadaheadPages, nd.Swap.ReadBytesPerSec = []IOPages{{1, 4}}, 3*PageBytes/100e-6
+		}, 50, 20000},
+		{"writes of 2, a page's transfer in 100 µs", func(nd *Node) {
+			writeBound([]IOPages{{1, 2}})(nd)
+			nd.Swap.WriteBytesPerSec = PageBytes / 100e-6
+		}, 8, 10000},
+		{"one-page writes: no transfer", func(nd *Node) {
+			writeBound([]IOPages{{1, 1}})(nd)
+			nd.Swap.WriteBytesPerSec = PageBytes / 100e-6
+		}, 8, 10000},
 	} {
 		nd := smallNode()
 		c.set(&nd)
@@ -117,15 +130,36 @@ func TestIOPagesAtTheDevicesLimit(t *testing.T) {
 	}
 }
 
+// The transfer rate is the large block's extra bytes over its extra time.
+func TestTransferRate(t *testing.T) {
+	for _, c := range []struct {
+		small, large float64
+		bytes        int
+		want         float64
+	}{
+		{50000, 10000, 128 << 10, (128<<10 - 4096) / (1/10000.0 - 1/50000.0)},
+		{50000, 50000, 128 << 10, 0}, // no slower: no cost
+		{50000, 60000, 128 << 10, 0},
+		{0, 10000, 128 << 10, 0}, // not measured
+		{50000, 0, 128 << 10, 0},
+		{50000, 10000, 4096, 0},
+	} {
+		if got := transferRate(c.small, c.large, c.bytes); math.Abs(got-c.want) > 1e-6*c.want {
+			t.Errorf("4 KiB at %g/s, %d bytes at %g/s: %g B/s, want %g", c.small, c.bytes, c.large, got, c.want)
+		}
+	}
+}
+
 // One paging measurement: the CPU per page is the busy time over the
 // pages in and out halved, and the I/O sizes the pages over the device's
 // reads and writes, never below a page (a device with other work done).
 func TestPagingSampleFromCounters(t *testing.T) {
-	before := pagingCounters{vm: host.VMStat{PswpIn: 1000, PswpOut: 2000}, busyCPUSeconds: 10, io: host.BlockIO{Reads: 50, Writes: 70}}
-	after := pagingCounters{vm: host.VMStat{PswpIn: 41000, PswpOut: 42000}, busyCPUSeconds: 12, io: host.BlockIO{Reads: 10050, Writes: 16070}}
+	before := pagingCounters{vm: host.VMStat{PswpIn: 1000, PswpOut: 2000}, busyCPUSeconds: 10, runQueueSeconds: 3, io: host.BlockIO{Reads: 50, Writes: 70}}
+	after := pagingCounters{vm: host.VMStat{PswpIn: 41000, PswpOut: 42000}, busyCPUSeconds: 12, runQueueSeconds: 4.6, io: host.BlockIO{Reads: 10050, Writes: 16070}}
 	got, err := after.sub(before, 4*time.Second)
-	want := PagingSample{SecondsPerPage: 2.0 / 40000, PagesPerRead: 4, PagesPerWrite: 2.5}
-	if err != nil || math.Abs(got.SecondsPerPage-want.SecondsPerPage) > 1e-12 || got.PagesPerRead != 4 || got.PagesPerWrite != 2.5 {
+	want := PagingSample{SecondsPerPage: 2.0 / 40000, RunQueueSecondsPerPage: 1.6 / 40000, PagesPerRead: 4, PagesPerWrite: 2.5}
+	if err != nil || math.Abs(got.SecondsPerPage-want.SecondsPerPage) > 1e-12 || math.Abs(got.RunQueueSecondsPerPage-want.RunQueueSecondsPerPage) > 1e-12 ||
+		got.PagesPerRead != 4 || got.PagesPerWrite != 2.5 {
 		t.Errorf("got %+v, %v; want %+v", got, err, want)
 	}
 	busy := after
@@ -150,27 +184,78 @@ func TestPagingSampleFromCounters(t *testing.T) {
 // every count could tell it.
 func TestSummarizePaging(t *testing.T) {
 	runs := [][]PagingSample{
-		{{30e-6, 6, 7}, {40e-6, 5, 8}, {35e-6, 7, 6}},
-		{{50e-6, 4, 2}, {70e-6, 4.5, 3}, {45e-6, 3.5, 2.5}},
+		{{30e-6, 4e-6, 6, 7}, {40e-6, 2e-6, 5, 8}, {35e-6, 0, 7, 6}},
+		{{50e-6, 40e-6, 4, 2}, {70e-6, 30e-6, 4.5, 3}, {45e-6, 45e-6, 3.5, 2.5}},
 	}
-	costs, spreads, readahead, writes := summarizePaging(runs, 2, memload.ScanSeq)
-	if want := []PagingCost{{2, 35e-6}, {8, 50e-6}}; !reflect.DeepEqual(costs, want) {
-		t.Errorf("costs %+v, want %+v", costs, want)
+	p := summarizePaging(runs, 2, memload.ScanSeq)
+	if want := []PagingCost{{2, 35e-6}, {8, 50e-6}}; !reflect.DeepEqual(p.cpu, want) {
+		t.Errorf("costs %+v, want %+v", p.cpu, want)
 	}
-	if want := []Spread{{30e-6, 40e-6}, {45e-6, 70e-6}}; !reflect.DeepEqual(spreads, want) {
-		t.Errorf("spreads %+v, want %+v", spreads, want)
+	if want := []Spread{{30e-6, 40e-6}, {45e-6, 70e-6}}; !reflect.DeepEqual(p.cpuSpread, want) {
+		t.Errorf("spreads %+v, want %+v", p.cpuSpread, want)
 	}
-	if want := []IOPages{{2, 6}, {8, 4}}; !reflect.DeepEqual(readahead, want) {
-		t.Errorf("readahead %+v, want %+v", readahead, want)
+	// A run that waited for no core is a figure, not a missing one.
+	if want := []PagingCost{{2, 2e-6}, {8, 40e-6}}; !reflect.DeepEqual(p.runQueueWait, want) {
+		t.Errorf("run-queue waits %+v, want %+v", p.runQueueWait, want)
 	}
-	if want := []IOPages{{2, 7}, {8, 2.5}}; !reflect.DeepEqual(writes, want) {
-		t.Errorf("writes %+v, want %+v", writes, want)
+	if want := []IOPages{{2, 6}, {8, 4}}; !reflect.DeepEqual(p.readahead, want) {
+		t.Errorf("readahead %+v, want %+v", p.readahead, want)
 	}
-	if _, _, readahead, writes := summarizePaging(runs, 2, memload.ScanRandom); readahead != nil || writes == nil {
-		t.Errorf("random scan: readahead %+v, writes %+v; want no readahead, the writes", readahead, writes)
+	if want := []IOPages{{2, 7}, {8, 2.5}}; !reflect.DeepEqual(p.writes, want) {
+		t.Errorf("writes %+v, want %+v", p.writes, want)
+	}
+	if p := summarizePaging(runs, 2, memload.ScanRandom); p.readahead != nil || p.writes == nil {
+		t.Errorf("random scan: readahead %+v, writes %+v; want no readahead, the writes", p.readahead, p.writes)
 	}
 	runs[1][2].PagesPerWrite = 0 // one run could not tell
-	if _, _, _, writes := summarizePaging(runs, 2, memload.ScanSeq); writes != nil {
-		t.Errorf("a run without write sizes: %+v, want none", writes)
+	if p := summarizePaging(runs, 2, memload.ScanSeq); p.writes != nil {
+		t.Errorf("a run without write sizes: %+v, want none", p.writes)
+	}
+}
+
+// A VM woken by its swap-in read waits its run-queue wait a page on top
+// of the read; where the cores are oversubscribed, the fair share's
+// stretch is that wait, and the longer of the two counts, not both.
+func TestRunQueueWaitSlowsFaultingVMs(t *testing.T) {
+	for _, c := range []struct {
+		name               string
+		cpus               float64
+		count              int
+		pagingCPU, latency float64
+		runQueueWait       []PagingCost
+		want               float64 // touches/s a VM
+	}{
+		// A touch: 0.1 µs, half of them a 100 µs read.
+		{"no wait", 64, 1, 0, 100e-6, nil, 1 / (0.1e-6 + 50e-6)},
+		{"40 µs a page", 64, 1, 0, 100e-6, []PagingCost{{1, 40e-6}}, 1 / (0.1e-6 + 20e-6 + 50e-6)},
+		{"by tasks, held beyond the last", 64, 16, 0, 100e-6, []PagingCost{{2, 10e-6}, {8, 40e-6}}, 1 / (0.1e-6 + 20e-6 + 50e-6)},
+		// Four VMs of 25.1 µs of CPU a touch on one core: a quarter each.
+		{"oversubscribed, the share's wait longer", 1, 4, 50e-6, 1e-9, []PagingCost{{1, 10e-6}}, 1 / (4 * 25.1e-6)},
+		{"oversubscribed, the run queue's longer", 1, 4, 50e-6, 1e-9, []PagingCost{{1, 400e-6}}, 1 / (25.1e-6 + 200e-6)},
+	} {
+		nd := smallNode()
+		nd.CPUs, nd.PagingCPU, nd.RunQueueWait = c.cpus, []PagingCost{{1, c.pagingCPU}}, c.runQueueWait
+		nd.Swap.ReadIOPS, nd.Swap.LatencySeconds = 1e9, c.latency
+		n := newNode(nd, oneVM(memload.ScanRandom), c.count, 0.001, 1)
+		running(n, 0.5)
+		n.capacityPages = 1e12
+		n.tick(0, true)
+		if got := n.vms[0].rate; math.Abs(got-c.want) > 0.005*c.want {
+			t.Errorf("%s: %.0f touches/s a VM, want %.0f", c.name, got, c.want)
+		}
+	}
+	// One core, one VM in RAM beside one faulting: each gets half the
+	// core, and the faulting one's 5 µs a touch of run-queue wait is
+	// inside its share's wait (25.1 µs of CPU a touch stretched to 50.2).
+	nd := smallNode()
+	nd.CPUs, nd.PagingCPU, nd.RunQueueWait = 1, []PagingCost{{1, 50e-6}}, []PagingCost{{1, 10e-6}}
+	nd.Swap.ReadIOPS, nd.Swap.LatencySeconds = 1e9, 1e-9
+	n := newNode(nd, oneVM(memload.ScanRandom), 2, 0.001, 1)
+	running(n, 0.5)
+	n.vms[1].resident, n.vms[1].disk = n.vms[1].pages, 0
+	n.capacityPages = 1e12
+	n.tick(0, true)
+	if got, want := n.vms[0].rate, 1/50.2e-6; math.Abs(got-want) > 0.005*want {
+		t.Errorf("beside a VM in RAM on one core: %.0f touches/s, want %.0f", got, want)
 	}
 }

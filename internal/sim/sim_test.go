@@ -704,9 +704,16 @@ func TestParsePagingCPU(t *testing.T) {
 			t.Errorf("%q: %+v, %v; want %+v", in, got, err, want)
 		}
 	}
+	// --run-queue-wait shares the form; its errors name it.
+	if got, err := ParseRunQueueWait("2:5us,8:40us"); err != nil || !reflect.DeepEqual(got, []PagingCost{{2, 5e-6}, {8, 40e-6}}) {
+		t.Errorf("run-queue wait 2:5us,8:40us: %+v, %v", got, err)
+	}
+	if _, err := ParseRunQueueWait("8:40us,2:5us"); err == nil || !strings.HasPrefix(err.Error(), "--run-queue-wait ") || !strings.Contains(err.Error(), RunQueueWaitForm) {
+		t.Errorf("run-queue wait not ascending: %v, want an error naming --run-queue-wait and its form", err)
+	}
 }
 
-// What ParsePagingCPU accepts, FormatPagingCPU writes back in a form it
+// What ParsePagingCPU accepts, FormatPagingSeconds writes back in a form it
 // accepts again, unchanged.
 func FuzzParsePagingCPU(f *testing.F) {
 	for _, s := range []string{"5us", "2:57us,8:97us", "1:1.5ms,4:2ms,16:3ms", "8:97us,2:57us", "1e300:1ns"} {
@@ -717,9 +724,9 @@ func FuzzParsePagingCPU(f *testing.F) {
 		if err != nil {
 			return
 		}
-		again, err := ParsePagingCPU(FormatPagingCPU(cs))
+		again, err := ParsePagingCPU(FormatPagingSeconds(cs))
 		if err != nil {
-			t.Fatalf("%q parsed to %+v, formatted to %q, refused: %v", s, cs, FormatPagingCPU(cs), err)
+			t.Fatalf("%q parsed to %+v, formatted to %q, refused: %v", s, cs, FormatPagingSeconds(cs), err)
 		}
 		if !reflect.DeepEqual(again, cs) {
 			t.Fatalf("%q: %+v, %+v after a round trip", s, cs, again)
