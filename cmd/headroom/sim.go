@@ -68,6 +68,7 @@ type simFlags struct {
 	nodeMemory, systemReserve, swap       bytesValue
 	readBandwidth, writeBandwidth         bytesValue
 	cpus, populateRate, touchAloneSpeedup float64
+	mixedCapacity                         float64
 	touchRate                             string
 	readIOPS, writeIOPS                   float64
 	latency, ksmdCPU, balloonCPU          time.Duration
@@ -117,6 +118,7 @@ func newSimCommand() *cobra.Command {
 	fl.Float64Var(&f.writeIOPS, "swap-write-iops", f.writeIOPS, "the swap device's 4 KiB random-write rate")
 	fl.Var(&f.readBandwidth, "swap-read-bandwidth", "bytes/s a swap read's bytes beyond its first page move at (a readahead window is one read; 0: an I/O costs the same whatever its size)")
 	fl.Var(&f.writeBandwidth, "swap-write-bandwidth", "bytes/s a swap write's bytes beyond its first page move at (merged pages are one write; 0: an I/O costs the same whatever its size)")
+	fl.Float64Var(&f.mixedCapacity, "swap-mixed-capacity", 0, "how many times the sum of reads' and writes' shares of the device's rates it serves when they mix (0 or 1: the sum is its capacity; --machine this measures what swap's own I/O got in its paging runs)")
 	fl.DurationVar(&f.latency, "swap-latency", f.latency, "one 4 KiB read's latency at queue depth 1")
 	fl.StringVar(&f.pagingCPU, "paging-cpu", f.pagingCPU, "CPU to page one page in from the swap device and another out (fault, reclaim, I/O), "+sim.PagingCPUForm+"; bounds paging on few cores")
 	fl.StringVar(&f.runQueueWait, "run-queue-wait", "", "a faulting VM's wait for a core per page paged in from the swap device (woken by its read, it queues for a core), "+sim.RunQueueWaitForm+" (default none: it waits only when the cores are oversubscribed)")
@@ -222,6 +224,9 @@ func applyMachine(cmd *cobra.Command, f *simFlags) error {
 	if fig.WriteBytesPerSec > 0 {
 		set("swap-write-bandwidth", fmt.Sprint(uint64(math.Round(fig.WriteBytesPerSec))))
 	}
+	if fig.MixedCapacity > 0 {
+		set("swap-mixed-capacity", fmt.Sprint(fig.MixedCapacity))
+	}
 	if len(fig.Depths) > 0 {
 		set("swap-depths", sim.FormatDepths(fig.Depths))
 	}
@@ -261,7 +266,10 @@ func simParams(f *simFlags) (sim.Params, error) {
 	node := sim.Node{RAMBytes: uint64(f.nodeMemory), SystemReserveBytes: uint64(f.systemReserve), CPUs: f.cpus,
 		TouchAloneSpeedup: f.touchAloneSpeedup, PopulateRatePerCore: f.populateRate, PageCluster: 3, KSMDCPUSeconds: f.ksmdCPU.Seconds(),
 		Swap: sim.Device{SizeBytes: uint64(f.swap), ReadIOPS: f.readIOPS, WriteIOPS: f.writeIOPS, LatencySeconds: f.latency.Seconds(),
-			ReadBytesPerSec: float64(f.readBandwidth), WriteBytesPerSec: float64(f.writeBandwidth)}}
+			ReadBytesPerSec: float64(f.readBandwidth), WriteBytesPerSec: float64(f.writeBandwidth), MixedCapacity: f.mixedCapacity}}
+	if f.mixedCapacity != 0 && !(f.mixedCapacity >= 1 && f.mixedCapacity <= 100) {
+		return sim.Params{}, usagef("--swap-mixed-capacity %g: want 0 (none) or 1 to 100, the times the sum of reads' and writes' shares of the device the device serves mixed", f.mixedCapacity)
+	}
 	if f.swapDepths != "" {
 		if node.Swap.Depths, err = sim.ParseDepths(f.swapDepths); err != nil {
 			return sim.Params{}, usageError{err}
@@ -438,7 +446,7 @@ func simParamsMap(f *simFlags) map[string]any {
 		"content": memload.Content(f.content).String(), "workload_runtime_seconds": f.runtime.Seconds(), "overcommit_percent": f.overcommit,
 		"overhead_bytes": uint64(f.overhead), "guest_overhead_bytes": uint64(f.guestOverhead), "node_memory_bytes": uint64(f.nodeMemory),
 		"system_reserve_bytes": uint64(f.systemReserve), "cpus": f.cpus, "touch_rate": f.touchRate, "touch_alone_speedup": f.touchAloneSpeedup, "populate_rate": f.populateRate, "swap_bytes": uint64(f.swap),
-		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(), "swap_read_bandwidth": uint64(f.readBandwidth), "swap_write_bandwidth": uint64(f.writeBandwidth), "swap_depths": f.swapDepths, "paging_cpu": f.pagingCPU, "run_queue_wait": f.runQueueWait, "swap_read_pages": f.readPages, "swap_write_pages": f.writePages, "worker_kind": f.workerKind,
+		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(), "swap_read_bandwidth": uint64(f.readBandwidth), "swap_write_bandwidth": uint64(f.writeBandwidth), "swap_mixed_capacity": f.mixedCapacity, "swap_depths": f.swapDepths, "paging_cpu": f.pagingCPU, "run_queue_wait": f.runQueueWait, "swap_read_pages": f.readPages, "swap_write_pages": f.writePages, "worker_kind": f.workerKind,
 		"swap_tier": f.swapTier, "agent": f.agent, "max_swap_in_pages_per_sec": f.maxSwapIn, "max_swap_out_pages_per_sec": f.maxSwapOut, "ksm": f.ksm, "ksmd_cpu_seconds": f.ksmdCPU.Seconds(), "balloon": balloonParam(f.balloon, f.balloonPol), "guest_cache_bytes": uint64(f.guestCache), "balloon_cpu_seconds_per_page": f.balloonCPU.Seconds(), "start_cpu_factor": f.startCPUFactor, "start_cpu_seconds": f.startCPUDuration.Seconds(), "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
 }
 

@@ -314,6 +314,11 @@ func TestSystemSimMachineThis(t *testing.T) {
 		!(ws[1].SecondsPerPage > ws[0].SecondsPerPage) || ws[1].SecondsPerPage > 10e-3 || !strings.Contains(r.stderr, "wait for a core per page paged in") {
 		t.Errorf("run_queue_wait %q (%v), figures %q: want the wait at the paging CPU's counts, longer with more workers a core", wait, err, r.stderr)
 	}
+	// What swap's own reads and writes used of the device's rates in the
+	// paging runs: at least their sum (1.0-1.5 here).
+	if m, _ := p["swap_mixed_capacity"].(float64); m < 1 || m > 100 || !strings.Contains(r.stderr, "swap's reads and writes together used") {
+		t.Errorf("swap_mixed_capacity %v, figures %q: want what swap's I/O used of the device's rates, at least 1", p["swap_mixed_capacity"], r.stderr)
+	}
 	// The scratch file's transfer rates, from 128 KiB I/Os against 4 KiB
 	// ones: 1-3 GB/s here; 10 MB/s to 100 GB/s anywhere.
 	for _, key := range []string{"swap_read_bandwidth", "swap_write_bandwidth"} {

@@ -292,7 +292,7 @@ func (s *node) deviceLoad(cpuShare, readWait float64) float64 {
 	d := s.n.Swap
 	readSeconds := 1/d.readIOPSAt(reads*readWait) + transferSeconds(s.pagesPerRead(), d.ReadBytesPerSec)
 	writeSeconds := 1/d.writeIOPS() + transferSeconds(s.writePages, d.WriteBytesPerSec)
-	return reads*readSeconds + writes*writeSeconds
+	return (reads*readSeconds + writes*writeSeconds) / max(d.MixedCapacity, 1)
 }
 
 // tierRoomShare is 1 while the compressed tier has room (evictions go

@@ -42,6 +42,9 @@ type PagingSample struct {
 	SecondsPerPage              float64
 	RunQueueSecondsPerPage      float64
 	PagesPerRead, PagesPerWrite float64
+	// ReadsPerSec and WritesPerSec are the I/Os the swap device completed
+	// a second (0: its I/O could not be seen).
+	ReadsPerSec, WritesPerSec float64
 }
 
 // MeasurePaging measures the CPU per page paged on this machine by
@@ -200,9 +203,11 @@ func (c pagingCounters) sub(before pagingCounters, window time.Duration) (Paging
 	// I/Os than swap's: the sizes then read small, never large.
 	if reads := float64(c.io.Reads - before.io.Reads); reads > 0 {
 		s.PagesPerRead = max(in/reads, 1)
+		s.ReadsPerSec = reads / window.Seconds()
 	}
 	if writes := float64(c.io.Writes - before.io.Writes); writes > 0 {
 		s.PagesPerWrite = max(out/writes, 1)
+		s.WritesPerSec = writes / window.Seconds()
 	}
 	return s, nil
 }

@@ -131,6 +131,11 @@ type Device struct {
 	// a write merged pages: measured here, a 16 KiB read takes 1.5 times
 	// a 4 KiB one's time and a 128 KiB read 6 times.
 	ReadBytesPerSec, WriteBytesPerSec float64
+	// MixedCapacity is how many times the sum of its reads' and writes'
+	// shares of the rates above the device serves when they mix (0 or 1:
+	// the sum is its capacity, as direct I/O here shows; swap's own I/O
+	// here got 1.5 times it).
+	MixedCapacity float64
 	// Depths, when given (ascending), replace ReadIOPS and WriteIOPS as
 	// the device's capacity: reads at the depth the faulting VMs keep,
 	// writes (reclaim's, queued deep) at the deepest.

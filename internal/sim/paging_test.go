@@ -111,6 +111,10 @@ func TestIOPagesAtTheDevicesLimit(t *testing.T) {
 			writeBound([]IOPages{{1, 2}})(nd)
 			nd.Swap.WriteBytesPerSec = PageBytes / 100e-6
 		}, 8, 10000},
+		{"writes of 2, the device serving twice its rates mixed", func(nd *Node) {
+			writeBound([]IOPages{{1, 2}})(nd)
+			nd.Swap.MixedCapacity = 2
+		}, 8, 40000},
 		{"one-page writes: no transfer", func(nd *Node) {
 			writeBound([]IOPages{{1, 1}})(nd)
 			nd.Swap.WriteBytesPerSec = PageBytes / 100e-6
@@ -126,6 +130,31 @@ func TestIOPagesAtTheDevicesLimit(t *testing.T) {
 		n.tick(0, true)
 		if math.Abs(n.swapIns-c.want) > 0.01*c.want {
 			t.Errorf("%s: %.0f pages in per second from a device at its limit, want %.0f", c.name, n.swapIns, c.want)
+		}
+	}
+}
+
+// The mixed capacity is the largest worker count's median share of the
+// device that swap's I/O used, at the device's best rates, at least 1.
+func TestMixedCapacity(t *testing.T) {
+	d := Device{ReadIOPS: 40000, WriteIOPS: 50000, Depths: []DepthRate{{1, 20000, 30000}, {16, 50000, 40000}}}
+	// 50k reads at the best 50k and 48k writes at the best 50k: 1.96.
+	busy := PagingSample{PagesPerRead: 1, PagesPerWrite: 1, ReadsPerSec: 50000, WritesPerSec: 48000}
+	quiet := PagingSample{PagesPerRead: 1, PagesPerWrite: 1, ReadsPerSec: 10000, WritesPerSec: 10000}
+	for _, c := range []struct {
+		name string
+		runs [][]PagingSample
+		d    Device
+		want float64
+	}{
+		{"under the rates: 1", [][]PagingSample{{quiet, quiet, quiet}}, d, 1},
+		{"the busiest count's median", [][]PagingSample{{quiet, quiet, quiet}, {busy, quiet, busy}}, d, 1.96},
+		{"I/O not seen: 1", [][]PagingSample{{{}, {}, {}}}, d, 1},
+		// 4-page reads at 1 GB/s add 3 × 4096 B / 1e9 s each.
+		{"with transfer", [][]PagingSample{{{PagesPerRead: 4, ReadsPerSec: 40000}}}, Device{ReadIOPS: 50000, ReadBytesPerSec: 1e9}, 40000 * (1/50000.0 + 3*4096/1e9)},
+	} {
+		if got := mixedCapacity(c.runs, c.d); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("%s: %g, want %g", c.name, got, c.want)
 		}
 	}
 }
@@ -159,7 +188,7 @@ func TestPagingSampleFromCounters(t *testing.T) {
 	got, err := after.sub(before, 4*time.Second)
 	want := PagingSample{SecondsPerPage: 2.0 / 40000, RunQueueSecondsPerPage: 1.6 / 40000, PagesPerRead: 4, PagesPerWrite: 2.5}
 	if err != nil || math.Abs(got.SecondsPerPage-want.SecondsPerPage) > 1e-12 || math.Abs(got.RunQueueSecondsPerPage-want.RunQueueSecondsPerPage) > 1e-12 ||
-		got.PagesPerRead != 4 || got.PagesPerWrite != 2.5 {
+		got.PagesPerRead != 4 || got.PagesPerWrite != 2.5 || got.ReadsPerSec != 2500 || got.WritesPerSec != 4000 {
 		t.Errorf("got %+v, %v; want %+v", got, err, want)
 	}
 	busy := after
@@ -184,8 +213,8 @@ func TestPagingSampleFromCounters(t *testing.T) {
 // every count could tell it.
 func TestSummarizePaging(t *testing.T) {
 	runs := [][]PagingSample{
-		{{30e-6, 4e-6, 6, 7}, {40e-6, 2e-6, 5, 8}, {35e-6, 0, 7, 6}},
-		{{50e-6, 40e-6, 4, 2}, {70e-6, 30e-6, 4.5, 3}, {45e-6, 45e-6, 3.5, 2.5}},
+		{{30e-6, 4e-6, 6, 7, 0, 0}, {40e-6, 2e-6, 5, 8, 0, 0}, {35e-6, 0, 7, 6, 0, 0}},
+		{{50e-6, 40e-6, 4, 2, 0, 0}, {70e-6, 30e-6, 4.5, 3, 0, 0}, {45e-6, 45e-6, 3.5, 2.5, 0, 0}},
 	}
 	p := summarizePaging(runs, 2, memload.ScanSeq)
 	if want := []PagingCost{{2, 35e-6}, {8, 50e-6}}; !reflect.DeepEqual(p.cpu, want) {
