@@ -75,6 +75,17 @@ func transferSeconds(pages, bytesPerSec float64) float64 {
 	return (pages - 1) * PageBytes / bytesPerSec
 }
 
+// readSeconds and writeSeconds are the device time one read or write of
+// pages takes at a 4 KiB rate of iops: that rate's time plus the further
+// pages' transfer.
+func (d Device) readSeconds(iops, pages float64) float64 {
+	return 1/iops + transferSeconds(pages, d.ReadBytesPerSec)
+}
+
+func (d Device) writeSeconds(iops, pages float64) float64 {
+	return 1/iops + transferSeconds(pages, d.WriteBytesPerSec)
+}
+
 // writeIOPS is the device's rate for reclaim's writes, which queue deep.
 func (d Device) writeIOPS() float64 {
 	if len(d.Depths) == 0 {

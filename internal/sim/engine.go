@@ -290,9 +290,8 @@ func (s *node) deviceLoad(cpuShare, readWait float64) float64 {
 		writes += r * miss * s.dirtyShare(v) * toDevice / s.writePages
 	}
 	d := s.n.Swap
-	readSeconds := 1/d.readIOPSAt(reads*readWait) + transferSeconds(s.pagesPerRead(), d.ReadBytesPerSec)
-	writeSeconds := 1/d.writeIOPS() + transferSeconds(s.writePages, d.WriteBytesPerSec)
-	return (reads*readSeconds + writes*writeSeconds) / max(d.MixedCapacity, 1)
+	busy := reads*d.readSeconds(d.readIOPSAt(reads*readWait), s.pagesPerRead()) + writes*d.writeSeconds(d.writeIOPS(), s.writePages)
+	return busy / max(d.MixedCapacity, 1)
 }
 
 // tierRoomShare is 1 while the compressed tier has room (evictions go

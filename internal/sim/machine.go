@@ -223,10 +223,10 @@ func mixedCapacity(runs [][]PagingSample, d Device) float64 {
 		for _, s := range r {
 			var share float64
 			if bestRead > 0 {
-				share += s.ReadsPerSec * (1/bestRead + transferSeconds(s.PagesPerRead, d.ReadBytesPerSec))
+				share += s.ReadsPerSec * d.readSeconds(bestRead, s.PagesPerRead)
 			}
 			if bestWrite > 0 {
-				share += s.WritesPerSec * (1/bestWrite + transferSeconds(s.PagesPerWrite, d.WriteBytesPerSec))
+				share += s.WritesPerSec * d.writeSeconds(bestWrite, s.PagesPerWrite)
 			}
 			shares = append(shares, share)
 		}
