@@ -311,6 +311,7 @@ writes are measured only with --write-test-dir on the same device.`,
 	fl.StringVar(&f.device, "device", "", "swap file or partition to probe (default: the highest-priority swap area that is not zram)")
 	fl.DurationVar(&f.Duration, "duration", 5*time.Second, "length of each of the read and write tests")
 	fl.IntVar(&f.Jobs, "jobs", 4, "concurrent I/Os (queue depth)")
+	fl.IntVar(&f.Rounds, "rounds", 1, "repeat the read and write tests this many times and keep the median of each rate (a shared disk's rate moves between tests)")
 	fl.Float64Var(&f.Fraction, "fraction", 0.5, "share of the device's measured rate to allow before evicting, in (0,1]")
 	fl.StringVar(&f.writeConfig, "write-config", "", "YAML config file to create or update with the thresholds")
 	fl.StringVar(&f.WriteTestDir, "write-test-dir", "", "directory on the swap device for the write test (default: beside a swap file; none for a partition)")

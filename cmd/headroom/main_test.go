@@ -137,6 +137,7 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"agent", "--window", "0"}, "averageWindowSizeSeconds"},
 		{[]string{"agent", "--cooldown", "soon"}, `"--cooldown"`},
 		{[]string{"agent", "calibrate", "--fraction", "2"}, "--fraction"},
+		{[]string{"agent", "calibrate", "--rounds", "0"}, "--rounds"},
 		{[]string{"sim", "--memory-size", "20Gi"}, "larger than --vm-memory"},
 		{[]string{"sim", "--swap", "1Ti", "--swap-read-iops", "0"}, "--swap-read-iops"},
 		{[]string{"sim", "--swap-tier", "zswap:1Gi"}, "zram:SIZE[,ratio=R]"},

@@ -70,7 +70,7 @@ func TestSystemSwapInMemoryCgroup(t *testing.T) {
 func TestSystemCalibrate(t *testing.T) {
 	testenv.SwapFile(t, 512<<20)
 	cfg := t.TempDir() + "/agent.yaml"
-	r := runHeadroom(t, "agent", "calibrate", "--duration", "1s", "--json", "--write-config", cfg)
+	r := runHeadroom(t, "agent", "calibrate", "--duration", "500ms", "--rounds", "2", "--json", "--write-config", cfg)
 	if r.code != 0 {
 		t.Fatalf("calibrate: exit %d: %s", r.code, r.stderr)
 	}
@@ -78,6 +78,7 @@ func TestSystemCalibrate(t *testing.T) {
 		ReadIOPS      float64            `json:"read_iops"`
 		WriteIOPS     float64            `json:"write_iops"`
 		ReadLatencyUs float64            `json:"read_latency_us"`
+		Rounds        int                `json:"rounds"`
 		Thresholds    map[string]float64 `json:"thresholds"`
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
@@ -86,7 +87,7 @@ func TestSystemCalibrate(t *testing.T) {
 	t.Logf("4 KiB random read %.0f IOPS (%.0f µs), write %.0f IOPS", res.ReadIOPS, res.ReadLatencyUs, res.WriteIOPS)
 	// Device I/O takes microseconds; a few hundred nanoseconds would mean
 	// the reads never reached the device.
-	if res.ReadIOPS <= 0 || res.WriteIOPS <= 0 || res.ReadLatencyUs < 5 {
+	if res.ReadIOPS <= 0 || res.WriteIOPS <= 0 || res.ReadLatencyUs < 5 || res.Rounds != 2 {
 		t.Fatalf("implausible probe: %+v", res)
 	}
 	p := runHeadroom(t, "agent", "--config", cfg, "--print-config")
@@ -210,8 +211,8 @@ func TestSystemSimMachineThis(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
-	if !strings.Contains(r.stderr, "this machine: ") || !strings.Contains(r.stderr, swap) {
-		t.Fatalf("figures line %q: want the swap file %s", r.stderr, swap)
+	if !strings.Contains(r.stderr, "this machine: ") || !strings.Contains(r.stderr, swap+", median of 3 probes") {
+		t.Fatalf("figures line %q: want the swap file %s probed 3 times", r.stderr, swap)
 	}
 	run, err := results.ReadRun(dir)
 	if err != nil {

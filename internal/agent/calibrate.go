@@ -31,7 +31,14 @@ type CalibrateOptions struct {
 	// LargeBlockBytes, if set, is a block size measured too, at Jobs (the
 	// simulator's cost of an I/O's bytes).
 	LargeBlockBytes int
+	// Rounds repeats the whole probe and keeps each figure's median
+	// (0 or 1: once).
+	Rounds int
 }
+
+// maxCalibrateRounds bounds CalibrateOptions.Rounds: each round is
+// several tests of Duration.
+const maxCalibrateRounds = 20
 
 // Validate names the first bad option by its flag.
 func (o CalibrateOptions) Validate() error {
@@ -42,6 +49,8 @@ func (o CalibrateOptions) Validate() error {
 		return fmt.Errorf("--jobs must be in [1,256], got %d", o.Jobs)
 	case o.Duration < 100*time.Millisecond:
 		return fmt.Errorf("--duration must be at least 100ms")
+	case o.Rounds < 1 || o.Rounds > maxCalibrateRounds:
+		return fmt.Errorf("--rounds must be in [1,%d], got %d", maxCalibrateRounds, o.Rounds)
 	}
 	return nil
 }
@@ -62,7 +71,8 @@ type Calibration struct {
 // blocks would be answered without device I/O); a partition is only read,
 // and written only in WriteTestDir on the same device.
 func Calibrate(ctx context.Context, dev host.SwapDevice, o CalibrateOptions) (Calibration, error) {
-	opts := probe.Options{Duration: o.Duration, Jobs: o.Jobs, ScratchBytes: min(dev.SizeBytes, 256<<20), Depths: o.Depths, LargeBlockBytes: o.LargeBlockBytes}
+	opts := probe.Options{Duration: o.Duration, Jobs: o.Jobs, ScratchBytes: min(dev.SizeBytes, 256<<20), Depths: o.Depths, LargeBlockBytes: o.LargeBlockBytes,
+		Rounds: o.Rounds}
 	switch {
 	case o.WriteTestDir != "":
 		opts.Dir = o.WriteTestDir

@@ -9,11 +9,14 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/headroom-dev/headroom/internal/results"
 )
 
 // BlockBytes is the I/O size: one page, as swap does.
@@ -40,6 +43,9 @@ type Result struct {
 	LargeBlockBytes int     `json:"large_block_bytes,omitempty"`
 	LargeReadIOPS   float64 `json:"large_read_iops,omitempty"`
 	LargeWriteIOPS  float64 `json:"large_write_iops,omitempty"`
+	// Rounds is how many times it was all measured; each figure is the
+	// median of the rounds.
+	Rounds int `json:"rounds"`
 }
 
 // DepthRates are a device's 4 KiB random rates at one queue depth: many
@@ -70,12 +76,16 @@ type Options struct {
 	// LargeBlockBytes, if set (a multiple of 4 KiB), is measured too, at
 	// Jobs.
 	LargeBlockBytes int
+	// Rounds, if more than 1, repeats the whole measurement and keeps each
+	// figure's median: a shared disk's rate at one depth moves by 10-30%
+	// between tests seconds apart.
+	Rounds int
 }
 
 // Run measures random reads, then (with a scratch file) random writes, at
-// Jobs and then at each of Depths.
+// Jobs and then at each of Depths, Rounds times.
 func Run(ctx context.Context, o Options) (Result, error) {
-	r := Result{Device: o.Device, Jobs: o.Jobs, Seconds: o.Duration.Seconds()}
+	r := Result{Device: o.Device, Jobs: o.Jobs, Seconds: o.Duration.Seconds(), Rounds: 1}
 	readPath, readBytes := o.Device, o.DeviceBytes
 	if o.Dir != "" {
 		path, err := scratchFile(o.Dir, o.ScratchBytes)
@@ -93,10 +103,27 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if o.LargeBlockBytes < 0 || o.LargeBlockBytes%BlockBytes != 0 || uint64(o.LargeBlockBytes) > readBytes/2 {
 		return r, fmt.Errorf("probe: large block of %d bytes: want a multiple of %d, at most half of %s", o.LargeBlockBytes, BlockBytes, readPath)
 	}
-	// rates measures reads, and writes with a scratch file, at one depth
-	// and block size.
+	for _, depth := range o.Depths {
+		if depth < 1 {
+			return r, fmt.Errorf("probe: queue depth %d: want at least 1", depth)
+		}
+	}
+	rounds := make([]Result, max(o.Rounds, 1))
+	for i := range rounds {
+		rounds[i] = r
+		if err := o.measure(ctx, &rounds[i], readBytes); err != nil {
+			return r, err
+		}
+	}
+	return medianOfRounds(rounds), nil
+}
+
+// measure fills one round's figures into r: reads, and writes with a
+// scratch file, at Jobs (4 KiB, then the large block), then at each
+// further depth.
+func (o Options) measure(ctx context.Context, r *Result, readBytes uint64) error {
 	rates := func(depth, block int) (read, write float64, readLatUs, writeLatUs float64, err error) {
-		n, d, err := randomIO(ctx, readPath, unix.O_RDONLY, readBytes, o.Duration, depth, block, false)
+		n, d, err := randomIO(ctx, r.ReadPath, unix.O_RDONLY, readBytes, o.Duration, depth, block, false)
 		if err != nil {
 			return 0, 0, 0, 0, err
 		}
@@ -111,27 +138,50 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	var err error
 	if r.ReadIOPS, r.WriteIOPS, r.ReadLatencyUs, r.WriteLatencyUs, err = rates(o.Jobs, BlockBytes); err != nil {
-		return r, err
+		return err
 	}
 	if o.LargeBlockBytes > 0 {
 		r.LargeBlockBytes = o.LargeBlockBytes
 		if r.LargeReadIOPS, r.LargeWriteIOPS, _, _, err = rates(o.Jobs, o.LargeBlockBytes); err != nil {
-			return r, err
+			return err
 		}
 	}
 	for _, depth := range o.Depths {
 		dr := DepthRates{QueueDepth: depth, ReadIOPS: r.ReadIOPS, WriteIOPS: r.WriteIOPS}
-		switch {
-		case depth < 1:
-			return r, fmt.Errorf("probe: queue depth %d: want at least 1", depth)
-		case depth != o.Jobs: // Jobs' depth is measured already
+		if depth != o.Jobs { // Jobs' depth is measured already
 			if dr.ReadIOPS, dr.WriteIOPS, _, _, err = rates(depth, BlockBytes); err != nil {
-				return r, err
+				return err
 			}
 		}
 		r.Depths = append(r.Depths, dr)
 	}
-	return r, nil
+	return nil
+}
+
+// medianOfRounds is the first round with each figure replaced by its
+// median over all rounds (the rounds measured the same depths).
+func medianOfRounds(rounds []Result) Result {
+	r := rounds[0]
+	r.Rounds = len(rounds)
+	r.Depths = slices.Clone(r.Depths)
+	median := func(of func(Result) float64) float64 {
+		xs := make([]float64, len(rounds))
+		for i, x := range rounds {
+			xs[i] = of(x)
+		}
+		return results.Quantile(xs, 0.5)
+	}
+	r.ReadIOPS = median(func(x Result) float64 { return x.ReadIOPS })
+	r.WriteIOPS = median(func(x Result) float64 { return x.WriteIOPS })
+	r.ReadLatencyUs = median(func(x Result) float64 { return x.ReadLatencyUs })
+	r.WriteLatencyUs = median(func(x Result) float64 { return x.WriteLatencyUs })
+	r.LargeReadIOPS = median(func(x Result) float64 { return x.LargeReadIOPS })
+	r.LargeWriteIOPS = median(func(x Result) float64 { return x.LargeWriteIOPS })
+	for i := range r.Depths {
+		r.Depths[i].ReadIOPS = median(func(x Result) float64 { return x.Depths[i].ReadIOPS })
+		r.Depths[i].WriteIOPS = median(func(x Result) float64 { return x.Depths[i].WriteIOPS })
+	}
+	return r
 }
 
 // scratchFile writes a file of size bytes in dir with direct I/O and

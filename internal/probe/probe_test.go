@@ -3,6 +3,8 @@ package probe
 import (
 	"context"
 	"os"
+	"reflect"
+	"slices"
 	"testing"
 	"time"
 )
@@ -67,5 +69,55 @@ func TestRunLargeBlocks(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(dir); len(left) != 0 {
 		t.Fatalf("scratch file left behind: %v", left)
+	}
+}
+
+// Rounds repeat the whole probe on one scratch file: the result has each
+// depth once, and says how many rounds its medians are of.
+func TestRunRounds(t *testing.T) {
+	dir := t.TempDir()
+	r, err := Run(context.Background(), Options{Dir: dir, ScratchBytes: 16 << 20, Duration: 100 * time.Millisecond, Jobs: 1, Depths: []int{1, 2}, Rounds: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Rounds != 3 || len(r.Depths) != 2 || !(r.ReadIOPS > 0 && r.WriteIOPS > 0) {
+		t.Fatalf("3 rounds at depths 1 and 2: %+v", r)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("scratch file left behind: %v", left)
+	}
+}
+
+// Each figure is its own median over the rounds: a round high on one
+// figure and low on another moves neither.
+func TestMedianOfRounds(t *testing.T) {
+	round := func(read, write, latency, largeRead, depth1Read, depth8Write float64) Result {
+		return Result{Device: "d", Jobs: 4, ReadIOPS: read, WriteIOPS: write, ReadLatencyUs: latency, WriteLatencyUs: latency * 2,
+			LargeBlockBytes: 128 << 10, LargeReadIOPS: largeRead, LargeWriteIOPS: largeRead / 2,
+			Depths: []DepthRates{{QueueDepth: 1, ReadIOPS: depth1Read, WriteIOPS: 100}, {QueueDepth: 8, ReadIOPS: 900, WriteIOPS: depth8Write}}}
+	}
+	tests := []struct {
+		name   string
+		rounds []Result
+		want   Result
+	}{
+		{"one round is itself", []Result{round(10, 20, 30, 40, 50, 60)}, func() Result { r := round(10, 20, 30, 40, 50, 60); r.Rounds = 1; return r }()},
+		{"three rounds, each figure its median",
+			[]Result{round(10, 90, 30, 4, 50, 600), round(30, 20, 10, 40, 5, 60), round(20, 50, 20, 400, 500, 6)},
+			Result{Device: "d", Jobs: 4, Rounds: 3, ReadIOPS: 20, WriteIOPS: 50, ReadLatencyUs: 20, WriteLatencyUs: 40,
+				LargeBlockBytes: 128 << 10, LargeReadIOPS: 40, LargeWriteIOPS: 20,
+				Depths: []DepthRates{{QueueDepth: 1, ReadIOPS: 50, WriteIOPS: 100}, {QueueDepth: 8, ReadIOPS: 900, WriteIOPS: 60}}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			first := slices.Clone(tt.rounds[0].Depths)
+			got := medianOfRounds(tt.rounds)
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got  %+v\nwant %+v", got, tt.want)
+			}
+			if !slices.Equal(tt.rounds[0].Depths, first) {
+				t.Errorf("the first round's depths were overwritten: %+v", tt.rounds[0].Depths)
+			}
+		})
 	}
 }

@@ -107,6 +107,12 @@ const probeJobs = 4
 // 32 KiB), small enough to stay a random I/O.
 const probeLargeBlockBytes = 128 << 10
 
+// probeRounds is how often the device probe runs, each figure the median
+// of its rounds: here one depth's rate moved 10-30% between tests seconds
+// apart (writes at depth 8 60-79k/s in four rounds), and the model's
+// plateau follows the write rate.
+const probeRounds = 3
+
 // probeDepths are the queue depths the device is measured at for the
 // model: one faulting VM up to many.
 var probeDepths = []int{1, 2, 4, 8, 16}
@@ -130,14 +136,14 @@ func MeasureMachine(ctx context.Context, o MeasureOptions) (MachineFigures, erro
 	var res probe.Result
 	if dev, err := agent.PickSwapDevice(""); err == nil {
 		c, err := agent.Calibrate(ctx, dev, agent.CalibrateOptions{Duration: o.Duration, Jobs: probeJobs, Fraction: 1, Depths: probeDepths,
-			LargeBlockBytes: probeLargeBlockBytes})
+			LargeBlockBytes: probeLargeBlockBytes, Rounds: probeRounds})
 		if err != nil {
 			return f, fmt.Errorf("probe swap %s: %w", dev.Path, err)
 		}
 		res, f.SwapDevice, f.SwapSizeBytes = c.Probe, dev.Path, dev.SizeBytes
 	} else {
 		res, err = probe.Run(ctx, probe.Options{Dir: o.SwapFileDir, ScratchBytes: 256 << 20, Duration: o.Duration, Jobs: probeJobs, Depths: probeDepths,
-			LargeBlockBytes: probeLargeBlockBytes})
+			LargeBlockBytes: probeLargeBlockBytes, Rounds: probeRounds})
 		if err != nil {
 			return f, fmt.Errorf("probe %s: %w", o.SwapFileDir, err)
 		}
@@ -292,9 +298,9 @@ func (f MachineFigures) String() string {
 	if f.TouchAloneSpeedup > 0 {
 		alone = fmt.Sprintf(", one worker alone %.2f× that", f.TouchAloneSpeedup)
 	}
-	s := fmt.Sprintf("this machine: %s RAM, %d cores, pages/s a core touches %s and fills %s (headroom load, a worker a core, median of %d runs%s); swap %s: 4 KiB random read %s IOPS, write %s IOPS at queue depth %d, %.0f µs a read alone",
-		units.FormatBytes(f.RAMBytes), f.CPUs, strings.Join(touch, ", "), units.FormatRate(f.PopulateRatePerCore), touchProbeRounds, alone, f.SwapDevice, units.FormatRate(f.ReadIOPS),
-		units.FormatRate(f.WriteIOPS), probeJobs, f.LatencySeconds*1e6)
+	s := fmt.Sprintf("this machine: %s RAM, %d cores, pages/s a core touches %s and fills %s (headroom load, a worker a core, median of %d runs%s); swap %s, median of %d probes: 4 KiB random read %s IOPS, write %s IOPS at queue depth %d, %.0f µs a read alone",
+		units.FormatBytes(f.RAMBytes), f.CPUs, strings.Join(touch, ", "), units.FormatRate(f.PopulateRatePerCore), touchProbeRounds, alone, f.SwapDevice, probeRounds,
+		units.FormatRate(f.ReadIOPS), units.FormatRate(f.WriteIOPS), probeJobs, f.LatencySeconds*1e6)
 	if f.ReadBytesPerSec > 0 {
 		s += fmt.Sprintf("; an I/O's bytes beyond its first page move at %s/s read", units.FormatBytes(uint64(f.ReadBytesPerSec)))
 		if f.WriteBytesPerSec > 0 {
