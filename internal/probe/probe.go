@@ -159,7 +159,8 @@ func (o Options) measure(ctx context.Context, r *Result, readBytes uint64) error
 }
 
 // medianOfRounds is the first round with each figure replaced by its
-// median over all rounds (the rounds measured the same depths).
+// median over all rounds (the rounds measured the same depths; of an
+// even number, the lower middle one).
 func medianOfRounds(rounds []Result) Result {
 	r := rounds[0]
 	r.Rounds = len(rounds)
