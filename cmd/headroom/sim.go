@@ -267,9 +267,6 @@ func simParams(f *simFlags) (sim.Params, error) {
 		TouchAloneSpeedup: f.touchAloneSpeedup, PopulateRatePerCore: f.populateRate, PageCluster: 3, KSMDCPUSeconds: f.ksmdCPU.Seconds(),
 		Swap: sim.Device{SizeBytes: uint64(f.swap), ReadIOPS: f.readIOPS, WriteIOPS: f.writeIOPS, LatencySeconds: f.latency.Seconds(),
 			ReadBytesPerSec: float64(f.readBandwidth), WriteBytesPerSec: float64(f.writeBandwidth), MixedCapacity: f.mixedCapacity}}
-	if f.mixedCapacity != 0 && !(f.mixedCapacity >= 1 && f.mixedCapacity <= 100) {
-		return sim.Params{}, usagef("--swap-mixed-capacity %g: want 0 (none) or 1 to 100: how many times the sum of reads' and writes' shares of its rates the device serves mixed", f.mixedCapacity)
-	}
 	if f.swapDepths != "" {
 		if node.Swap.Depths, err = sim.ParseDepths(f.swapDepths); err != nil {
 			return sim.Params{}, usageError{err}

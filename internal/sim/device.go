@@ -75,6 +75,10 @@ func transferSeconds(pages, bytesPerSec float64) float64 {
 	return (pages - 1) * PageBytes / bytesPerSec
 }
 
+// maxMixedCapacity bounds Device.MixedCapacity: mixing lets a device
+// overlap its reads and writes, not serve a hundred times its rates.
+const maxMixedCapacity = 100
+
 // readSeconds and writeSeconds are the device time one read or write of
 // pages takes at a 4 KiB rate of iops: that rate's time plus the further
 // pages' transfer.

@@ -225,6 +225,9 @@ func Validate(n Node, v VMSpec) error {
 		return fmt.Errorf("--swap-write-iops must be positive with --swap")
 	case n.Swap.SizeBytes > 0 && !(n.Swap.LatencySeconds > 0):
 		return fmt.Errorf("--swap-latency must be positive with --swap (e.g. 100us)")
+	case n.Swap.MixedCapacity != 0 && !(n.Swap.MixedCapacity >= 1 && n.Swap.MixedCapacity <= maxMixedCapacity):
+		return fmt.Errorf("--swap-mixed-capacity %g: want 0 (none) or 1 to %g: how many times the sum of reads' and writes' shares of its rates the device serves mixed",
+			n.Swap.MixedCapacity, float64(maxMixedCapacity))
 	case !depthsAscending(n.Swap.Depths):
 		return fmt.Errorf("--swap-depths: want %s, depths ascending, rates positive", DepthsForm)
 	case n.Tier != nil && !(n.Tier.Ratio >= 1):
