@@ -3,19 +3,27 @@
 # (headroom density, cgroup backend) and simulated (headroom sim --machine
 # this, no other calibration), for seq and random access on two node
 # sizes. Prints per step the measured and simulated aggregate pages/s and
-# their ratio, and per ramp both knees. Targets: within 15% per step in RAM
-# and on the plateau, the knee within one worker. Needs root (density);
-# removes all it made. RESULTS=dir keeps both runs per case (for
-# `headroom report`, measured solid and simulated dashed). SCANS picks the
-# scans (default "seq random"); TIER=zram:SIZE puts a compressed tier in
-# front of the swap file in both (TIER=zswap:max_pool_percent=N with
-# SIM_TIER=zram:SIZE,pool=host, the model's stand-in), and
-# CONTENT=compress=2 (say) gives the workers' pages content it can
-# compress. REPEATS=N measures each ramp N times: the table then shows
-# the measured median, min and max per step and the ratio to the median,
+# their ratio, per ramp both knees, and per ramp and in total how many
+# steps in RAM (up to the measured knee) and on the plateau (from the
+# measured plateau's start) are within 15%. Targets: within 15% per step
+# in RAM and on the plateau, the knee within one worker. Needs root
+# (density); removes all it made. RESULTS=dir keeps both runs per case
+# (for `headroom report`, measured solid and simulated dashed). SCANS
+# picks the scans (default "seq random"); TIER=zram:SIZE puts a
+# compressed tier in front of the swap file in both
+# (TIER=zswap:max_pool_percent=N with SIM_TIER=zram:SIZE,pool=host, the
+# model's stand-in), and CONTENT=compress=2 (say) gives the workers' pages
+# content it can compress. REPEATS=N measures each ramp N times. By
+# default the model's figures are measured once, after the middle run,
 # and a step counts as matched when the simulated rate is within 15% of
-# some measured run (this shared VM's rates move 15-25% between runs);
-# the model's figures are measured after the middle run.
+# some measured run (the table shows the measured median, min and max).
+# SETTLE (default 60) is the seconds the machine rests before every
+# model and every measured ramp: after a paging run, one worker alone
+# here touched 59M pages/s where it had 76M, back after about 40 s.
+# PAIRED=1 instead measures the model's figures right before every
+# measured run and compares each run with its own model: this shared VM's
+# rates drift by 15-25% over tens of minutes, and pairing separates the
+# model's error from that drift (a step counts per run).
 source "$(dirname "$0")/lib.sh"
 [ "$(id -u)" = 0 ] || { echo "sim-fidelity.sh needs root" >&2; exit 2; }
 OUT=${RESULTS:-$BENCH_TMP/results}
@@ -31,32 +39,101 @@ extra=() sim_extra=() content=()
 [ -n "${TIER:-}" ] && extra+=(--swap-tier "$TIER") && sim_extra+=(--swap-tier "${SIM_TIER:-$TIER,pool=host}")
 [ -n "${CONTENT:-}" ] && content+=(--content "$CONTENT")
 
+# knees DIR: the knee and the plateau's first step of one run (0: none).
+knees() {
+  local j k p
+  j=$("$HEADROOM" report "$1" -o "$BENCH_TMP/r.html" --json | tr -d ' \n')
+  k=$(json_field "$j" knee_workers) p=$(json_field "$j" plateau_start_workers)
+  echo "${k:-0} ${p:-0}"
+}
+
+# settle lets the machine recover from the paging run before (see SETTLE):
+# there is no event for that, so it waits.
+settle() { sleep "${SETTLE:-60}"; }
+
+# simulate OUT_DIR: the model of this ramp, its figures measured now; the
+# figures line goes to $BENCH_TMP/s.err.
+# A worker is a process: no guest overhead, its sequential readahead one
+# read per window, and beside its block only the Go runtime's anonymous
+# memory (RssAnon less the block: 3.0 MiB measured; the binary's text is
+# page cache the workers share). The model holds --overhead resident and
+# also adds it to the request: 3Mi admits more than density's 16Mi
+# request, but every step of these ramps fits under both.
+simulate() {
+  settle
+  "$HEADROOM" sim "${common[@]}" "${sim_extra[@]}" --machine this --worker-kind process --system-reserve 0 --guest-overhead 0 --overhead 3Mi \
+    --label "sim $scan $node" --out "$1" > "$BENCH_TMP/s.log" 2> "$BENCH_TMP/s.err" || { cat "$BENCH_TMP/s.err"; return 1; }
+}
+
+# measure OUT_DIR: one measured ramp; its steps.csv is appended to measured.
+measure() {
+  settle
+  if "$HEADROOM" density "${common[@]}" "${extra[@]}" --label "measured $scan $node" --out "$1" > "$BENCH_TMP/d.log" 2>&1; then
+    measured+=("$1/steps.csv")
+  else
+    echo "density $scan $node failed:"; tail -3 "$BENCH_TMP/d.log"
+  fi
+}
+
+# count_matched COLS KNEE PLATEAU_START: from lines "workers,simulated,
+# measured..." (a step matched when the simulated rate is within 15% of
+# some measured one), prints "in RAM a/b plateau c/d" and adds them to the
+# totals.
+count_matched() {
+  local counts
+  counts=$(awk -F, -v knee="$2" -v plat="$3" '{
+      hit = 0
+      for (i = 3; i <= NF; i++) if ($i != "" && $i > 0 && $2 >= 0.85 * $i && $2 <= 1.15 * $i) hit = 1
+      if (knee > 0 && $1 <= knee) { ram++; ramHit += hit }
+      if (plat > 0 && $1 >= plat) { pl++; plHit += hit }
+    } END { printf "%d %d %d %d", ramHit, ram, plHit, pl }' "$1")
+  read -r a b c d <<<"$counts"
+  total_ram_hit=$((total_ram_hit + a)) total_ram=$((total_ram + b)) total_plateau_hit=$((total_plateau_hit + c)) total_plateau=$((total_plateau + d))
+  echo "  within 15%: in RAM (to step $2) $a of $b, plateau (from step $3) $c of $d"
+}
+
+# paste_rates COLS STEPS_CSV: appends the aggregate rate column of a
+# steps.csv to COLS.
+paste_rates() {
+  tail -n +2 "$2" | cut -d, -f6 | paste -d, "$1" - > "$1.new"
+  mv "$1.new" "$1"
+}
+
+total_ram_hit=0 total_ram=0 total_plateau_hit=0 total_plateau=0
 for c in $CASES; do
   IFS=, read -r node swap deploy <<<"$c"
   for scan in ${SCANS:-seq random}; do
     common=(--node-memory "$node" --swap "$swap" --vm-memory 320Mi --memory-size 256Mi --overcommit-percent 400
       --deployments "$deploy" --workload-runtime "$RUNTIME" --memory-scan "$scan" --stop-on-failure=false "${content[@]}")
+    measured=()
+    if [ -n "${PAIRED:-}" ]; then
+      for ((r = 1; r <= ${REPEATS:-1}; r++)); do
+        sim="$OUT/sim-$scan-$node-r$r" dir="$OUT/measured-$scan-$node-r$r"
+        simulate "$sim" || continue
+        figures=$(cat "$BENCH_TMP/s.err")
+        measure "$dir"
+        [ -f "$dir/steps.csv" ] || continue
+        echo "== $scan, $node node, $swap swap, run $r, its model probed just before it: $figures"
+        tail -n +2 "$sim/steps.csv" | cut -d, -f2,6 > "$BENCH_TMP/cols"
+        paste_rates "$BENCH_TMP/cols" "$dir/steps.csv"
+        printf '%7s %14s %14s %7s\n' workers measured simulated ratio
+        awk -F, '{r=($3>0)?$2/$3:0; printf "%7s %14.0f %14.0f %7.2f\n", $1, $3, $2, r}' "$BENCH_TMP/cols"
+        read -r mk mp <<<"$(knees "$dir")"
+        read -r sk sp <<<"$(knees "$sim")"
+        echo "  knee measured $mk, simulated $sk; plateau from measured $mp, simulated $sp"
+        count_matched "$BENCH_TMP/cols" "$mk" "$mp"
+      done
+      continue
+    fi
     # The model's figures (--machine this) are measured amid the measured
-    # runs, after the middle one: this shared VM's rates drift by 15-25%
-    # over tens of minutes, so a probe after all of them is the furthest
-    # from the first.
-    measured=() simulated=""
+    # runs, after the middle one: a probe after all of them is the
+    # furthest from the first.
+    simulated=""
     for ((r = 1; r <= ${REPEATS:-1}; r++)); do
       dir="$OUT/measured-$scan-$node"; ((r > 1)) && dir+="-r$r"
-      if "$HEADROOM" density "${common[@]}" "${extra[@]}" --label "measured $scan $node" --out "$dir" > "$BENCH_TMP/d.log" 2>&1; then
-        measured+=("$dir/steps.csv")
-      else
-        echo "density $scan $node failed:"; tail -3 "$BENCH_TMP/d.log"
-      fi
-      # A worker is a process: no guest overhead, its sequential readahead one
-      # read per window, and beside its block only the Go runtime's anonymous
-      # memory (RssAnon less the block: 3.0 MiB measured; the binary's text is
-      # page cache the workers share). The model holds --overhead resident and
-      # also adds it to the request: 3Mi admits more than density's 16Mi
-      # request, but every step of these ramps fits under both.
+      measure "$dir"
       if ((r == (${REPEATS:-1} + 1) / 2)); then
-        "$HEADROOM" sim "${common[@]}" "${sim_extra[@]}" --machine this --worker-kind process --system-reserve 0 --guest-overhead 0 --overhead 3Mi \
-          --label "sim $scan $node" --out "$OUT/sim-$scan-$node" > "$BENCH_TMP/s.log" 2> "$BENCH_TMP/s.err" && simulated=yes || cat "$BENCH_TMP/s.err"
+        simulate "$OUT/sim-$scan-$node" && simulated=yes
       fi
     done
     ((${#measured[@]} > 0)) && [ -n "$simulated" ] || continue
@@ -64,8 +141,7 @@ for c in $CASES; do
     # Columns: workers, the simulated rate, then each measured run's rate.
     tail -n +2 "$OUT/sim-$scan-$node/steps.csv" | cut -d, -f2,6 > "$BENCH_TMP/cols"
     for f in "${measured[@]}"; do
-      tail -n +2 "$f" | cut -d, -f6 | paste -d, "$BENCH_TMP/cols" - > "$BENCH_TMP/cols.new"
-      mv "$BENCH_TMP/cols.new" "$BENCH_TMP/cols"
+      paste_rates "$BENCH_TMP/cols" "$f"
     done
     if ((${#measured[@]} == 1)); then
       printf '%7s %14s %14s %7s\n' workers measured simulated ratio
@@ -82,11 +158,19 @@ for c in $CASES; do
           printf "%7s %14.0f %14.0f %14.0f %14.0f %7.2f %s\n", $1, med, v[1], v[n], $2, (med > 0) ? $2/med : 0, hit
         }' "$BENCH_TMP/cols"
     fi
+    # In RAM up to the earliest measured knee, the plateau from the latest
+    # measured start: the steps every run agrees on.
+    knee=0 plateau=0
     for f in "${measured[@]}" "$OUT/sim-$scan-$node/steps.csv"; do
       dir=$(dirname "$f")
-      "$HEADROOM" report "$dir" -o "$BENCH_TMP/r.html" --json | grep -E '"knee_workers"|"plateau_start_workers"' |
-        tr -d ' ,"' | tr '\n' ' ' | sed "s/^/  ${dir#"$OUT/"}: /"; echo
+      read -r k p <<<"$(knees "$dir")"
+      echo "  ${dir#"$OUT/"}: knee $k, plateau from $p"
+      [ "$dir" = "$OUT/sim-$scan-$node" ] && continue
+      ((knee == 0 || (k > 0 && k < knee))) && knee=$k
+      ((p > plateau)) && plateau=$p
     done
+    count_matched "$BENCH_TMP/cols" "$knee" "$plateau"
   done
 done
+echo "total within 15%: in RAM $total_ram_hit of $total_ram steps, plateau $total_plateau_hit of $total_plateau steps"
 echo "results: $OUT"

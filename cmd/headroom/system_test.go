@@ -254,6 +254,13 @@ func TestSystemSimMachineThis(t *testing.T) {
 		(speedup < 1 || speedup > 4 || !strings.Contains(r.stderr, "one worker alone")) {
 		t.Errorf("touch_alone_speedup %v, figures %q: want the alone ÷ every-core touch rate, 1 to 4", p["touch_alone_speedup"], r.stderr)
 	}
+	// Four workers a core taking turns over a quarter of the largest block,
+	// where 1 GiB a core was measured: how far a worker's own block sets
+	// the rate, 0..1.
+	if own, ok := p["touch_own_block"].(float64); len(rates) == 3 &&
+		(!ok || own < 0 || own > 1 || !strings.Contains(r.stderr, "4 workers a core taking turns over 256.0 MiB each")) {
+		t.Errorf("touch_own_block %v, figures %q: want it measured with 4 workers a core of 256 MiB, 0 to 1", p["touch_own_block"], r.stderr)
+	}
 	// The device at queue depths 1 to 16, reads and writes (a scratch
 	// file beside the swap file), is the model's device.
 	depths, _ := p["swap_depths"].(string)

@@ -382,8 +382,9 @@ func (s *node) busyVMs() float64 {
 	return n
 }
 
-// touchedBytesPerCore is the resident workload memory the running VMs
-// cycle through, per core they run on.
+// touchedBytesPerCore is the memory that sets a core's touch rate: the
+// running VMs' mean resident workload memory, with the VMs taking turns
+// on a core counted by Node.TouchOwnBlock (touchBytes).
 func (s *node) touchedBytesPerCore() float64 {
 	if s.w.Scan == memload.ScanNone {
 		return 0
@@ -398,7 +399,7 @@ func (s *node) touchedBytesPerCore() float64 {
 	if busy == 0 {
 		return 0
 	}
-	return pages * PageBytes / min(busy, s.n.CPUs)
+	return touchBytes(pages*PageBytes/busy, busy/min(busy, s.n.CPUs), s.n.TouchOwnBlock)
 }
 
 // coresUsed is the cores the busy VMs use at a share of a core each.

@@ -29,6 +29,14 @@ type MachineFigures struct {
 	// TouchAloneSpeedup is a worker's touch rate alone on the machine
 	// over the rate a core with a worker on every core (0: one core).
 	TouchAloneSpeedup float64 `json:"touch_alone_speedup"`
+	// TouchTurnPagesPerSec is a core's pages/s with
+	// touchTurnWorkersPerCore workers of TouchTurnBytes each taking turns
+	// on it (0: not measured, where 1 GiB a core does not fit), and
+	// TouchOwnBlock how far a worker's own block rather than their total
+	// set that rate (Node.TouchOwnBlock).
+	TouchTurnBytes       float64 `json:"touch_turn_bytes"`
+	TouchTurnPagesPerSec float64 `json:"touch_turn_pages_per_sec"`
+	TouchOwnBlock        float64 `json:"touch_own_block"`
 	// PopulateRatePerCore is a worker's pages/s filling its block.
 	PopulateRatePerCore float64 `json:"populate_rate_per_core"`
 	// SwapDevice is the active swap area probed, or the directory where
@@ -130,9 +138,12 @@ func MeasureMachine(ctx context.Context, o MeasureOptions) (MachineFigures, erro
 	if cpu, err := ksmd.Seconds(); err == nil { // no ksmd: no KSM in this kernel, nothing used
 		f.KSMDCPUSeconds = cpu
 	}
-	if f.TouchRate, f.TouchAloneSpeedup, f.PopulateRatePerCore, err = measureTouchRate(ctx, o, f.CPUs, f.RAMBytes); err != nil {
+	touch, err := measureTouchRate(ctx, o, f.CPUs, f.RAMBytes)
+	if err != nil {
 		return f, err
 	}
+	f.TouchRate, f.TouchAloneSpeedup, f.PopulateRatePerCore = touch.rates, touch.aloneSpeedup, touch.populatePerCore
+	f.TouchTurnBytes, f.TouchTurnPagesPerSec, f.TouchOwnBlock = touch.turnBytes, touch.turnPagesPerSec, touch.ownBlock
 	var res probe.Result
 	if dev, err := agent.PickSwapDevice(""); err == nil {
 		c, err := agent.Calibrate(ctx, dev, agent.CalibrateOptions{Duration: o.Duration, Jobs: probeJobs, Fraction: 1, Depths: probeDepths,
@@ -297,6 +308,10 @@ func (f MachineFigures) String() string {
 	alone := ""
 	if f.TouchAloneSpeedup > 0 {
 		alone = fmt.Sprintf(", one worker alone %.2f× that", f.TouchAloneSpeedup)
+	}
+	if f.TouchTurnPagesPerSec > 0 {
+		alone += fmt.Sprintf("; %d workers a core taking turns over %s each %s, as over a block × (workers a core)^%.2f",
+			touchTurnWorkersPerCore, units.FormatBytes(uint64(f.TouchTurnBytes)), units.FormatRate(f.TouchTurnPagesPerSec), 1-f.TouchOwnBlock)
 	}
 	s := fmt.Sprintf("this machine: %s RAM, %d cores, pages/s a core touches %s and fills %s (headroom load, a worker a core, median of %d runs%s); swap %s, median of %d probes: 4 KiB random read %s IOPS, write %s IOPS at queue depth %d, %.0f µs a read alone",
 		units.FormatBytes(f.RAMBytes), f.CPUs, strings.Join(touch, ", "), units.FormatRate(f.PopulateRatePerCore), touchProbeRounds, alone, f.SwapDevice, probeRounds,

@@ -36,10 +36,23 @@ type touchRun struct {
 	PopulatePagesPerSec              float64
 }
 
+// touchFigures are the touch probe's figures for the model (Node's
+// TouchRate, TouchAloneSpeedup, PopulateRatePerCore and TouchOwnBlock).
+type touchFigures struct {
+	rates                                   []TouchRate
+	aloneSpeedup, populatePerCore, ownBlock float64
+	// turnBytes is each worker's block in the turns, turnPagesPerSec
+	// their median pages/s a core (0: not measured).
+	turnBytes, turnPagesPerSec float64
+}
+
 // measureTouchRate runs `headroom load` at each block size that fits in a
-// quarter of RAM, one worker a core and then one worker alone, for
-// touchProbeRounds rounds, and sums them up (summarizeTouchRuns).
-func measureTouchRate(ctx context.Context, o MeasureOptions, cpus int, ramBytes uint64) (rates []TouchRate, speedup, populatePerCore float64, err error) {
+// quarter of RAM, one worker a core and then one worker alone, and
+// touchTurnWorkersPerCore workers a core taking turns over a block that
+// many times smaller than the largest, for touchProbeRounds rounds, and
+// sums them up (summarizeTouchRuns, ownBlockFrom).
+func measureTouchRate(ctx context.Context, o MeasureOptions, cpus int, ramBytes uint64) (touchFigures, error) {
+	var fig touchFigures
 	var sizes []uint64
 	for _, size := range touchSizesPerCore {
 		if uint64(cpus)*size > ramBytes/4 && len(sizes) > 0 {
@@ -47,12 +60,17 @@ func measureTouchRate(ctx context.Context, o MeasureOptions, cpus int, ramBytes 
 		}
 		sizes = append(sizes, size)
 	}
+	turnBlock := sizes[len(sizes)-1] / touchTurnWorkersPerCore
+	if turnBlock < sizes[0] { // the curve does not reach the turns' total
+		turnBlock = 0
+	}
 	var runs []touchRun
+	var turnRates []float64
 	for range touchProbeRounds {
 		for _, size := range sizes {
 			all, err := loadSummary(ctx, o, cpus, size)
 			if err != nil {
-				return nil, 0, 0, err
+				return fig, err
 			}
 			run := touchRun{BytesPerCore: size, AllPagesPerSec: all.PagesPerSec / float64(cpus)}
 			if all.PopulateSeconds > 0 {
@@ -61,15 +79,26 @@ func measureTouchRate(ctx context.Context, o MeasureOptions, cpus int, ramBytes 
 			if cpus > 1 {
 				alone, err := loadSummary(ctx, o, 1, size)
 				if err != nil {
-					return nil, 0, 0, err
+					return fig, err
 				}
 				run.AlonePagesPerSec = alone.PagesPerSec
 			}
 			runs = append(runs, run)
 		}
+		if turnBlock > 0 {
+			turns, err := loadSummary(ctx, o, touchTurnWorkersPerCore*cpus, turnBlock)
+			if err != nil {
+				return fig, err
+			}
+			turnRates = append(turnRates, turns.PagesPerSec/float64(cpus))
+		}
 	}
-	rates, speedup, populatePerCore = summarizeTouchRuns(runs)
-	return rates, speedup, populatePerCore, nil
+	fig.rates, fig.aloneSpeedup, fig.populatePerCore = summarizeTouchRuns(runs)
+	if len(turnRates) > 0 {
+		fig.turnBytes, fig.turnPagesPerSec = float64(turnBlock), math.Round(results.Quantile(turnRates, 0.5))
+		fig.ownBlock, _ = ownBlockFrom(fig.rates, fig.turnBytes, touchTurnWorkersPerCore, fig.turnPagesPerSec)
+	}
+	return fig, nil
 }
 
 // loadSummary runs `headroom load` with workers workers of size bytes each.

@@ -16,8 +16,8 @@ const TouchRateForm = "PAGES_PER_SEC or SIZE:PAGES_PER_SEC[,...] (e.g. 20M, or 6
 // runs touch BytesPerCore of memory between them (0: whatever they touch).
 // The more memory a core cycles through, the fewer of its page-table
 // walks the caches serve: measured here with 2 cores, a core touched 76M
-// random pages/s over 128 MiB, 50M over 256 MiB and 31M over 1 GiB,
-// whether one worker or four shared it.
+// random pages/s over 128 MiB, 50M over 256 MiB and 31M over 1 GiB (for
+// workers taking turns on a core, see Node.TouchOwnBlock).
 type TouchRate struct {
 	BytesPerCore float64
 	PagesPerSec  float64
@@ -84,6 +84,48 @@ func touchRateAt(rs []TouchRate, bytesPerCore float64) float64 {
 	}
 	return alongLog2(rs, bytesPerCore, func(r TouchRate) float64 { return r.BytesPerCore },
 		func(r TouchRate) float64 { return r.PagesPerSec }, false)
+}
+
+// touchTurnWorkersPerCore is how many workers a core the touch probe runs
+// taking turns, each over a block that many times smaller than the
+// largest it measures one worker a core, to tell how much of the memory
+// a core's other workers cycle through slows a worker (Node.TouchOwnBlock).
+const touchTurnWorkersPerCore = 4
+
+// touchBytes is the memory that sets a core's touch rate while
+// workersPerCore workers of blockBytes each take turns on it: all of it at
+// ownBlock 0, one block at 1, between as a power of the workers, so the
+// rate moves along its log2 curve in proportion.
+func touchBytes(blockBytes, workersPerCore, ownBlock float64) float64 {
+	return blockBytes * math.Pow(max(workersPerCore, 1), 1-ownBlock)
+}
+
+// ownBlockFrom is the ownBlock (touchBytes) at which the one-worker-a-core
+// rates rs give turnRate, the pages/s a core touched with workersPerCore
+// workers of blockBytes taking turns on it: 1 at or above the rate of one
+// block, 0 at or below that of all of them. ok is false where rs cannot
+// tell, not falling between the two.
+func ownBlockFrom(rs []TouchRate, blockBytes, workersPerCore, turnRate float64) (ownBlock float64, ok bool) {
+	one, all := touchRateAt(rs, blockBytes), touchRateAt(rs, blockBytes*workersPerCore)
+	switch {
+	case !(workersPerCore > 1) || !(turnRate > 0) || !(one > all):
+		return 0, false
+	case turnRate >= one:
+		return 1, true
+	case turnRate <= all:
+		return 0, true
+	}
+	// The rate at touchBytes rises with ownBlock along a falling curve: bisect.
+	lo, hi := 0.0, 1.0
+	for range 40 {
+		mid := (lo + hi) / 2
+		if touchRateAt(rs, touchBytes(blockBytes, workersPerCore, mid)) < turnRate {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return math.Round((lo+hi)/2*100) / 100, true
 }
 
 // maxTouchAloneSpeedup bounds Node.TouchAloneSpeedup: a core alone

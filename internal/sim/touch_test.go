@@ -186,3 +186,96 @@ func TestSummarizeTouchRuns(t *testing.T) {
 		t.Errorf("nothing alone: speedup %g, want 0", speedup)
 	}
 }
+
+// Workers taking turns on a core touch as over their block × (workers a
+// core)^(1−ownBlock): the core's total at 0, the block at 1.
+func TestTouchBytes(t *testing.T) {
+	for _, c := range []struct{ block, perCore, ownBlock, want float64 }{
+		{256, 4, 0, 1024}, {256, 4, 1, 256}, {256, 4, 0.5, 512}, {256, 1, 0, 256}, {256, 0.5, 0, 256}, {256, 2, 0, 512},
+	} {
+		if got := touchBytes(c.block, c.perCore, c.ownBlock); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("block %g, %g a core, own block %g: %g, want %g", c.block, c.perCore, c.ownBlock, got, c.want)
+		}
+	}
+}
+
+// The probe's turns put on the one-worker-a-core curve: 40M pages/s a
+// core from four workers of 256 MiB is the curve's rate at 512 MiB, so
+// half the way from the core's total (1 GiB) to the block in log2.
+func TestOwnBlockFrom(t *testing.T) {
+	curve := []TouchRate{{64 << 20, 76e6}, {256 << 20, 50e6}, {1 << 30, 30e6}}
+	for _, c := range []struct {
+		rates    []TouchRate
+		perCore  float64
+		turnRate float64
+		want     float64
+		ok       bool
+	}{
+		{curve, 4, 40e6, 0.5, true},
+		{curve, 4, 50e6, 1, true},
+		{curve, 4, 55e6, 1, true}, // faster than one block: noise, the block
+		{curve, 4, 30e6, 0, true},
+		{curve, 4, 20e6, 0, true},
+		{curve, 4, 45e6, 0.75, true}, // 362 MiB: a quarter of the way in log2
+		{curve, 1, 40e6, 0, false},
+		{curve, 4, 0, 0, false},
+		{[]TouchRate{{0, 50e6}}, 4, 40e6, 0, false}, // one rate: cannot tell
+		{[]TouchRate{{256 << 20, 30e6}, {1 << 30, 50e6}}, 4, 40e6, 0, false}, // not falling
+	} {
+		got, ok := ownBlockFrom(c.rates, 256<<20, c.perCore, c.turnRate)
+		if ok != c.ok || math.Abs(got-c.want) > 0.005 {
+			t.Errorf("%v, %g a core at %.0fM: %g, %v; want %g, %v", c.rates, c.perCore, c.turnRate/1e6, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+// Whatever the curve and the turns' rate, the weight is 0..1, and where
+// the rate lies between one block's and the total's, the curve gives it
+// back at the weight's bytes.
+func FuzzOwnBlockFrom(f *testing.F) {
+	f.Add(76e6, 50e6, 30e6, 40e6)
+	f.Add(50e6, 50e6, 50e6, 40e6)
+	f.Add(1e6, 2e6, 3e6, 2.5e6)
+	f.Fuzz(func(t *testing.T, r64, r256, r1g, turn float64) {
+		rates := []TouchRate{{64 << 20, r64}, {256 << 20, r256}, {1 << 30, r1g}}
+		if !touchRatesValid(rates) || !(turn > 0) || math.IsInf(turn, 0) {
+			return
+		}
+		w, ok := ownBlockFrom(rates, 256<<20, 4, turn)
+		if !ok {
+			return
+		}
+		if !(w >= 0 && w <= 1) {
+			t.Fatalf("%v at %g: weight %g", rates, turn, w)
+		}
+		if one, all := r256, r1g; turn < one && turn > all {
+			got := touchRateAt(rates, touchBytes(256<<20, 4, w))
+			if math.Abs(got-turn) > 0.02*(one-all) {
+				t.Fatalf("%v at %g: weight %g gives %g", rates, turn, w, got)
+			}
+		}
+	})
+}
+
+// In the engine the VMs taking turns on a core count by TouchOwnBlock:
+// four running VMs of 256 MiB on two cores touch as over 512 MiB a core
+// at 0, over 362 MiB at 0.5 and over 256 MiB at 1.
+func TestEngineTouchRateOwnBlock(t *testing.T) {
+	nd := smallNode()
+	nd.CPUs, nd.TouchRate = 2, []TouchRate{{64 << 20, 76e6}, {256 << 20, 50e6}, {1 << 30, 30e6}}
+	spec := oneVM(memload.ScanRandom)
+	spec.Workload.SizeBytes = 256 << 20
+	for _, c := range []struct {
+		vms            int
+		ownBlock, want float64
+	}{{4, 0, 40e6}, {4, 0.5, 45e6}, {4, 1, 50e6}, {8, 0.5, 40e6}, {2, 0, 50e6}, {1, 0.5, 50e6}} {
+		nd.TouchOwnBlock = c.ownBlock
+		n := newNode(nd, spec, c.vms, 0.001, 1)
+		running(n, 1)
+		n.capacityPages = 1e12
+		n.tick(0, true)
+		if math.Abs(n.touchRate-c.want) > 1 {
+			t.Errorf("%d VMs of 256 MiB, own block %g: %.2fM pages/s a core, want %.2fM", c.vms, c.ownBlock, n.touchRate/1e6, c.want/1e6)
+		}
+	}
+}
