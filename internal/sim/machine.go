@@ -31,7 +31,7 @@ type MachineFigures struct {
 	TouchAloneSpeedup float64 `json:"touch_alone_speedup"`
 	// TouchTurnPagesPerSec is a core's pages/s with
 	// touchTurnWorkersPerCore workers of TouchTurnBytes each taking turns
-	// on it (0: not measured, where 1 GiB a core does not fit), and
+	// on it (0: not measured, where only the smallest block fits), and
 	// TouchOwnBlock how far a worker's own block rather than their total
 	// set that rate (Node.TouchOwnBlock).
 	TouchTurnBytes       float64 `json:"touch_turn_bytes"`
