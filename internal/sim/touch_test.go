@@ -85,25 +85,30 @@ func TestTouchRateFollowsTheMemoryTouched(t *testing.T) {
 // In the engine the memory is the running VMs' resident workload pages
 // per core they run on: one VM of 256 MiB on a core, or four on two cores
 // (512 MiB a core), or eight of which half is on the device (512 MiB a
-// core resident). Populating VMs do not count.
+// core resident). Populating VMs do not count. With TouchOwnBlock, the
+// VMs taking turns on a core count less: four on two cores touch as over
+// 362 MiB a core at 0.5 and over 256 MiB at 1.
 func TestEngineTouchRateByResidentMemoryPerCore(t *testing.T) {
 	nd := smallNode()
 	nd.CPUs, nd.TouchRate = 2, []TouchRate{{64 << 20, 76e6}, {256 << 20, 50e6}, {1 << 30, 30e6}}
 	spec := oneVM(memload.ScanRandom)
 	spec.Workload.SizeBytes = 256 << 20
 	for _, c := range []struct {
-		vms      int
-		resident float64
-		want     float64 // pages/s a core
-	}{{1, 1, 50e6}, {2, 1, 50e6}, {4, 1, 40e6}, {8, 0.5, 40e6}, {8, 1, 30e6}} {
+		vms                int
+		resident, ownBlock float64
+		want               float64 // pages/s a core
+	}{{1, 1, 0, 50e6}, {2, 1, 0, 50e6}, {4, 1, 0, 40e6}, {8, 0.5, 0, 40e6}, {8, 1, 0, 30e6},
+		{4, 1, 0.5, 45e6}, {4, 1, 1, 50e6}, {8, 1, 0.5, 40e6}, {1, 1, 0.5, 50e6}} {
+		nd.TouchOwnBlock = c.ownBlock
 		n := newNode(nd, spec, c.vms, 0.001, 1)
 		running(n, c.resident)
 		n.capacityPages = 1e12
 		n.tick(0, true)
 		if math.Abs(n.touchRate-c.want) > 1 {
-			t.Errorf("%d VMs of 256 MiB, %g resident: %.1fM pages/s a core, want %.1fM", c.vms, c.resident, n.touchRate/1e6, c.want/1e6)
+			t.Errorf("%d VMs of 256 MiB, %g resident, own block %g: %.1fM pages/s a core, want %.1fM", c.vms, c.resident, c.ownBlock, n.touchRate/1e6, c.want/1e6)
 		}
 	}
+	nd.TouchOwnBlock = 0
 	n := newNode(nd, spec, 4, 0.001, 1)
 	running(n, 1)
 	n.vms[0].phase, n.vms[1].phase = phasePopulating, phasePopulating
@@ -255,27 +260,4 @@ func FuzzOwnBlockFrom(f *testing.F) {
 			}
 		}
 	})
-}
-
-// In the engine the VMs taking turns on a core count by TouchOwnBlock:
-// four running VMs of 256 MiB on two cores touch as over 512 MiB a core
-// at 0, over 362 MiB at 0.5 and over 256 MiB at 1.
-func TestEngineTouchRateOwnBlock(t *testing.T) {
-	nd := smallNode()
-	nd.CPUs, nd.TouchRate = 2, []TouchRate{{64 << 20, 76e6}, {256 << 20, 50e6}, {1 << 30, 30e6}}
-	spec := oneVM(memload.ScanRandom)
-	spec.Workload.SizeBytes = 256 << 20
-	for _, c := range []struct {
-		vms            int
-		ownBlock, want float64
-	}{{4, 0, 40e6}, {4, 0.5, 45e6}, {4, 1, 50e6}, {8, 0.5, 40e6}, {2, 0, 50e6}, {1, 0.5, 50e6}} {
-		nd.TouchOwnBlock = c.ownBlock
-		n := newNode(nd, spec, c.vms, 0.001, 1)
-		running(n, 1)
-		n.capacityPages = 1e12
-		n.tick(0, true)
-		if math.Abs(n.touchRate-c.want) > 1 {
-			t.Errorf("%d VMs of 256 MiB, own block %g: %.2fM pages/s a core, want %.2fM", c.vms, c.ownBlock, n.touchRate/1e6, c.want/1e6)
-		}
-	}
 }
