@@ -80,7 +80,7 @@ measure() {
 # some measured one), prints "in RAM a/b plateau c/d" and adds them to the
 # totals.
 count_matched() {
-  local counts
+  local counts a b c d
   counts=$(awk -F, -v knee="$2" -v plat="$3" '{
       hit = 0
       for (i = 3; i <= NF; i++) if ($i != "" && $i > 0 && $2 >= 0.85 * $i && $2 <= 1.15 * $i) hit = 1
