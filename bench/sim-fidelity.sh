@@ -99,6 +99,13 @@ paste_rates() {
   mv "$1.new" "$1"
 }
 
+# print_ratios COLS: from lines "workers,simulated,measured", the table
+# of one measured run against its model.
+print_ratios() {
+  printf '%7s %14s %14s %7s\n' workers measured simulated ratio
+  awk -F, '{r=($3>0)?$2/$3:0; printf "%7s %14.0f %14.0f %7.2f\n", $1, $3, $2, r}' "$1"
+}
+
 total_ram_hit=0 total_ram=0 total_plateau_hit=0 total_plateau=0
 for c in $CASES; do
   IFS=, read -r node swap deploy <<<"$c"
@@ -116,8 +123,7 @@ for c in $CASES; do
         echo "== $scan, $node node, $swap swap, run $r, its model probed just before it: $figures"
         tail -n +2 "$sim/steps.csv" | cut -d, -f2,6 > "$BENCH_TMP/cols"
         paste_rates "$BENCH_TMP/cols" "$dir/steps.csv"
-        printf '%7s %14s %14s %7s\n' workers measured simulated ratio
-        awk -F, '{r=($3>0)?$2/$3:0; printf "%7s %14.0f %14.0f %7.2f\n", $1, $3, $2, r}' "$BENCH_TMP/cols"
+        print_ratios "$BENCH_TMP/cols"
         read -r mk mp <<<"$(knees "$dir")"
         read -r sk sp <<<"$(knees "$sim")"
         echo "  knee measured $mk, simulated $sk; plateau from measured $mp, simulated $sp"
@@ -144,8 +150,7 @@ for c in $CASES; do
       paste_rates "$BENCH_TMP/cols" "$f"
     done
     if ((${#measured[@]} == 1)); then
-      printf '%7s %14s %14s %7s\n' workers measured simulated ratio
-      awk -F, '{r=($3>0)?$2/$3:0; printf "%7s %14.0f %14.0f %7.2f\n", $1, $3, $2, r}' "$BENCH_TMP/cols"
+      print_ratios "$BENCH_TMP/cols"
     else
       printf '%7s %14s %14s %14s %14s %7s %s\n' workers median min max simulated ratio within15
       awk -F, '{

@@ -217,7 +217,7 @@ func applyMachine(cmd *cobra.Command, f *simFlags) error {
 		set("touch-alone-speedup", fmt.Sprint(fig.TouchAloneSpeedup))
 	}
 	if fig.TouchTurnPagesPerSec > 0 {
-		set("touch-own-block", fmt.Sprint(fig.TouchOwnBlock))
+		set("touch-own-block", fmt.Sprint(fig.TouchOwnBlock()))
 	}
 	set("swap-read-iops", fmt.Sprint(fig.ReadIOPS))
 	set("swap-write-iops", fmt.Sprint(fig.WriteIOPS))

@@ -31,12 +31,9 @@ type MachineFigures struct {
 	TouchAloneSpeedup float64 `json:"touch_alone_speedup"`
 	// TouchTurnPagesPerSec is a core's pages/s with
 	// touchTurnWorkersPerCore workers of TouchTurnBytes each taking turns
-	// on it (0: not measured, where only the smallest block fits), and
-	// TouchOwnBlock how far a worker's own block rather than their total
-	// set that rate (Node.TouchOwnBlock).
+	// on it (0: not measured, where only the smallest block fits).
 	TouchTurnBytes       float64 `json:"touch_turn_bytes"`
 	TouchTurnPagesPerSec float64 `json:"touch_turn_pages_per_sec"`
-	TouchOwnBlock        float64 `json:"touch_own_block"`
 	// PopulateRatePerCore is a worker's pages/s filling its block.
 	PopulateRatePerCore float64 `json:"populate_rate_per_core"`
 	// SwapDevice is the active swap area probed, or the directory where
@@ -138,12 +135,9 @@ func MeasureMachine(ctx context.Context, o MeasureOptions) (MachineFigures, erro
 	if cpu, err := ksmd.Seconds(); err == nil { // no ksmd: no KSM in this kernel, nothing used
 		f.KSMDCPUSeconds = cpu
 	}
-	touch, err := measureTouchRate(ctx, o, f.CPUs, f.RAMBytes)
-	if err != nil {
+	if err := measureTouchRate(ctx, o, &f); err != nil {
 		return f, err
 	}
-	f.TouchRate, f.TouchAloneSpeedup, f.PopulateRatePerCore = touch.rates, touch.aloneSpeedup, touch.populatePerCore
-	f.TouchTurnBytes, f.TouchTurnPagesPerSec, f.TouchOwnBlock = touch.turnBytes, touch.turnPagesPerSec, touch.ownBlock
 	var res probe.Result
 	if dev, err := agent.PickSwapDevice(""); err == nil {
 		c, err := agent.Calibrate(ctx, dev, agent.CalibrateOptions{Duration: o.Duration, Jobs: probeJobs, Fraction: 1, Depths: probeDepths,
@@ -215,6 +209,14 @@ func (f *MachineFigures) measurePaging(ctx context.Context, o MeasureOptions) er
 	f.PagingCPU, f.PagingCPUSpread, f.RunQueueWait, f.ReadaheadPages, f.WritePages = p.cpu, p.cpuSpread, p.runQueueWait, p.readahead, p.writes
 	f.MixedCapacity = mixedCapacity(runs, f.device())
 	return nil
+}
+
+// TouchOwnBlock is how far a worker's own block rather than the turns'
+// total set the turns' rate (Node.TouchOwnBlock; 0: not measured, or
+// the curve cannot tell).
+func (f MachineFigures) TouchOwnBlock() float64 {
+	w, _ := ownBlockFrom(f.TouchRate, f.TouchTurnBytes, touchTurnWorkersPerCore, f.TouchTurnPagesPerSec)
+	return w
 }
 
 // device is the swap device as the figures measured it.
@@ -311,7 +313,7 @@ func (f MachineFigures) String() string {
 	}
 	if f.TouchTurnPagesPerSec > 0 {
 		alone += fmt.Sprintf("; %d workers a core taking turns over %s each %s, as over a block × (workers a core)^%.2f",
-			touchTurnWorkersPerCore, units.FormatBytes(uint64(f.TouchTurnBytes)), units.FormatRate(f.TouchTurnPagesPerSec), 1-f.TouchOwnBlock)
+			touchTurnWorkersPerCore, units.FormatBytes(uint64(f.TouchTurnBytes)), units.FormatRate(f.TouchTurnPagesPerSec), 1-f.TouchOwnBlock())
 	}
 	s := fmt.Sprintf("this machine: %s RAM, %d cores, pages/s a core touches %s and fills %s (headroom load, a worker a core, median of %d runs%s); swap %s, median of %d probes: 4 KiB random read %s IOPS, write %s IOPS at queue depth %d, %.0f µs a read alone",
 		units.FormatBytes(f.RAMBytes), f.CPUs, strings.Join(touch, ", "), units.FormatRate(f.PopulateRatePerCore), touchProbeRounds, alone, f.SwapDevice, probeRounds,

@@ -36,26 +36,16 @@ type touchRun struct {
 	PopulatePagesPerSec              float64
 }
 
-// touchFigures are the touch probe's figures for the model (Node's
-// TouchRate, TouchAloneSpeedup, PopulateRatePerCore and TouchOwnBlock).
-type touchFigures struct {
-	rates                                   []TouchRate
-	aloneSpeedup, populatePerCore, ownBlock float64
-	// turnBytes is each worker's block in the turns, turnPagesPerSec
-	// their median pages/s a core (0: not measured).
-	turnBytes, turnPagesPerSec float64
-}
-
 // measureTouchRate runs `headroom load` at each block size that fits in a
 // quarter of RAM, one worker a core and then one worker alone, and
 // touchTurnWorkersPerCore workers a core taking turns over a block that
 // many times smaller than the largest, for touchProbeRounds rounds, and
-// sums them up (summarizeTouchRuns, ownBlockFrom).
-func measureTouchRate(ctx context.Context, o MeasureOptions, cpus int, ramBytes uint64) (touchFigures, error) {
-	var fig touchFigures
+// puts the sums (summarizeTouchRuns; the turns' median) in f.
+func measureTouchRate(ctx context.Context, o MeasureOptions, f *MachineFigures) error {
+	cpus := f.CPUs
 	var sizes []uint64
 	for _, size := range touchSizesPerCore {
-		if uint64(cpus)*size > ramBytes/4 && len(sizes) > 0 {
+		if uint64(cpus)*size > f.RAMBytes/4 && len(sizes) > 0 {
 			break
 		}
 		sizes = append(sizes, size)
@@ -70,7 +60,7 @@ func measureTouchRate(ctx context.Context, o MeasureOptions, cpus int, ramBytes 
 		for _, size := range sizes {
 			all, err := loadSummary(ctx, o, cpus, size)
 			if err != nil {
-				return fig, err
+				return err
 			}
 			run := touchRun{BytesPerCore: size, AllPagesPerSec: all.PagesPerSec / float64(cpus)}
 			if all.PopulateSeconds > 0 {
@@ -79,7 +69,7 @@ func measureTouchRate(ctx context.Context, o MeasureOptions, cpus int, ramBytes 
 			if cpus > 1 {
 				alone, err := loadSummary(ctx, o, 1, size)
 				if err != nil {
-					return fig, err
+					return err
 				}
 				run.AlonePagesPerSec = alone.PagesPerSec
 			}
@@ -88,17 +78,16 @@ func measureTouchRate(ctx context.Context, o MeasureOptions, cpus int, ramBytes 
 		if turnBlock > 0 {
 			turns, err := loadSummary(ctx, o, touchTurnWorkersPerCore*cpus, turnBlock)
 			if err != nil {
-				return fig, err
+				return err
 			}
 			turnRates = append(turnRates, turns.PagesPerSec/float64(cpus))
 		}
 	}
-	fig.rates, fig.aloneSpeedup, fig.populatePerCore = summarizeTouchRuns(runs)
+	f.TouchRate, f.TouchAloneSpeedup, f.PopulateRatePerCore = summarizeTouchRuns(runs)
 	if len(turnRates) > 0 {
-		fig.turnBytes, fig.turnPagesPerSec = float64(turnBlock), math.Round(results.Quantile(turnRates, 0.5))
-		fig.ownBlock, _ = ownBlockFrom(fig.rates, fig.turnBytes, touchTurnWorkersPerCore, fig.turnPagesPerSec)
+		f.TouchTurnBytes, f.TouchTurnPagesPerSec = float64(turnBlock), math.Round(results.Quantile(turnRates, 0.5))
 	}
-	return fig, nil
+	return nil
 }
 
 // loadSummary runs `headroom load` with workers workers of size bytes each.
