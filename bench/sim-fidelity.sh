@@ -23,7 +23,12 @@
 # PAIRED=1 instead measures the model's figures right before every
 # measured run and compares each run with its own model: this shared VM's
 # rates drift by 15-25% over tens of minutes, and pairing separates the
-# model's error from that drift (a step counts per run).
+# model's error from that drift (a step counts per run). It also runs one
+# worker alone for 3 s (after a rest) before and after each ramp: where
+# those two and the model's step 1 are within 15% of each other the
+# machine held steady, and the steps of those runs are counted apart too
+# (on 2026-11-27 the probe's one-worker rate and the ramp's step 1 minutes
+# later differed by up to 1.8×).
 source "$(dirname "$0")/lib.sh"
 [ "$(id -u)" = 0 ] || { echo "sim-fidelity.sh needs root" >&2; exit 2; }
 OUT=${RESULTS:-$BENCH_TMP/results}
@@ -75,6 +80,30 @@ measure() {
   fi
 }
 
+# witness: pages/s of one worker of the ramp's size and scan alone in RAM
+# for 3 s, after a rest: the machine's state, to set beside the model's
+# step 1 (the same worker, from the probe) before and after a ramp.
+# A failed run reads 0 (not steady).
+witness() {
+  local line rate
+  settle
+  line=$("$HEADROOM" load --size 256Mi --scan "$scan" "${content[@]}" --duration 3s --json | tail -n 1) || true
+  rate=$(json_field "$line" pages_per_sec) || true
+  echo "${rate:-0}"
+}
+
+# steady MODEL_STEP1 BEFORE AFTER: "yes" when the three one-worker rates
+# are within 15% of each other (the machine held still from the model's
+# probe to the ramp's end), else "no".
+steady() {
+  awk -v a="$1" -v b="$2" -v c="$3" 'BEGIN {
+      lo = a; hi = a
+      if (b < lo) lo = b; if (b > hi) hi = b
+      if (c < lo) lo = c; if (c > hi) hi = c
+      print (lo > 0 && hi <= 1.15 * lo) ? "yes" : "no"
+    }'
+}
+
 # count_matched COLS KNEE PLATEAU_START: from lines "workers,simulated,
 # measured..." (a step matched when the simulated rate is within 15% of
 # some measured one), prints "in RAM a/b plateau c/d" and adds them to the
@@ -89,6 +118,7 @@ count_matched() {
     } END { printf "%d %d %d %d", ramHit, ram, plHit, pl }' "$1")
   read -r a b c d <<<"$counts"
   total_ram_hit=$((total_ram_hit + a)) total_ram=$((total_ram + b)) total_plateau_hit=$((total_plateau_hit + c)) total_plateau=$((total_plateau + d))
+  last_counts=("$a" "$b" "$c" "$d")
   echo "  within 15%: in RAM (to step $2) $a of $b, plateau (from step $3) $c of $d"
 }
 
@@ -107,6 +137,7 @@ print_ratios() {
 }
 
 total_ram_hit=0 total_ram=0 total_plateau_hit=0 total_plateau=0
+steady_ram_hit=0 steady_ram=0 steady_plateau_hit=0 steady_plateau=0 steady_runs=()
 for c in $CASES; do
   IFS=, read -r node swap deploy <<<"$c"
   for scan in ${SCANS:-seq random}; do
@@ -118,9 +149,15 @@ for c in $CASES; do
         sim="$OUT/sim-$scan-$node-r$r" dir="$OUT/measured-$scan-$node-r$r"
         simulate "$sim" || continue
         figures=$(cat "$BENCH_TMP/s.err")
+        before=$(witness)
         measure "$dir"
         [ -f "$dir/steps.csv" ] || continue
+        after=$(witness)
+        model=$(sed -n 2p "$sim/steps.csv" | cut -d, -f6)
+        held=$(steady "$model" "$before" "$after")
         echo "== $scan, $node node, $swap swap, run $r, its model probed just before it: $figures"
+        printf '  one worker alone: model %.1fM, measured %.1fM before the ramp and %.1fM after it; machine steady: %s\n' \
+          "$(awk -v x="$model" 'BEGIN { print x / 1e6 }')" "$(awk -v x="$before" 'BEGIN { print x / 1e6 }')" "$(awk -v x="$after" 'BEGIN { print x / 1e6 }')" "$held"
         tail -n +2 "$sim/steps.csv" | cut -d, -f2,6 > "$BENCH_TMP/cols"
         paste_rates "$BENCH_TMP/cols" "$dir/steps.csv"
         print_ratios "$BENCH_TMP/cols"
@@ -128,6 +165,11 @@ for c in $CASES; do
         read -r sk sp <<<"$(knees "$sim")"
         echo "  knee measured $mk, simulated $sk; plateau from measured $mp, simulated $sp"
         count_matched "$BENCH_TMP/cols" "$mk" "$mp"
+        if [ "$held" = yes ]; then
+          steady_ram_hit=$((steady_ram_hit + last_counts[0])) steady_ram=$((steady_ram + last_counts[1]))
+          steady_plateau_hit=$((steady_plateau_hit + last_counts[2])) steady_plateau=$((steady_plateau + last_counts[3]))
+        fi
+        steady_runs+=("$held")
       done
       continue
     fi
@@ -178,4 +220,8 @@ for c in $CASES; do
   done
 done
 echo "total within 15%: in RAM $total_ram_hit of $total_ram steps, plateau $total_plateau_hit of $total_plateau steps"
+if ((${#steady_runs[@]} > 0)); then
+  held=$(printf '%s\n' "${steady_runs[@]}" | grep -c yes || true)
+  echo "in the $held of ${#steady_runs[@]} runs the machine held steady through: in RAM $steady_ram_hit of $steady_ram steps, plateau $steady_plateau_hit of $steady_plateau steps"
+fi
 echo "results: $OUT"

@@ -14,21 +14,36 @@ import (
 	"github.com/headroom-dev/headroom/internal/host"
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/swaptier"
+	"github.com/headroom-dev/headroom/internal/units"
 )
 
-// The paging measurement: `headroom load` workers, each of pagingWorkBytes
-// in its own cgroup, under a memory cgroup holding two thirds of them, so
-// a third of their pages are always out (a sequential scan misses on every
-// page); one worker a core, and four as on a density plateau, give how the
-// cost grows with the tasks faulting at once.
+// The paging measurement: `headroom load` workers, each of
+// pagingWorkerBytes in its own cgroup, under a memory cgroup holding half
+// of them, so half their pages are always out (a sequential scan misses
+// on every page); one worker a core, and four as on a density plateau,
+// give how the cost grows with the tasks faulting at once. Half out, as
+// on a plateau: with 96 MiB workers and a third out, eight random workers
+// here read 26-43 µs a page, rising run by run, and wrote 1.5 pages an
+// I/O, where a density plateau (2 GiB node, 13-16 workers of 256 MiB)
+// spent 24 µs a page; 256 MiB workers half out read 22-27 µs and wrote a
+// page an I/O, as the plateau does.
 var pagingWorkersPerCore = []int{1, 4}
 
 const (
-	pagingWorkBytes = 96 << 20
-	pagingSwapBytes = 2 << 30
+	pagingMaxWorkerBytes = 256 << 20
+	pagingSwapBytes      = 2 << 30
 	// pagingMinPages is the least paging that gives a figure.
 	pagingMinPages = 2000
 )
+
+// pagingWorkerBytes is each of workers' block: pagingMaxWorkerBytes, or
+// less where the half of all blocks that is out would not fit in half of
+// pagingSwapBytes (whole MiB; 0 where not even one fits).
+func pagingWorkerBytes(workers int) uint64 {
+	const mib = 1 << 20
+	perWorker := uint64(pagingSwapBytes) / uint64(max(workers, 1))
+	return min(pagingMaxWorkerBytes, perWorker) / mib * mib
+}
 
 // ErrPagingNeedsRoot: the paging measurement makes a memory cgroup and,
 // with no swap active, a swap file.
@@ -95,7 +110,11 @@ func MeasurePaging(ctx context.Context, headroom string, scan memload.Scan, work
 	}
 	defer cgroup.Remove(g, 10*time.Second)
 	workers = max(workers, 1)
-	if err := g.SetMemoryLimit(uint64(workers) * pagingWorkBytes * 2 / 3); err != nil {
+	workerBytes := pagingWorkerBytes(workers)
+	if workerBytes == 0 {
+		return sample, fmt.Errorf("%d paging workers: too many for a %s swap", workers, units.FormatBytes(pagingSwapBytes))
+	}
+	if err := g.SetMemoryLimit(uint64(workers) * workerBytes / 2); err != nil {
 		return sample, err
 	}
 	// Each worker's first interval record says its block is populated and
@@ -109,7 +128,7 @@ func MeasurePaging(ctx context.Context, headroom string, scan memload.Scan, work
 		if err != nil {
 			return sample, err
 		}
-		cmd := cgroup.Command(w.Path(), headroom, "load", "--size", fmt.Sprint(pagingWorkBytes), "--scan", string(scan),
+		cmd := cgroup.Command(w.Path(), headroom, "load", "--size", fmt.Sprint(workerBytes), "--scan", string(scan),
 			"--duration", (window + 2*time.Minute).String(), "--interval", "250ms", "--json")
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		out, err := cmd.StdoutPipe()
