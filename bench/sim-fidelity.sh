@@ -27,8 +27,8 @@
 # worker alone for 3 s (after a rest) before and after each ramp: where
 # those two and the model's step 1 are within 15% of each other the
 # machine held steady, and the steps of those runs are counted apart too
-# (on 2026-11-27 the probe's one-worker rate and the ramp's step 1 minutes
-# later differed by up to 1.8×).
+# (on 2026-11-27 the model's lone worker and the ramp's step 1 minutes
+# later read 0.59-1.86 of each other).
 source "$(dirname "$0")/lib.sh"
 [ "$(id -u)" = 0 ] || { echo "sim-fidelity.sh needs root" >&2; exit 2; }
 OUT=${RESULTS:-$BENCH_TMP/results}
@@ -222,6 +222,6 @@ done
 echo "total within 15%: in RAM $total_ram_hit of $total_ram steps, plateau $total_plateau_hit of $total_plateau steps"
 if ((${#steady_runs[@]} > 0)); then
   held=$(printf '%s\n' "${steady_runs[@]}" | grep -c yes || true)
-  echo "in the $held of ${#steady_runs[@]} runs the machine held steady through: in RAM $steady_ram_hit of $steady_ram steps, plateau $steady_plateau_hit of $steady_plateau steps"
+  echo "runs the machine held steady through: $held of ${#steady_runs[@]}; their steps within 15%: in RAM $steady_ram_hit of $steady_ram, plateau $steady_plateau_hit of $steady_plateau"
 fi
 echo "results: $OUT"

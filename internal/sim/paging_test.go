@@ -295,11 +295,11 @@ func TestPagingWorkerBytes(t *testing.T) {
 		want    uint64
 	}{
 		{1, 256 << 20},
-		{8, 256 << 20},  // 1 GiB out of a 2 GiB swap: fits
-		{9, 227 << 20},  // 2 GiB / 9 = 227.6 MiB, whole MiB
-		{256, 8 << 20},  // 64 cores, four a core
-		{4096, 0 << 20}, // 0.5 MiB each: none
-		{0, 256 << 20},  // as one
+		{8, 256 << 20}, // 1 GiB out of a 2 GiB swap: fits
+		{9, 227 << 20}, // 2 GiB / 9 = 227.6 MiB, whole MiB
+		{256, 8 << 20}, // 64 cores, four a core
+		{4096, 0},      // 0.5 MiB each: none
+		{0, 256 << 20}, // as one
 	} {
 		if got := pagingWorkerBytes(c.workers); got != c.want {
 			t.Errorf("pagingWorkerBytes(%d) = %d MiB, want %d MiB", c.workers, got>>20, c.want>>20)
