@@ -38,11 +38,12 @@ const (
 
 // pagingWorkerBytes is each of workers' block: pagingMaxWorkerBytes, or
 // less where the half of all blocks that is out would not fit in half of
-// pagingSwapBytes (whole MiB; 0 where not even one fits).
-func pagingWorkerBytes(workers int) uint64 {
+// the free swap, or the half held in a quarter of ramBytes (whole MiB; 0
+// where not even one fits).
+func pagingWorkerBytes(workers int, ramBytes, swapFreeBytes uint64) uint64 {
 	const mib = 1 << 20
-	perWorker := uint64(pagingSwapBytes) / uint64(max(workers, 1))
-	return min(pagingMaxWorkerBytes, perWorker) / mib * mib
+	n := uint64(max(workers, 1))
+	return min(pagingMaxWorkerBytes, swapFreeBytes/n, ramBytes/2/n) / mib * mib
 }
 
 // ErrPagingNeedsRoot: the paging measurement makes a memory cgroup and,
@@ -89,6 +90,13 @@ func MeasurePaging(ctx context.Context, headroom string, scan memload.Scan, work
 	if err != nil {
 		return sample, err
 	}
+	swapFreeBytes := uint64(pagingSwapBytes)
+	for i, sw := range swaps {
+		if i == 0 {
+			swapFreeBytes = 0
+		}
+		swapFreeBytes += sw.SizeBytes - min(sw.UsedBytes, sw.SizeBytes)
+	}
 	if len(swaps) == 0 {
 		setup, err := swaptier.Up(swaptier.Spec{File: &swaptier.FileSpec{SizeBytes: pagingSwapBytes}}, "")
 		if err != nil {
@@ -110,9 +118,13 @@ func MeasurePaging(ctx context.Context, headroom string, scan memload.Scan, work
 	}
 	defer cgroup.Remove(g, 10*time.Second)
 	workers = max(workers, 1)
-	workerBytes := pagingWorkerBytes(workers)
+	mem, err := host.ReadMemory()
+	if err != nil {
+		return sample, err
+	}
+	workerBytes := pagingWorkerBytes(workers, mem.TotalBytes, swapFreeBytes)
 	if workerBytes == 0 {
-		return sample, fmt.Errorf("%d paging workers: too many for a %s swap", workers, units.FormatBytes(pagingSwapBytes))
+		return sample, fmt.Errorf("%d paging workers: too many for %s of free swap and %s of RAM", workers, units.FormatBytes(swapFreeBytes), units.FormatBytes(mem.TotalBytes))
 	}
 	if err := g.SetMemoryLimit(uint64(workers) * workerBytes / 2); err != nil {
 		return sample, err

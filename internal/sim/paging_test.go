@@ -290,19 +290,26 @@ func TestRunQueueWaitSlowsFaultingVMs(t *testing.T) {
 }
 
 func TestPagingWorkerBytes(t *testing.T) {
+	const ram, swap = 24 << 30, pagingSwapBytes
 	for _, c := range []struct {
-		workers int
-		want    uint64
+		workers             int
+		ramBytes, swapBytes uint64
+		want                uint64
 	}{
-		{1, 256 << 20},
-		{8, 256 << 20}, // 1 GiB out of a 2 GiB swap: fits
-		{9, 227 << 20}, // 2 GiB / 9 = 227.6 MiB, whole MiB
-		{256, 8 << 20}, // 64 cores, four a core
-		{4096, 0},      // 0.5 MiB each: none
-		{0, 256 << 20}, // as one
+		{1, ram, swap, 256 << 20},
+		{8, ram, swap, 256 << 20},     // 1 GiB out of a 2 GiB swap: fits
+		{9, ram, swap, 227 << 20},     // 2 GiB / 9 = 227.6 MiB, whole MiB
+		{256, ram, swap, 8 << 20},     // 64 cores, four a core
+		{4096, ram, swap, 0},          // 0.5 MiB each: none
+		{0, ram, swap, 256 << 20},     // as one
+		{8, ram, 512 << 20, 64 << 20}, // 256 MiB out of 512 MiB of free swap
+		{8, 2 << 30, swap, 128 << 20}, // 512 MiB held in a quarter of 2 GiB
+		{2, 2 << 30, swap, 256 << 20},
+		{8, 0, swap, 0},
+		{8, ram, 0, 0},
 	} {
-		if got := pagingWorkerBytes(c.workers); got != c.want {
-			t.Errorf("pagingWorkerBytes(%d) = %d MiB, want %d MiB", c.workers, got>>20, c.want>>20)
+		if got := pagingWorkerBytes(c.workers, c.ramBytes, c.swapBytes); got != c.want {
+			t.Errorf("pagingWorkerBytes(%d, %d MiB RAM, %d MiB swap) = %d MiB, want %d MiB", c.workers, c.ramBytes>>20, c.swapBytes>>20, got>>20, c.want>>20)
 		}
 	}
 }
