@@ -156,8 +156,9 @@ for c in $CASES; do
         model=$(sed -n 2p "$sim/steps.csv" | cut -d, -f6)
         held=$(steady "$model" "$before" "$after")
         echo "== $scan, $node node, $swap swap, run $r, its model probed just before it: $figures"
-        printf '  one worker alone: model %.1fM, measured %.1fM before the ramp and %.1fM after it; machine steady: %s\n' \
-          "$(awk -v x="$model" 'BEGIN { print x / 1e6 }')" "$(awk -v x="$before" 'BEGIN { print x / 1e6 }')" "$(awk -v x="$after" 'BEGIN { print x / 1e6 }')" "$held"
+        awk -v m="$model" -v b="$before" -v a="$after" -v held="$held" 'BEGIN {
+            printf "  one worker alone: model %.1fM, measured %.1fM before the ramp and %.1fM after it; machine steady: %s\n", m / 1e6, b / 1e6, a / 1e6, held
+          }'
         tail -n +2 "$sim/steps.csv" | cut -d, -f2,6 > "$BENCH_TMP/cols"
         paste_rates "$BENCH_TMP/cols" "$dir/steps.csv"
         print_ratios "$BENCH_TMP/cols"

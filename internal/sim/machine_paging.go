@@ -90,13 +90,6 @@ func MeasurePaging(ctx context.Context, headroom string, scan memload.Scan, work
 	if err != nil {
 		return sample, err
 	}
-	swapFreeBytes := uint64(pagingSwapBytes)
-	for i, sw := range swaps {
-		if i == 0 {
-			swapFreeBytes = 0
-		}
-		swapFreeBytes += sw.SizeBytes - min(sw.UsedBytes, sw.SizeBytes)
-	}
 	if len(swaps) == 0 {
 		setup, err := swaptier.Up(swaptier.Spec{File: &swaptier.FileSpec{SizeBytes: pagingSwapBytes}}, "")
 		if err != nil {
@@ -118,13 +111,13 @@ func MeasurePaging(ctx context.Context, headroom string, scan memload.Scan, work
 	}
 	defer cgroup.Remove(g, 10*time.Second)
 	workers = max(workers, 1)
-	mem, err := host.ReadMemory()
+	mem, err := host.ReadMemory() // after the swap file, if one was made
 	if err != nil {
 		return sample, err
 	}
-	workerBytes := pagingWorkerBytes(workers, mem.TotalBytes, swapFreeBytes)
+	workerBytes := pagingWorkerBytes(workers, mem.TotalBytes, mem.SwapFreeBytes)
 	if workerBytes == 0 {
-		return sample, fmt.Errorf("%d paging workers: too many for %s of free swap and %s of RAM", workers, units.FormatBytes(swapFreeBytes), units.FormatBytes(mem.TotalBytes))
+		return sample, fmt.Errorf("%d paging workers: too many for %s of free swap and %s of RAM", workers, units.FormatBytes(mem.SwapFreeBytes), units.FormatBytes(mem.TotalBytes))
 	}
 	if err := g.SetMemoryLimit(uint64(workers) * workerBytes / 2); err != nil {
 		return sample, err
