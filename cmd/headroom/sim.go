@@ -68,7 +68,7 @@ type simFlags struct {
 	nodeMemory, systemReserve, swap       bytesValue
 	readBandwidth, writeBandwidth         bytesValue
 	cpus, populateRate, touchAloneSpeedup float64
-	mixedCapacity, touchOwnBlock          float64
+	touchOwnBlock                         float64
 	touchRate                             string
 	readIOPS, writeIOPS                   float64
 	latency, ksmdCPU, balloonCPU          time.Duration
@@ -79,7 +79,7 @@ type simFlags struct {
 	out, label, scenario, find            string
 	swapDepths, workerKind                string
 	pagingCPU, runQueueWait               string
-	readPages, writePages                 string
+	readPages, writePages, mixedCapacity  string
 	machine                               string
 	minPerVM, maxSwapUtil                 float64
 	seed                                  uint64
@@ -119,7 +119,7 @@ func newSimCommand() *cobra.Command {
 	fl.Float64Var(&f.writeIOPS, "swap-write-iops", f.writeIOPS, "the swap device's 4 KiB random-write rate")
 	fl.Var(&f.readBandwidth, "swap-read-bandwidth", "bytes/s a swap read's bytes beyond its first page move at (a readahead window is one read; 0: an I/O costs the same whatever its size)")
 	fl.Var(&f.writeBandwidth, "swap-write-bandwidth", "bytes/s a swap write's bytes beyond its first page move at (merged pages are one write; 0: an I/O costs the same whatever its size)")
-	fl.Float64Var(&f.mixedCapacity, "swap-mixed-capacity", 0, "how many times the sum of reads' and writes' shares of the device's rates it serves when they mix (0 or 1: the sum is its capacity; --machine this measures what swap's own I/O got in its paging runs)")
+	fl.StringVar(&f.mixedCapacity, "swap-mixed-capacity", "", "how many times the sum of reads' and writes' shares of the device's rates it serves when they mix, "+sim.MixedCapacityForm+" (default none: the sum is its capacity; --machine this measures what swap's own I/O got in its paging runs)")
 	fl.DurationVar(&f.latency, "swap-latency", f.latency, "one 4 KiB read's latency at queue depth 1")
 	fl.StringVar(&f.pagingCPU, "paging-cpu", f.pagingCPU, "CPU to page one page in from the swap device and another out (fault, reclaim, I/O), "+sim.PagingCPUForm+"; bounds paging on few cores")
 	fl.StringVar(&f.runQueueWait, "run-queue-wait", "", "a faulting VM's wait for a core per page paged in from the swap device (woken by its read, it queues for a core), "+sim.RunQueueWaitForm+" (default none: it waits only when the cores are oversubscribed)")
@@ -228,8 +228,8 @@ func applyMachine(cmd *cobra.Command, f *simFlags) error {
 	if fig.WriteBytesPerSec > 0 {
 		set("swap-write-bandwidth", fmt.Sprint(uint64(math.Round(fig.WriteBytesPerSec))))
 	}
-	if fig.MixedCapacity > 0 {
-		set("swap-mixed-capacity", fmt.Sprint(fig.MixedCapacity))
+	if len(fig.MixedCapacity) > 0 {
+		set("swap-mixed-capacity", sim.FormatMixedCapacity(fig.MixedCapacity))
 	}
 	if len(fig.Depths) > 0 {
 		set("swap-depths", sim.FormatDepths(fig.Depths))
@@ -270,7 +270,7 @@ func simParams(f *simFlags) (sim.Params, error) {
 	node := sim.Node{RAMBytes: uint64(f.nodeMemory), SystemReserveBytes: uint64(f.systemReserve), CPUs: f.cpus,
 		TouchAloneSpeedup: f.touchAloneSpeedup, TouchOwnBlock: f.touchOwnBlock, PopulateRatePerCore: f.populateRate, PageCluster: 3, KSMDCPUSeconds: f.ksmdCPU.Seconds(),
 		Swap: sim.Device{SizeBytes: uint64(f.swap), ReadIOPS: f.readIOPS, WriteIOPS: f.writeIOPS, LatencySeconds: f.latency.Seconds(),
-			ReadBytesPerSec: float64(f.readBandwidth), WriteBytesPerSec: float64(f.writeBandwidth), MixedCapacity: f.mixedCapacity}}
+			ReadBytesPerSec: float64(f.readBandwidth), WriteBytesPerSec: float64(f.writeBandwidth)}}
 	if f.swapDepths != "" {
 		if node.Swap.Depths, err = sim.ParseDepths(f.swapDepths); err != nil {
 			return sim.Params{}, usageError{err}
@@ -286,6 +286,11 @@ func simParams(f *simFlags) (sim.Params, error) {
 	}
 	if f.writePages != "" {
 		if node.WritePages, err = sim.ParseIOPages("swap-write-pages", f.writePages); err != nil {
+			return sim.Params{}, usageError{err}
+		}
+	}
+	if f.mixedCapacity != "" {
+		if node.Swap.MixedCapacity, err = sim.ParseMixedCapacity(f.mixedCapacity); err != nil {
 			return sim.Params{}, usageError{err}
 		}
 	}

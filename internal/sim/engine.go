@@ -114,8 +114,9 @@ type node struct {
 	// the device, at the number of VMs faulting on it.
 	runQueueWait float64
 	// readaheadPages and writePages are this tick's pages a sequential
-	// fault reads and a write carries, at the number of VMs faulting.
-	readaheadPages, writePages float64
+	// fault reads and a write carries, and mixedCapacity the device's
+	// mixed capacity, at the number of VMs faulting.
+	readaheadPages, writePages, mixedCapacity float64
 	// ksm is ksmd, stopped until the agent sets it.
 	ksm *ksmd
 	// cumulative counters, like /proc/vmstat and PSI.
@@ -138,7 +139,7 @@ func newNode(nd Node, spec VMSpec, count int, dt float64, seed uint64) *node {
 		capacityPages: pagesOf(nd.RAMBytes - nd.SystemReserveBytes), diskCapPages: pagesOf(nd.Swap.SizeBytes),
 		readWait: nd.Swap.LatencySeconds, touchRate: touchRateAt(nd.TouchRate, 0), ksm: newKSMD(nd.KSMDCPUSeconds),
 		startCPUFactor: spec.StartCPUFactor, startCPUSeconds: spec.StartCPUSeconds}
-	s.setIOPages(0)
+	s.setIOFigures(0)
 	if nd.Tier != nil {
 		s.tierCapPages = pagesOf(nd.Tier.SizeBytes)
 	}
@@ -162,10 +163,12 @@ func (s *node) readahead() float64 {
 	return 1
 }
 
-// setIOPages sets this tick's I/O sizes at the VMs faulting now.
-func (s *node) setIOPages(faulting float64) {
+// setIOFigures sets this tick's I/O sizes and the device's mixed
+// capacity at the VMs faulting now.
+func (s *node) setIOFigures(faulting float64) {
 	s.readaheadPages = ioPagesAt(s.n.ReadaheadPages, faulting, math.Pow(2, float64(s.n.PageCluster)))
 	s.writePages = ioPagesAt(s.n.WritePages, faulting, defaultWritePages)
+	s.mixedCapacity = s.n.Swap.mixedCapacityAt(faulting)
 }
 
 // pagesPerRead is the pages one device read carries. A process's
@@ -291,7 +294,7 @@ func (s *node) deviceLoad(cpuShare, readWait float64) float64 {
 	}
 	d := s.n.Swap
 	busy := reads*d.readSeconds(d.readIOPSAt(reads*readWait), s.pagesPerRead()) + writes*d.writeSeconds(d.writeIOPS(), s.writePages)
-	return busy / max(d.MixedCapacity, 1)
+	return busy / s.mixedCapacity
 }
 
 // tierRoomShare is 1 while the compressed tier has room (evictions go
@@ -425,7 +428,7 @@ func (s *node) tick(now float64, measuring bool) {
 	faulting := s.faulting()
 	s.pagingCPU = pagingCPUAt(s.n.PagingCPU, faulting)
 	s.runQueueWait = runQueueWaitAt(s.n.RunQueueWait, faulting)
-	s.setIOPages(faulting)
+	s.setIOFigures(faulting)
 	s.touchRate = touchRateAt(s.n.TouchRate, s.touchedBytesPerCore()) * aloneSpeedup(s.n.TouchAloneSpeedup, s.busyVMs(), s.n.CPUs)
 	share := s.cpuShare()
 	s.readWait = s.solveReadWait(share)

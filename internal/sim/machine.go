@@ -52,13 +52,13 @@ type MachineFigures struct {
 	WriteBytesPerSec float64 `json:"swap_write_bytes_per_sec,omitempty"`
 	// MixedCapacity is how many times the sum of its reads' and writes'
 	// shares of those rates the device served swap's I/O in the paging
-	// runs (at least 1; 0: not measured).
-	MixedCapacity float64 `json:"swap_mixed_capacity,omitempty"`
+	// runs, by their worker counts (each at least 1; none: not measured).
+	MixedCapacity []TaskCapacity `json:"swap_mixed_capacity,omitempty"`
 	// Depths are the device's rates at queue depths 1 to 16 (writes only
 	// where a scratch file could be written).
 	Depths []DepthRate `json:"swap_depths,omitempty"`
-	// PagingCPU is the CPU per page paged in and out with one and with
-	// four workers a core (MeasurePaging), the median of
+	// PagingCPU is the CPU per page paged in and out with one, four and
+	// eight workers a core (MeasurePaging), the median of
 	// pagingProbeRuns runs; PagingCPUSpread the least and most of those
 	// runs, per entry. None with PagingNote saying why it was not measured.
 	PagingCPU       []PagingCost `json:"paging_cpu,omitempty"`
@@ -207,7 +207,7 @@ func (f *MachineFigures) measurePaging(ctx context.Context, o MeasureOptions) er
 	}
 	p := summarizePaging(runs, f.CPUs, o.Scan)
 	f.PagingCPU, f.PagingCPUSpread, f.RunQueueWait, f.ReadaheadPages, f.WritePages = p.cpu, p.cpuSpread, p.runQueueWait, p.readahead, p.writes
-	f.MixedCapacity = mixedCapacity(runs, f.device())
+	f.MixedCapacity = mixedCapacity(runs, f.CPUs, f.device())
 	return nil
 }
 
@@ -226,34 +226,32 @@ func (f MachineFigures) device() Device {
 
 // mixedCapacity is how many times its capacity, as the model adds reads'
 // and writes' shares of it, the device served swap's own I/O in the
-// paging runs: per worker count the median run's share, at the device's
-// best rates at any depth (so never more than it served), the largest
-// of the counts, and never below 1. Under swap this virtio disk served
+// paging runs, by worker count: the median run's share, at least 1. The
+// shares are at the rates the model gives that many faulting VMs (reads
+// at as deep a queue as there are workers, writes at the deepest), so
+// that the model pages as the runs did. Under swap this virtio disk served
 // 50k one-page reads and 48k writes a second, 1.5 times what its direct
-// I/O rates add up to.
-func mixedCapacity(runs [][]PagingSample, d Device) float64 {
-	bestRead, bestWrite := d.ReadIOPS, d.WriteIOPS
-	for _, r := range d.Depths {
-		bestRead, bestWrite = max(bestRead, r.ReadIOPS), max(bestWrite, r.WriteIOPS)
-	}
-	capacity := 1.0
-	for _, r := range runs {
+// I/O rates add up to, and more the more workers faulted.
+func mixedCapacity(runs [][]PagingSample, cpus int, d Device) []TaskCapacity {
+	var out []TaskCapacity
+	for i, r := range runs {
+		tasks := float64(pagingWorkersPerCore[i] * cpus)
 		var shares []float64
 		for _, s := range r {
 			var share float64
-			if bestRead > 0 {
-				share += s.ReadsPerSec * d.readSeconds(bestRead, s.PagesPerRead)
+			if readIOPS := d.readIOPSAt(tasks); readIOPS > 0 {
+				share += s.ReadsPerSec * d.readSeconds(readIOPS, s.PagesPerRead)
 			}
-			if bestWrite > 0 {
-				share += s.WritesPerSec * d.writeSeconds(bestWrite, s.PagesPerWrite)
+			if writeIOPS := d.writeIOPS(); writeIOPS > 0 {
+				share += s.WritesPerSec * d.writeSeconds(writeIOPS, s.PagesPerWrite)
 			}
 			shares = append(shares, share)
 		}
 		if len(shares) > 0 {
-			capacity = max(capacity, results.Quantile(shares, 0.5))
+			out = append(out, TaskCapacity{Tasks: tasks, Capacity: math.Round(max(results.Quantile(shares, 0.5), 1)*100) / 100})
 		}
 	}
-	return capacity
+	return out
 }
 
 // pagingFigures are the paging runs' figures by worker count.
@@ -345,8 +343,11 @@ func (f MachineFigures) String() string {
 			s += fmt.Sprintf(" %g: %.1f µs", w.Tasks, w.SecondsPerPage*1e6)
 		}
 	}
-	if f.MixedCapacity > 0 {
-		s += fmt.Sprintf("; swap's reads and writes together used %.2f× the device's capacity as its separate rates add up", f.MixedCapacity)
+	if len(f.MixedCapacity) > 0 {
+		s += "; swap's reads and writes together used, of the device's capacity as its separate rates add up,"
+		for _, c := range f.MixedCapacity {
+			s += fmt.Sprintf(" %g: %.2f×", c.Tasks, c.Capacity)
+		}
 	}
 	if len(f.ReadaheadPages) > 0 {
 		s += "; pages a swap read carried (readahead) " + FormatIOPages(f.ReadaheadPages)

@@ -20,18 +20,20 @@ import (
 // The paging measurement: `headroom load` workers, each of
 // pagingWorkerBytes in its own cgroup, under a memory cgroup holding half
 // of them, so half their pages are always out (a sequential scan misses
-// on every page); one worker a core, and four as on a density plateau,
-// give how the cost grows with the tasks faulting at once. Half out, as
+// on every page); one worker a core, four, and eight as on a density
+// plateau, give how the cost, and what the device serves, grow with the
+// tasks faulting at once (random workers here: 37-39k pages in a second
+// with two, 50-52k with eight, 57-60k with sixteen). Half out, as
 // on a plateau: with 96 MiB workers and a third out, eight random workers
 // here read 26-43 µs a page, rising run by run, and wrote 1.5 pages an
 // I/O, where a density plateau (2 GiB node, 13-16 workers of 256 MiB)
 // spent 24 µs a page; 256 MiB workers half out read 22-27 µs and wrote a
 // page an I/O, as the plateau does.
-var pagingWorkersPerCore = []int{1, 4}
+var pagingWorkersPerCore = []int{1, 4, 8}
 
 const (
 	pagingMaxWorkerBytes = 256 << 20
-	pagingSwapBytes      = 2 << 30
+	pagingSwapBytes      = 4 << 30
 	// pagingMinPages is the least paging that gives a figure.
 	pagingMinPages = 2000
 )

@@ -140,10 +140,11 @@ type Device struct {
 	// a 4 KiB one's time and a 128 KiB read 6 times.
 	ReadBytesPerSec, WriteBytesPerSec float64
 	// MixedCapacity is how many times the sum of its reads' and writes'
-	// shares of the rates above the device serves when they mix (0 or 1:
-	// the sum is its capacity, as direct I/O here shows; swap's own I/O
-	// here got 1.5 times it).
-	MixedCapacity float64
+	// shares of the rates above the device serves when they mix, by the
+	// tasks faulting at once (none, or 1: the sum is its capacity, as
+	// direct I/O here shows; swap's own I/O here got 1.0-1.6 times it,
+	// more with more tasks faulting).
+	MixedCapacity []TaskCapacity
 	// Depths, when given (ascending), replace ReadIOPS and WriteIOPS as
 	// the device's capacity: reads at the depth the faulting VMs keep,
 	// writes (reclaim's, queued deep) at the deepest.
@@ -235,9 +236,8 @@ func Validate(n Node, v VMSpec) error {
 		return fmt.Errorf("--swap-write-iops must be positive with --swap")
 	case n.Swap.SizeBytes > 0 && !(n.Swap.LatencySeconds > 0):
 		return fmt.Errorf("--swap-latency must be positive with --swap (e.g. 100us)")
-	case n.Swap.MixedCapacity != 0 && !(n.Swap.MixedCapacity >= 1 && n.Swap.MixedCapacity <= maxMixedCapacity):
-		return fmt.Errorf("--swap-mixed-capacity %g: want 0 (none) or 1 to %g: how many times the sum of reads' and writes' shares of its rates the device serves mixed",
-			n.Swap.MixedCapacity, float64(maxMixedCapacity))
+	case !mixedCapacityValid(n.Swap.MixedCapacity):
+		return fmt.Errorf("--swap-mixed-capacity: want %s, task counts ascending from 1, each 1 to %g", MixedCapacityForm, float64(maxMixedCapacity))
 	case !depthsAscending(n.Swap.Depths):
 		return fmt.Errorf("--swap-depths: want %s, depths ascending, rates positive", DepthsForm)
 	case n.Tier != nil && !(n.Tier.Ratio >= 1):

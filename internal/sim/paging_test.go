@@ -113,8 +113,13 @@ func TestIOPagesAtTheDevicesLimit(t *testing.T) {
 		}, 8, 10000},
 		{"writes of 2, the device serving twice its rates mixed", func(nd *Node) {
 			writeBound([]IOPages{{1, 2}})(nd)
-			nd.Swap.MixedCapacity = 2
+			nd.Swap.MixedCapacity = []TaskCapacity{{1, 2}}
 		}, 8, 40000},
+		// Eight tasks, halfway in log2 between 1 (1×) and 64 (4×): 2.5×.
+		{"writes of 2, the device serving more the more tasks fault", func(nd *Node) {
+			writeBound([]IOPages{{1, 2}})(nd)
+			nd.Swap.MixedCapacity = []TaskCapacity{{1, 1}, {64, 4}}
+		}, 8, 50000},
 		{"one-page writes: no transfer", func(nd *Node) {
 			writeBound([]IOPages{{1, 1}})(nd)
 			nd.Swap.WriteBytesPerSec = PageBytes / 100e-6
@@ -134,29 +139,92 @@ func TestIOPagesAtTheDevicesLimit(t *testing.T) {
 	}
 }
 
-// The mixed capacity is the largest worker count's median share of the
-// device that swap's I/O used, at the device's best rates, at least 1.
+// The mixed capacity is, by worker count, the median run's share of the
+// device that swap's I/O used, at the rates the model gives that many
+// faulting VMs (reads at as deep a queue as there are workers, writes at
+// the deepest), at least 1.
 func TestMixedCapacity(t *testing.T) {
+	// Reads 27.5k at depth 2 and 42.5k at 8 (log2 between 20k at 1 and
+	// 50k at 16), writes 40k (the deepest).
 	d := Device{ReadIOPS: 40000, WriteIOPS: 50000, Depths: []DepthRate{{1, 20000, 30000}, {16, 50000, 40000}}}
-	// 50k reads at the best 50k and 48k writes at the best 50k: 1.96.
 	busy := PagingSample{PagesPerRead: 1, PagesPerWrite: 1, ReadsPerSec: 50000, WritesPerSec: 48000}
 	quiet := PagingSample{PagesPerRead: 1, PagesPerWrite: 1, ReadsPerSec: 10000, WritesPerSec: 10000}
+	const cpus = 2 // 2, 8 and 16 workers
 	for _, c := range []struct {
 		name string
 		runs [][]PagingSample
 		d    Device
-		want float64
+		want []TaskCapacity
 	}{
-		{"under the rates: 1", [][]PagingSample{{quiet, quiet, quiet}}, d, 1},
-		{"the busiest count's median", [][]PagingSample{{quiet, quiet, quiet}, {busy, quiet, busy}}, d, 1.96},
-		{"I/O not seen: 1", [][]PagingSample{{{}, {}, {}}}, d, 1},
-		// 4-page reads at 1 GB/s add 3 × 4096 B / 1e9 s each.
-		{"with transfer", [][]PagingSample{{{PagesPerRead: 4, ReadsPerSec: 40000}}}, Device{ReadIOPS: 50000, ReadBytesPerSec: 1e9}, 40000 * (1/50000.0 + 3*4096/1e9)},
+		// 10k/27.5k + 10k/40k = 0.61: 1.
+		{"under the rates: 1", [][]PagingSample{{quiet, quiet, quiet}}, d, []TaskCapacity{{2, 1}}},
+		// 50k/42.5k + 48k/40k = 2.38 with eight workers.
+		{"each count's median", [][]PagingSample{{quiet, quiet, quiet}, {busy, quiet, busy}}, d, []TaskCapacity{{2, 1}, {8, 2.38}}},
+		// 50k/50k + 48k/40k = 2.2 with sixteen.
+		{"at the depth of each count", [][]PagingSample{{quiet}, {quiet}, {busy}}, d, []TaskCapacity{{2, 1}, {8, 1}, {16, 2.2}}},
+		{"I/O not seen: 1", [][]PagingSample{{{}, {}, {}}}, d, []TaskCapacity{{2, 1}}},
+		{"no runs", nil, d, nil},
+		// 4-page reads at 1 GB/s add 3 × 4096 B / 1e9 s each: 1.29.
+		{"with transfer", [][]PagingSample{{{PagesPerRead: 4, ReadsPerSec: 40000}}}, Device{ReadIOPS: 50000, ReadBytesPerSec: 1e9}, []TaskCapacity{{2, 1.29}}},
 	} {
-		if got := mixedCapacity(c.runs, c.d); math.Abs(got-c.want) > 1e-9 {
-			t.Errorf("%s: %g, want %g", c.name, got, c.want)
+		if got := mixedCapacity(c.runs, cpus, c.d); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
 		}
 	}
+}
+
+func TestParseMixedCapacity(t *testing.T) {
+	for in, want := range map[string][]TaskCapacity{
+		"1.4":               {{1, 1.4}},
+		"2:1, 8:1.4,16:1.6": {{2, 1}, {8, 1.4}, {16, 1.6}},
+		"1:100":             {{1, 100}},
+		"0":                 {},
+		"":                  nil,
+		"0.5":               nil, // less than the sum
+		"101":               nil,
+		"8:1.4,2:1":         nil, // not ascending
+		"2:1,2:1.2":         nil,
+		"0:1.2":             nil, // fewer than one task
+		"2:x":               nil,
+		"Inf:1.2":           nil,
+		"2:NaN":             nil,
+	} {
+		got, err := ParseMixedCapacity(in)
+		if want == nil {
+			if err == nil || !strings.Contains(err.Error(), MixedCapacityForm) || !strings.Contains(err.Error(), "--swap-mixed-capacity") {
+				t.Errorf("%q: %+v, %v; want an error naming the flag and %s", in, got, err, MixedCapacityForm)
+			}
+			continue
+		}
+		if err != nil || len(got) != len(want) || (len(want) > 0 && !reflect.DeepEqual(got, want)) {
+			t.Errorf("%q: %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+}
+
+// What ParseMixedCapacity accepts, FormatMixedCapacity writes in a form it
+// accepts again, and that form is stable (to a hundredth).
+func FuzzParseMixedCapacity(f *testing.F) {
+	for _, s := range []string{"1.4", "2:1,8:1.4,16:1.6", "1:1.005,4:99.999", "8:1.4,2:1", "1e300:1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		cs, err := ParseMixedCapacity(s)
+		if err != nil || len(cs) == 0 {
+			return
+		}
+		if !mixedCapacityValid(cs) {
+			t.Fatalf("%q parsed to %+v, which the model refuses", s, cs)
+		}
+		once := FormatMixedCapacity(cs)
+		again, err := ParseMixedCapacity(once)
+		if err != nil {
+			t.Fatalf("%q parsed to %+v, formatted to %q, refused: %v", s, cs, once, err)
+		}
+		if twice := FormatMixedCapacity(again); twice != once {
+			t.Fatalf("%q: formatted %q, then %q", s, once, twice)
+		}
+	})
 }
 
 // The transfer rate is the large block's extra bytes over its extra time.
@@ -297,10 +365,10 @@ func TestPagingWorkerBytes(t *testing.T) {
 		want                uint64
 	}{
 		{1, ram, swap, 256 << 20},
-		{8, ram, swap, 256 << 20},     // 1 GiB out of a 2 GiB swap: fits
-		{9, ram, swap, 227 << 20},     // 2 GiB / 9 = 227.6 MiB, whole MiB
-		{256, ram, swap, 8 << 20},     // 64 cores, four a core
-		{4096, ram, swap, 0},          // 0.5 MiB each: none
+		{16, ram, swap, 256 << 20},    // 2 GiB out of a 4 GiB swap: fits
+		{17, ram, swap, 240 << 20},    // 4 GiB / 17 = 240.9 MiB, whole MiB
+		{512, ram, swap, 8 << 20},     // 64 cores, eight a core
+		{8192, ram, swap, 0},          // 0.5 MiB each: none
 		{0, ram, swap, 256 << 20},     // as one
 		{8, ram, 512 << 20, 64 << 20}, // 256 MiB out of 512 MiB of free swap
 		{8, 2 << 30, swap, 128 << 20}, // 512 MiB held in a quarter of 2 GiB

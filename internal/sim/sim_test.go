@@ -612,7 +612,7 @@ func TestValidate(t *testing.T) {
 		"--swap-read-iops":      func(n *Node, _ *VMSpec) { n.Swap.ReadIOPS = 0 },
 		"--swap-write-iops":     func(n *Node, _ *VMSpec) { n.Swap.WriteIOPS = 0 },
 		"--swap-latency":        func(n *Node, _ *VMSpec) { n.Swap.LatencySeconds = 0 },
-		"--swap-mixed-capacity": func(n *Node, _ *VMSpec) { n.Swap.MixedCapacity = 0.5 },
+		"--swap-mixed-capacity": func(n *Node, _ *VMSpec) { n.Swap.MixedCapacity = []TaskCapacity{{1, 0.5}} },
 		"ratio":                 func(n *Node, _ *VMSpec) { n.Tier = &Tier{SizeBytes: 1 << 30, Ratio: 0.5} },
 		"--swap-depths": func(n *Node, _ *VMSpec) {
 			n.Swap.Depths = []DepthRate{{QueueDepth: 4, ReadIOPS: 1, WriteIOPS: 1}, {QueueDepth: 2, ReadIOPS: 1, WriteIOPS: 1}}
