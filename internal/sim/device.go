@@ -103,13 +103,9 @@ func ParseMixedCapacity(s string) ([]TaskCapacity, error) {
 		c, err := strconv.ParseFloat(v, 64)
 		return c, err == nil && c >= 1 && c <= maxMixedCapacity
 	}
-	byTasks, ok := parseByTasks(s, times)
+	out, ok := parseByTasks(s, times, func(tasks, v float64) TaskCapacity { return TaskCapacity{Tasks: tasks, Capacity: v} })
 	if !ok {
 		return nil, fmt.Errorf("--swap-mixed-capacity %q: want %s, task counts ascending from 1, each 1 to %g", s, MixedCapacityForm, float64(maxMixedCapacity))
-	}
-	out := make([]TaskCapacity, len(byTasks))
-	for i, f := range byTasks {
-		out[i] = TaskCapacity{Tasks: f.tasks, Capacity: f.value}
 	}
 	return out, nil
 }

@@ -42,28 +42,22 @@ func parseSecondsByTasks(name, form, s string) ([]PagingCost, error) {
 		d, err := time.ParseDuration(v)
 		return d.Seconds(), err == nil && d >= 0
 	}
-	byTasks, ok := parseByTasks(s, seconds)
+	out, ok := parseByTasks(s, seconds, func(tasks, v float64) PagingCost { return PagingCost{Tasks: tasks, SecondsPerPage: v} })
 	if !ok {
 		return nil, fmt.Errorf("--%s %q: want %s, task counts ascending from 1, durations not negative", name, s, form)
-	}
-	out := make([]PagingCost, len(byTasks))
-	for i, f := range byTasks {
-		out[i] = PagingCost{Tasks: f.tasks, SecondsPerPage: f.value}
 	}
 	return out, nil
 }
 
-// taskFigure is a figure measured with some tasks faulting at once.
-type taskFigure struct{ tasks, value float64 }
-
 // parseByTasks parses a figure whatever the tasks ("VALUE", taken at one
 // task) or figures by task count ("TASKS:VALUE,...", counts ascending
-// from 1), value parsing and checking each figure.
-func parseByTasks(s string, value func(string) (float64, bool)) ([]taskFigure, bool) {
+// from 1), value parsing and checking each figure and of building it.
+func parseByTasks[T any](s string, value func(string) (float64, bool), of func(tasks, v float64) T) ([]T, bool) {
 	if v, ok := value(strings.TrimSpace(s)); ok {
-		return []taskFigure{{1, v}}, true
+		return []T{of(1, v)}, true
 	}
-	var out []taskFigure
+	var out []T
+	last := 0.0
 	for _, part := range strings.Split(s, ",") {
 		tasks, v, ok := strings.Cut(strings.TrimSpace(part), ":")
 		if !ok {
@@ -71,10 +65,10 @@ func parseByTasks(s string, value func(string) (float64, bool)) ([]taskFigure, b
 		}
 		n, err := strconv.ParseFloat(tasks, 64)
 		f, ok := value(v)
-		if err != nil || !ok || !(n >= 1) || math.IsInf(n, 0) || (len(out) > 0 && !(n > out[len(out)-1].tasks)) {
+		if err != nil || !ok || !(n >= 1) || math.IsInf(n, 0) || (len(out) > 0 && !(n > last)) {
 			return nil, false
 		}
-		out = append(out, taskFigure{n, f})
+		out, last = append(out, of(n, f)), n
 	}
 	return out, true
 }
@@ -141,13 +135,9 @@ func ParseIOPages(name, s string) ([]IOPages, error) {
 		p, err := strconv.ParseFloat(v, 64)
 		return p, err == nil && p >= 1 && p <= maxIOPages
 	}
-	byTasks, ok := parseByTasks(s, pages)
+	out, ok := parseByTasks(s, pages, func(tasks, v float64) IOPages { return IOPages{Tasks: tasks, Pages: v} })
 	if !ok {
 		return nil, fmt.Errorf("--%s %q: want %s, task counts ascending from 1, pages 1..%d", name, s, IOPagesForm, maxIOPages)
-	}
-	out := make([]IOPages, len(byTasks))
-	for i, f := range byTasks {
-		out[i] = IOPages{Tasks: f.tasks, Pages: f.value}
 	}
 	return out, nil
 }
