@@ -60,30 +60,30 @@ them where neither the command line nor the scenario gave a value.`
 
 type simFlags struct {
 	rampFlags
-	guestOverhead, guestCache             bytesValue
-	balloon                               bool
-	balloonPol                            string
-	maxSwapIn, maxSwapOut                 float64
-	ksm                                   string
-	nodeMemory, systemReserve, swap       bytesValue
-	readBandwidth, writeBandwidth         bytesValue
-	cpus, populateRate, touchAloneSpeedup float64
-	touchOwnBlock                         float64
-	touchRate                             string
-	readIOPS, writeIOPS                   float64
-	latency, ksmdCPU, balloonCPU          time.Duration
-	startCPUFactor                        float64
-	startCPUDuration                      time.Duration
-	swapTier                              string
-	agent                                 bool
-	out, label, scenario, find            string
-	swapDepths, workerKind                string
-	pagingCPU, runQueueWait               string
-	readPages, writePages, mixedCapacity  string
-	machine                               string
-	minPerVM, maxSwapUtil                 float64
-	seed                                  uint64
-	json, stopOnFail                      bool
+	guestOverhead, guestCache            bytesValue
+	balloon                              bool
+	balloonPol                           string
+	maxSwapIn, maxSwapOut                float64
+	ksm                                  string
+	nodeMemory, systemReserve, swap      bytesValue
+	readBandwidth, writeBandwidth        bytesValue
+	cpus, populateRate                   float64
+	touchOwnBlock                        float64
+	touchRate, touchAloneSpeedup         string
+	readIOPS, writeIOPS                  float64
+	latency, ksmdCPU, balloonCPU         time.Duration
+	startCPUFactor                       float64
+	startCPUDuration                     time.Duration
+	swapTier                             string
+	agent                                bool
+	out, label, scenario, find           string
+	swapDepths, workerKind               string
+	pagingCPU, runQueueWait              string
+	readPages, writePages, mixedCapacity string
+	machine                              string
+	minPerVM, maxSwapUtil                float64
+	seed                                 uint64
+	json, stopOnFail                     bool
 }
 
 func newSimCommand() *cobra.Command {
@@ -111,7 +111,7 @@ func newSimCommand() *cobra.Command {
 	fl.Var(&f.systemReserve, "system-reserve", "RAM the VMs never get (host kernel, daemons, reservations)")
 	fl.Float64Var(&f.cpus, "cpus", f.cpus, "the node's cores")
 	fl.StringVar(&f.touchRate, "touch-rate", f.touchRate, "pages/s one core touches in RAM (headroom load's rate in a VM), "+sim.TouchRateForm)
-	fl.Float64Var(&f.touchAloneSpeedup, "touch-alone-speedup", 0, "how much faster one core touches while it is the only busy one than --touch-rate (measured with every core busy); in between, in proportion to the idle cores (0 or 1: no difference; --machine this measures it)")
+	fl.StringVar(&f.touchAloneSpeedup, "touch-alone-speedup", "0", "how much faster one core touches while it is the only busy one than --touch-rate (measured with every core busy), "+sim.TouchAloneSpeedupForm+"; in between, in proportion to the idle cores (--machine this measures it)")
 	fl.Float64Var(&f.touchOwnBlock, "touch-own-block", 0, "0..1: how far a worker's own block, rather than the memory all the workers taking turns on its core cycle through, sets its touch rate (0: the core's total; --machine this measures it)")
 	fl.Float64Var(&f.populateRate, "populate-rate", 0, "pages/s one core fills a new block at (0: a quarter of --touch-rate, at its smallest size)")
 	fl.Var(&f.swap, "swap", "swap device size (0: none)")
@@ -213,8 +213,8 @@ func applyMachine(cmd *cobra.Command, f *simFlags) error {
 	set("cpus", fmt.Sprint(fig.CPUs))
 	set("touch-rate", sim.FormatTouchRate(fig.TouchRate))
 	set("populate-rate", fmt.Sprint(fig.PopulateRatePerCore))
-	if fig.TouchAloneSpeedup > 0 {
-		set("touch-alone-speedup", fmt.Sprint(fig.TouchAloneSpeedup))
+	if len(fig.TouchAloneSpeedup) > 0 {
+		set("touch-alone-speedup", sim.FormatTouchAloneSpeedup(fig.TouchAloneSpeedup))
 	}
 	if fig.TouchTurnPagesPerSec > 0 {
 		set("touch-own-block", fmt.Sprint(fig.TouchOwnBlock()))
@@ -268,13 +268,16 @@ func simParams(f *simFlags) (sim.Params, error) {
 	content := memload.Content(f.content)
 	ratio := sim.ContentRatio(content)
 	node := sim.Node{RAMBytes: uint64(f.nodeMemory), SystemReserveBytes: uint64(f.systemReserve), CPUs: f.cpus,
-		TouchAloneSpeedup: f.touchAloneSpeedup, TouchOwnBlock: f.touchOwnBlock, PopulateRatePerCore: f.populateRate, PageCluster: 3, KSMDCPUSeconds: f.ksmdCPU.Seconds(),
+		TouchOwnBlock: f.touchOwnBlock, PopulateRatePerCore: f.populateRate, PageCluster: 3, KSMDCPUSeconds: f.ksmdCPU.Seconds(),
 		Swap: sim.Device{SizeBytes: uint64(f.swap), ReadIOPS: f.readIOPS, WriteIOPS: f.writeIOPS, LatencySeconds: f.latency.Seconds(),
 			ReadBytesPerSec: float64(f.readBandwidth), WriteBytesPerSec: float64(f.writeBandwidth)}}
 	if f.swapDepths != "" {
 		if node.Swap.Depths, err = sim.ParseDepths(f.swapDepths); err != nil {
 			return sim.Params{}, usageError{err}
 		}
+	}
+	if node.TouchAloneSpeedup, err = sim.ParseTouchAloneSpeedup(f.touchAloneSpeedup); err != nil {
+		return sim.Params{}, usageError{err}
 	}
 	if node.TouchRate, err = sim.ParseTouchRate(f.touchRate); err != nil {
 		return sim.Params{}, usageError{err}

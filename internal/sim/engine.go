@@ -429,7 +429,8 @@ func (s *node) tick(now float64, measuring bool) {
 	s.pagingCPU = pagingCPUAt(s.n.PagingCPU, faulting)
 	s.runQueueWait = runQueueWaitAt(s.n.RunQueueWait, faulting)
 	s.setIOFigures(faulting)
-	s.touchRate = touchRateAt(s.n.TouchRate, s.touchedBytesPerCore()) * aloneSpeedup(s.n.TouchAloneSpeedup, s.busyVMs(), s.n.CPUs)
+	touched := s.touchedBytesPerCore()
+	s.touchRate = touchRateAt(s.n.TouchRate, touched) * aloneSpeedup(aloneSpeedupAt(s.n.TouchAloneSpeedup, touched), s.busyVMs(), s.n.CPUs)
 	share := s.cpuShare()
 	s.readWait = s.solveReadWait(share)
 	s.vmCPUSeconds += min(s.coresUsed(share), s.n.CPUs) * dt

@@ -27,8 +27,9 @@ type MachineFigures struct {
 	// worker a core, by the size of each worker's block.
 	TouchRate []TouchRate `json:"touch_rate"`
 	// TouchAloneSpeedup is a worker's touch rate alone on the machine
-	// over the rate a core with a worker on every core (0: one core).
-	TouchAloneSpeedup float64 `json:"touch_alone_speedup"`
+	// over the rate a core with a worker on every core, by the size of its
+	// block (nil: one core).
+	TouchAloneSpeedup []AloneSpeedup `json:"touch_alone_speedup"`
 	// TouchTurnPagesPerSec is a core's pages/s with
 	// touchTurnWorkersPerCore workers of TouchTurnBytes each taking turns
 	// on it (0: not measured, where only the smallest block fits).
@@ -306,8 +307,12 @@ func (f MachineFigures) String() string {
 		touch[i] = fmt.Sprintf("%s over %s", units.FormatRate(r.PagesPerSec), units.FormatBytes(uint64(r.BytesPerCore)))
 	}
 	alone := ""
-	if f.TouchAloneSpeedup > 0 {
-		alone = fmt.Sprintf(", one worker alone %.2f× that", f.TouchAloneSpeedup)
+	if len(f.TouchAloneSpeedup) > 0 {
+		factors := make([]string, len(f.TouchAloneSpeedup))
+		for i, a := range f.TouchAloneSpeedup {
+			factors[i] = fmt.Sprintf("%.2f", a.Factor)
+		}
+		alone = fmt.Sprintf(", one worker alone %s× that", strings.Join(factors, "/"))
 	}
 	if f.TouchTurnPagesPerSec > 0 {
 		alone += fmt.Sprintf("; %d workers a core taking turns over %s each %s, as over a block × (workers a core)^%.2f",

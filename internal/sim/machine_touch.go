@@ -106,14 +106,11 @@ func loadSummary(ctx context.Context, o MeasureOptions, workers int, size uint64
 }
 
 // summarizeTouchRuns turns the rounds into the model's figures: per block,
-// the median of its rates with every core busy; the alone speedup, the
-// median of each round's alone ÷ every-core rate over all blocks (at
-// least 1: a core alone is not slower, a lower ratio is the machine's
-// noise; 0 when nothing ran alone); and the median populate rate of the
-// smallest block.
-func summarizeTouchRuns(runs []touchRun) (rates []TouchRate, speedup, populatePerCore float64) {
-	all, populate := map[uint64][]float64{}, map[uint64][]float64{}
-	var ratios []float64
+// the median of its rates with every core busy and the median of its
+// rounds' alone ÷ every-core ratios (none when nothing ran alone), and
+// the median populate rate of the smallest block.
+func summarizeTouchRuns(runs []touchRun) (rates []TouchRate, speedups []AloneSpeedup, populatePerCore float64) {
+	all, alone, populate := map[uint64][]float64{}, map[uint64][]float64{}, map[uint64][]float64{}
 	for _, r := range runs {
 		if !(r.AllPagesPerSec > 0) {
 			continue
@@ -123,18 +120,19 @@ func summarizeTouchRuns(runs []touchRun) (rates []TouchRate, speedup, populatePe
 			populate[r.BytesPerCore] = append(populate[r.BytesPerCore], r.PopulatePagesPerSec)
 		}
 		if r.AlonePagesPerSec > 0 {
-			ratios = append(ratios, r.AlonePagesPerSec/r.AllPagesPerSec)
+			alone[r.BytesPerCore] = append(alone[r.BytesPerCore], r.AlonePagesPerSec/r.AllPagesPerSec)
 		}
 	}
 	sizes := slices.Sorted(maps.Keys(all))
 	for _, size := range sizes {
 		rates = append(rates, TouchRate{BytesPerCore: float64(size), PagesPerSec: math.Round(results.Quantile(all[size], 0.5))})
-	}
-	if len(ratios) > 0 {
-		speedup = math.Round(max(results.Quantile(ratios, 0.5), 1)*100) / 100
+		if ratios := alone[size]; len(ratios) > 0 {
+			factor := min(max(results.Quantile(ratios, 0.5), 1.0/maxTouchAloneSpeedup), maxTouchAloneSpeedup)
+			speedups = append(speedups, AloneSpeedup{BytesPerCore: float64(size), Factor: math.Round(factor*100) / 100})
+		}
 	}
 	if len(sizes) > 0 && len(populate[sizes[0]]) > 0 {
 		populatePerCore = math.Round(results.Quantile(populate[sizes[0]], 0.5))
 	}
-	return rates, speedup, populatePerCore
+	return rates, speedups, populatePerCore
 }

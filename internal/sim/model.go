@@ -81,9 +81,10 @@ type Node struct {
 	TouchRate []TouchRate
 	// TouchAloneSpeedup is how much faster a core touches while it is the
 	// only busy one (no neighbour in the shared caches, on the memory bus
-	// or on its SMT sibling) than TouchRate, measured with every core busy;
-	// in between, in proportion to the idle cores (0 or 1: no difference).
-	TouchAloneSpeedup float64
+	// or on its SMT sibling) than TouchRate, measured with every core busy,
+	// by the memory it touches; in between, in proportion to the idle
+	// cores (nil: no difference).
+	TouchAloneSpeedup []AloneSpeedup
 	// TouchOwnBlock is how far a worker's own block, rather than all the
 	// memory its core's workers cycle through, sets its touch rate while
 	// several take turns on a core: 0 (the default) the core's total, 1 the
@@ -226,8 +227,8 @@ func Validate(n Node, v VMSpec) error {
 		return fmt.Errorf("--cpus must be positive")
 	case !touchRatesValid(n.TouchRate):
 		return fmt.Errorf("--touch-rate: want %s, sizes ascending, rates positive", TouchRateForm)
-	case n.TouchAloneSpeedup != 0 && !(n.TouchAloneSpeedup >= 1 && n.TouchAloneSpeedup <= maxTouchAloneSpeedup):
-		return fmt.Errorf("--touch-alone-speedup %g: want 1..%g (0: none)", n.TouchAloneSpeedup, float64(maxTouchAloneSpeedup))
+	case !aloneSpeedupsValid(n.TouchAloneSpeedup):
+		return fmt.Errorf("--touch-alone-speedup %s: want %s, sizes ascending", FormatTouchAloneSpeedup(n.TouchAloneSpeedup), TouchAloneSpeedupForm)
 	case !(n.TouchOwnBlock >= 0 && n.TouchOwnBlock <= 1):
 		return fmt.Errorf("--touch-own-block %g: want 0..1 (0: the core's total sets the rate, 1: a worker's own block)", n.TouchOwnBlock)
 	case n.Swap.SizeBytes > 0 && !(n.Swap.ReadIOPS > 0):

@@ -26,29 +26,43 @@ type TouchRate struct {
 // ParseTouchRate parses --touch-rate: one rate (whatever the memory
 // touched) or rates by the memory touched per core, ascending.
 func ParseTouchRate(s string) ([]TouchRate, error) {
-	bad := fmt.Errorf("--touch-rate %q: want %s, sizes ascending, rates positive", s, TouchRateForm)
-	var out []TouchRate
-	if !strings.Contains(s, ":") {
-		r, err := parseRate(s)
-		if err != nil {
-			return nil, bad
-		}
-		out = []TouchRate{{PagesPerSec: r}}
-	} else {
-		for _, part := range strings.Split(s, ",") {
-			size, rate, ok := strings.Cut(strings.TrimSpace(part), ":")
-			b, err := units.ParseBytes(size)
-			r, err2 := parseRate(rate)
-			if !ok || err != nil || err2 != nil || b == 0 {
-				return nil, bad
-			}
-			out = append(out, TouchRate{BytesPerCore: float64(b), PagesPerSec: r})
-		}
-	}
-	if !touchRatesValid(out) {
-		return nil, bad
+	out, ok := parseBySize(s, parseRate, func(bytesPerCore, rate float64) TouchRate { return TouchRate{bytesPerCore, rate} })
+	if !ok || !touchRatesValid(out) {
+		return nil, fmt.Errorf("--touch-rate %q: want %s, sizes ascending, rates positive", s, TouchRateForm)
 	}
 	return out, nil
+}
+
+// parseBySize parses one value (whatever the memory touched: size 0) or
+// SIZE:VALUE pairs, each by of; the caller checks the order and values.
+func parseBySize[T any](s string, value func(string) (float64, error), of func(bytesPerCore, v float64) T) ([]T, bool) {
+	if !strings.Contains(s, ":") {
+		v, err := value(s)
+		return []T{of(0, v)}, err == nil
+	}
+	var out []T
+	for _, part := range strings.Split(s, ",") {
+		size, v, ok := strings.Cut(strings.TrimSpace(part), ":")
+		b, err := units.ParseBytes(size)
+		f, err2 := value(v)
+		if !ok || err != nil || err2 != nil || b == 0 {
+			return nil, false
+		}
+		out = append(out, of(float64(b), f))
+	}
+	return out, true
+}
+
+// formatBySize is parseBySize's inverse.
+func formatBySize[T any](xs []T, bytesPerCore, value func(T) float64) string {
+	if len(xs) == 1 && bytesPerCore(xs[0]) == 0 {
+		return strconv.FormatFloat(value(xs[0]), 'g', -1, 64)
+	}
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf("%.0f:%s", bytesPerCore(x), strconv.FormatFloat(value(x), 'g', -1, 64))
+	}
+	return strings.Join(parts, ",")
 }
 
 // parseRate takes a rate as units.ParseRate does ("20M") or as a
@@ -63,14 +77,7 @@ func parseRate(s string) (float64, error) {
 
 // FormatTouchRate is ParseTouchRate's inverse.
 func FormatTouchRate(rs []TouchRate) string {
-	if len(rs) == 1 && rs[0].BytesPerCore == 0 {
-		return strconv.FormatFloat(rs[0].PagesPerSec, 'g', -1, 64)
-	}
-	parts := make([]string, len(rs))
-	for i, r := range rs {
-		parts[i] = fmt.Sprintf("%.0f:%s", r.BytesPerCore, strconv.FormatFloat(r.PagesPerSec, 'g', -1, 64))
-	}
-	return strings.Join(parts, ",")
+	return formatBySize(rs, func(r TouchRate) float64 { return r.BytesPerCore }, func(r TouchRate) float64 { return r.PagesPerSec })
 }
 
 // touchRateAt is the pages/s a core touches cycling through bytesPerCore:
@@ -128,15 +135,76 @@ func ownBlockFrom(rs []TouchRate, blockBytes, workersPerCore, turnRate float64) 
 	return math.Round((lo+hi)/2*100) / 100, true
 }
 
-// maxTouchAloneSpeedup bounds Node.TouchAloneSpeedup: a core alone
-// gains its neighbours' share of the caches and the memory bus, not
-// several times its speed.
+// TouchAloneSpeedupForm describes the accepted --touch-alone-speedup
+// syntax.
+const TouchAloneSpeedupForm = "FACTOR or SIZE:FACTOR[,...] (e.g. 1.1, or 64Mi:1.1,256Mi:1,1Gi:1: one core alone over a core with every core busy, with SIZE touched per core), each 0.25..4 (0: none)"
+
+// AloneSpeedup is how much faster a core touches while it is the only
+// busy one than TouchRate, measured with every core busy, while it cycles
+// through BytesPerCore (0: whatever it touches). It depends on the block:
+// here, with 2 cores, one worker alone touched 1.07-1.10× a worker's rate
+// with both busy over 64 MiB (the caches the cores share are its alone)
+// and 0.96-1.04× over 256 MiB and 1 GiB (2026-11-27; one factor over all
+// three, 1.07-1.09, had put density ramps' lone seq worker 20% high).
+type AloneSpeedup struct {
+	BytesPerCore float64
+	Factor       float64
+}
+
+// maxTouchAloneSpeedup bounds AloneSpeedup.Factor, and its inverse the
+// slowdown: a core alone gains or loses its neighbours' share of the
+// caches and the memory bus, not several times its speed.
 const maxTouchAloneSpeedup = 4
+
+// ParseTouchAloneSpeedup parses --touch-alone-speedup: one factor or
+// factors by the memory touched per core, ascending; "0" is none.
+func ParseTouchAloneSpeedup(s string) ([]AloneSpeedup, error) {
+	if v, err := strconv.ParseFloat(strings.TrimSpace(s), 64); err == nil && v == 0 {
+		return nil, nil
+	}
+	factor := func(v string) (float64, error) { return strconv.ParseFloat(strings.TrimSpace(v), 64) }
+	out, ok := parseBySize(s, factor, func(bytesPerCore, f float64) AloneSpeedup { return AloneSpeedup{bytesPerCore, f} })
+	if !ok || !aloneSpeedupsValid(out) {
+		return nil, fmt.Errorf("--touch-alone-speedup %q: want %s, sizes ascending", s, TouchAloneSpeedupForm)
+	}
+	return out, nil
+}
+
+// FormatTouchAloneSpeedup is ParseTouchAloneSpeedup's inverse.
+func FormatTouchAloneSpeedup(ss []AloneSpeedup) string {
+	if len(ss) == 0 {
+		return "0"
+	}
+	return formatBySize(ss, func(a AloneSpeedup) float64 { return a.BytesPerCore }, func(a AloneSpeedup) float64 { return a.Factor })
+}
+
+// aloneSpeedupsValid says whether ss are as ParseTouchAloneSpeedup
+// returns them (nil: none).
+func aloneSpeedupsValid(ss []AloneSpeedup) bool {
+	for i, a := range ss {
+		if !(a.Factor >= 1.0/maxTouchAloneSpeedup && a.Factor <= maxTouchAloneSpeedup) || !(a.BytesPerCore >= 0) || math.IsInf(a.BytesPerCore, 0) ||
+			(len(ss) > 1 && !(a.BytesPerCore > 0)) || (i > 0 && !(a.BytesPerCore > ss[i-1].BytesPerCore)) {
+			return false
+		}
+	}
+	return true
+}
+
+// aloneSpeedupAt is the speedup of a core alone cycling through
+// bytesPerCore: linear in log2 of the bytes between the given sizes,
+// beyond them the nearest size's (1 where none is given).
+func aloneSpeedupAt(ss []AloneSpeedup, bytesPerCore float64) float64 {
+	if len(ss) == 0 {
+		return 1
+	}
+	return alongLog2(ss, bytesPerCore, func(a AloneSpeedup) float64 { return a.BytesPerCore },
+		func(a AloneSpeedup) float64 { return a.Factor }, false)
+}
 
 // aloneSpeedup is the factor on the touch rate with busyCores of cpus
 // busy: speedup with one core busy, none with all, in proportion between.
 func aloneSpeedup(speedup, busyCores, cpus float64) float64 {
-	if !(speedup > 1) || !(cpus > 1) {
+	if !(speedup > 0) || !(cpus > 1) {
 		return 1
 	}
 	idle := max(cpus-max(busyCores, 1), 0) // at most cpus-1

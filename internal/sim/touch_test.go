@@ -66,6 +66,85 @@ func FuzzParseTouchRate(f *testing.F) {
 	})
 }
 
+func TestParseTouchAloneSpeedup(t *testing.T) {
+	for in, want := range map[string][]AloneSpeedup{
+		"1.1":                     {{0, 1.1}},
+		"0.96":                    {{0, 0.96}}, // alone slower: measured here over 256 MiB
+		"0":                       {},          // none
+		" 0 ":                     {},
+		"64Mi:1.1, 256Mi:1,1Gi:1": {{64 << 20, 1.1}, {256 << 20, 1}, {1 << 30, 1}},
+		"268435456:0.98":          {{256 << 20, 0.98}},
+		"":                        nil,
+		"0.2":                     nil, // beyond a quarter
+		"4.5":                     nil,
+		"-1":                      nil,
+		"256Mi:1,64Mi:1.1":        nil, // not ascending
+		"256Mi:1,256Mi:1.1":       nil,
+		"0:1.1":                   nil, // no memory touched in a list
+		"256Mi:0":                 nil,
+		"256Mi":                   nil,
+		"256Mi:1M":                nil,
+		"big:1.1":                 nil,
+		"256Mi:NaN":               nil,
+		"Inf":                     nil,
+	} {
+		got, err := ParseTouchAloneSpeedup(in)
+		switch {
+		case want == nil:
+			if err == nil || !strings.Contains(err.Error(), TouchAloneSpeedupForm) {
+				t.Errorf("%q: %+v, %v; want an error naming %s", in, got, err, TouchAloneSpeedupForm)
+			}
+		case len(want) == 0:
+			if err != nil || got != nil {
+				t.Errorf("%q: %+v, %v; want none", in, got, err)
+			}
+		case err != nil || !reflect.DeepEqual(got, want):
+			t.Errorf("%q: %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+}
+
+// What ParseTouchAloneSpeedup accepts, FormatTouchAloneSpeedup writes
+// back in a form it accepts again, unchanged, and the model takes it.
+func FuzzParseTouchAloneSpeedup(f *testing.F) {
+	for _, s := range []string{"1.1", "0", "0.96", "64Mi:1.1,256Mi:1,1Gi:1", "256Mi:1,64Mi:1.1", "1:4"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ss, err := ParseTouchAloneSpeedup(s)
+		if err != nil {
+			return
+		}
+		if !aloneSpeedupsValid(ss) {
+			t.Fatalf("%q parsed to %+v, which the model refuses", s, ss)
+		}
+		again, err := ParseTouchAloneSpeedup(FormatTouchAloneSpeedup(ss))
+		if err != nil {
+			t.Fatalf("%q parsed to %+v, formatted to %q, refused: %v", s, ss, FormatTouchAloneSpeedup(ss), err)
+		}
+		if !reflect.DeepEqual(again, ss) {
+			t.Fatalf("%q: %+v, %+v after a round trip", s, ss, again)
+		}
+	})
+}
+
+// A core alone gains by the memory it cycles through: the measured sizes'
+// factors, linear in log2 between them, the nearest beyond; none given, 1.
+func TestAloneSpeedupAt(t *testing.T) {
+	bySize := []AloneSpeedup{{64 << 20, 1.1}, {256 << 20, 0.98}, {1 << 30, 1.02}}
+	for _, c := range []struct {
+		ss          []AloneSpeedup
+		bytes, want float64
+	}{
+		{bySize, 64 << 20, 1.1}, {bySize, 256 << 20, 0.98}, {bySize, 128 << 20, 1.04}, {bySize, 512 << 20, 1},
+		{bySize, 16 << 20, 1.1}, {bySize, 4 << 30, 1.02}, {[]AloneSpeedup{{0, 1.2}}, 1 << 30, 1.2}, {nil, 256 << 20, 1},
+	} {
+		if got := aloneSpeedupAt(c.ss, c.bytes); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("%+v at %.0f B: %g, want %g", c.ss, c.bytes, got, c.want)
+		}
+	}
+}
+
 // A core's rate follows the memory it cycles through: linear in log2 of
 // the bytes between measured sizes, the nearest size's rate beyond them;
 // one rate holds for any.
@@ -137,7 +216,7 @@ func TestAloneSpeedup(t *testing.T) {
 	for _, c := range []struct{ speedup, busy, cpus, want float64 }{
 		{1.2, 1, 2, 1.2}, {1.2, 2, 2, 1}, {1.2, 5, 2, 1}, {1.2, 0, 2, 1.2},
 		{1.3, 1, 4, 1.3}, {1.3, 2, 4, 1.2}, {1.3, 3, 4, 1.1}, {1.3, 4, 4, 1}, {1.3, 2.5, 4, 1.15},
-		{1.2, 1, 1, 1}, {0, 1, 2, 1}, {1, 1, 2, 1}, {0.8, 1, 2, 1},
+		{1.2, 1, 1, 1}, {0, 1, 2, 1}, {1, 1, 2, 1}, {0.8, 1, 2, 0.8}, {0.8, 2, 2, 1}, {0.9, 2, 4, 0.9 + 0.1/3},
 	} {
 		if got := aloneSpeedup(c.speedup, c.busy, c.cpus); math.Abs(got-c.want) > 1e-9 {
 			t.Errorf("speedup %g, %g of %g cores busy: %g, want %g", c.speedup, c.busy, c.cpus, got, c.want)
@@ -145,11 +224,12 @@ func TestAloneSpeedup(t *testing.T) {
 	}
 }
 
-// One VM running on two cores touches at the speedup; two at the rate
-// measured with both busy; a populating VM keeps its core busy.
+// One VM running on two cores touches at the speedup of its block; two
+// at the rate measured with both busy; a populating VM keeps its core busy.
 func TestEngineTouchRateAlone(t *testing.T) {
 	nd := smallNode()
-	nd.CPUs, nd.TouchRate, nd.TouchAloneSpeedup = 2, []TouchRate{{0, 50e6}}, 1.2
+	// oneVM's block is 1 GiB: the factor of 256 MiB is not its.
+	nd.CPUs, nd.TouchRate, nd.TouchAloneSpeedup = 2, []TouchRate{{0, 50e6}}, []AloneSpeedup{{256 << 20, 0.9}, {1 << 30, 1.2}}
 	spec := oneVM(memload.ScanRandom)
 	for _, c := range []struct {
 		vms, populating int
@@ -168,27 +248,27 @@ func TestEngineTouchRateAlone(t *testing.T) {
 	}
 }
 
-// The probe's rounds: per block the median rate with every core busy,
-// the median alone ÷ all ratio over every block (at least 1), and the
+// The probe's rounds: per block the median rate with every core busy and
+// the median alone ÷ all ratio (below 1 where alone was slower), and the
 // smallest block's median populate rate.
 func TestSummarizeTouchRuns(t *testing.T) {
 	runs := []touchRun{
-		{64 << 20, 80e6, 96e6, 200e3}, {256 << 20, 50e6, 55e6, 0},
-		{64 << 20, 70e6, 70e6, 180e3}, {256 << 20, 40e6, 48e6, 0},
-		{64 << 20, 90e6, 99e6, 220e3}, {256 << 20, 45e6, 45e6, 0},
+		{64 << 20, 80e6, 96e6, 200e3}, {256 << 20, 50e6, 48e6, 0},
+		{64 << 20, 70e6, 70e6, 180e3}, {256 << 20, 40e6, 40e6, 0},
+		{64 << 20, 90e6, 99e6, 220e3}, {256 << 20, 45e6, 45e6 * 0.97, 0},
 	}
-	rates, speedup, populate := summarizeTouchRuns(runs)
+	rates, speedups, populate := summarizeTouchRuns(runs)
 	want := []TouchRate{{64 << 20, 80e6}, {256 << 20, 45e6}}
-	if !reflect.DeepEqual(rates, want) || speedup != 1.1 || populate != 200e3 {
-		t.Errorf("got %v, speedup %g, populate %g; want %v, 1.1, 200000", rates, speedup, populate, want)
+	wantSpeedups := []AloneSpeedup{{64 << 20, 1.1}, {256 << 20, 0.97}}
+	if !reflect.DeepEqual(rates, want) || !reflect.DeepEqual(speedups, wantSpeedups) || populate != 200e3 {
+		t.Errorf("got %v, speedups %v, populate %g; want %v, %v, 200000", rates, speedups, populate, want, wantSpeedups)
 	}
-	// Alone slower than all (noise): no speedup; one core: none measured.
-	runs = []touchRun{{64 << 20, 80e6, 70e6, 0}, {64 << 20, 80e6, 75e6, 0}, {64 << 20, 80e6, 90e6, 0}}
-	if _, speedup, _ := summarizeTouchRuns(runs); speedup != 1 {
-		t.Errorf("alone mostly slower: speedup %g, want 1", speedup)
+	// A wild ratio is held to the model's bounds; one core: none measured.
+	if _, speedups, _ := summarizeTouchRuns([]touchRun{{64 << 20, 80e6, 800e6, 0}}); !reflect.DeepEqual(speedups, []AloneSpeedup{{64 << 20, 4}}) {
+		t.Errorf("alone 10× faster: speedups %v, want 4 (the bound)", speedups)
 	}
-	if _, speedup, _ := summarizeTouchRuns([]touchRun{{64 << 20, 80e6, 0, 0}}); speedup != 0 {
-		t.Errorf("nothing alone: speedup %g, want 0", speedup)
+	if _, speedups, _ := summarizeTouchRuns([]touchRun{{64 << 20, 80e6, 0, 0}}); speedups != nil {
+		t.Errorf("nothing alone: speedups %v, want none", speedups)
 	}
 }
 
