@@ -142,10 +142,9 @@ const TouchAloneSpeedupForm = "FACTOR or SIZE:FACTOR[,...] (e.g. 1.1, or 64Mi:1.
 // AloneSpeedup is how much faster a core touches while it is the only
 // busy one than TouchRate, measured with every core busy, while it cycles
 // through BytesPerCore (0: whatever it touches). It depends on the block:
-// here, with 2 cores, one worker alone touched 1.07-1.10× a worker's rate
+// here, with 2 cores, one worker alone touched 1.07-1.17× a worker's rate
 // with both busy over 64 MiB (the caches the cores share are its alone)
-// and 0.96-1.04× over 256 MiB and 1 GiB (2026-11-27; one factor over all
-// three, 1.07-1.09, had put density ramps' lone seq worker 20% high).
+// and 0.96-1.08× over 256 MiB (2026-11-27).
 type AloneSpeedup struct {
 	BytesPerCore float64
 	Factor       float64
