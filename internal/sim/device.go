@@ -112,11 +112,7 @@ func ParseMixedCapacity(s string) ([]TaskCapacity, error) {
 
 // FormatMixedCapacity is ParseMixedCapacity's inverse, to a hundredth.
 func FormatMixedCapacity(cs []TaskCapacity) string {
-	parts := make([]string, len(cs))
-	for i, c := range cs {
-		parts[i] = fmt.Sprintf("%g:%g", c.Tasks, math.Round(c.Capacity*100)/100)
-	}
-	return strings.Join(parts, ",")
+	return formatByTasks(cs, func(c TaskCapacity) (float64, float64) { return c.Tasks, c.Capacity })
 }
 
 // mixedCapacityAt is the device's mixed capacity with tasks faulting at

@@ -73,6 +73,17 @@ func parseByTasks[T any](s string, value func(string) (float64, bool), of func(t
 	return out, true
 }
 
+// formatByTasks writes figures by task count as parseByTasks reads them,
+// each figure to a hundredth.
+func formatByTasks[T any](xs []T, figure func(T) (tasks, v float64)) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		tasks, v := figure(x)
+		parts[i] = fmt.Sprintf("%g:%g", tasks, math.Round(v*100)/100)
+	}
+	return strings.Join(parts, ",")
+}
+
 // FormatPagingSeconds is ParsePagingCPU's and ParseRunQueueWait's
 // inverse.
 func FormatPagingSeconds(cs []PagingCost) string {
@@ -144,11 +155,7 @@ func ParseIOPages(name, s string) ([]IOPages, error) {
 
 // FormatIOPages is ParseIOPages' inverse, to a hundredth of a page.
 func FormatIOPages(ps []IOPages) string {
-	parts := make([]string, len(ps))
-	for i, p := range ps {
-		parts[i] = fmt.Sprintf("%g:%g", p.Tasks, math.Round(p.Pages*100)/100)
-	}
-	return strings.Join(parts, ",")
+	return formatByTasks(ps, func(p IOPages) (float64, float64) { return p.Tasks, p.Pages })
 }
 
 // ioPagesAt is the pages one I/O carries with tasks faulting at once:
