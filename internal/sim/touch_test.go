@@ -56,13 +56,7 @@ func FuzzParseTouchRate(f *testing.F) {
 		if !touchRatesValid(rs) {
 			t.Fatalf("%q parsed to %+v, which the model refuses", s, rs)
 		}
-		again, err := ParseTouchRate(FormatTouchRate(rs))
-		if err != nil {
-			t.Fatalf("%q parsed to %+v, formatted to %q, refused: %v", s, rs, FormatTouchRate(rs), err)
-		}
-		if !reflect.DeepEqual(again, rs) {
-			t.Fatalf("%q: %+v, %+v after a round trip", s, rs, again)
-		}
+		roundTripExact(t, s, rs, ParseTouchRate, FormatTouchRate)
 	})
 }
 
@@ -118,13 +112,7 @@ func FuzzParseTouchAloneSpeedup(f *testing.F) {
 		if !aloneSpeedupsValid(ss) {
 			t.Fatalf("%q parsed to %+v, which the model refuses", s, ss)
 		}
-		again, err := ParseTouchAloneSpeedup(FormatTouchAloneSpeedup(ss))
-		if err != nil {
-			t.Fatalf("%q parsed to %+v, formatted to %q, refused: %v", s, ss, FormatTouchAloneSpeedup(ss), err)
-		}
-		if !reflect.DeepEqual(again, ss) {
-			t.Fatalf("%q: %+v, %+v after a round trip", s, ss, again)
-		}
+		roundTripExact(t, s, ss, ParseTouchAloneSpeedup, FormatTouchAloneSpeedup)
 	})
 }
 
