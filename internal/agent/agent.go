@@ -137,7 +137,8 @@ func NewForScope(cfg Config, scope cgroup.Group, log *slog.Logger, decisions io.
 	}
 	a.obs = &observer{scope: scope, hostScope: filepath.Clean("/"+cfg.Scope) == "/", source: files,
 		readErrors: func(src string) { a.metrics.readErrors.WithLabelValues(src).Inc() },
-		vms:        map[string]*vmConn{}, vmPoll: seconds(cfg.IntervalSeconds)}
+		vms:        map[string]*vmConn{}, vmPoll: seconds(cfg.IntervalSeconds),
+		usageWake: make(chan time.Time, 1), swapFactor: cfg.SwapUtilizationThresholdFactor, log: log}
 	if cfg.KSMMode != policy.KSMOff && cfg.KSMMode != "" {
 		a.obs.ksm = &ksmObserver{ksmDir: host.KSMDir}
 		a.ksm = &ksmActuator{dir: host.KSMDir}
@@ -161,6 +162,10 @@ func (a *Agent) SetSource(s Source) { a.obs.source = s }
 // SetPressureReporter makes the agent tell r, after every round, which
 // signals fire (the Kubernetes node taint and condition).
 func (a *Agent) SetPressureReporter(r PressureReporter) { a.pressure = r }
+
+// minUsageWakeGap is the shortest time between a round and one started by
+// a usage threshold crossing.
+const minUsageWakeGap = 20 * time.Millisecond
 
 // Run protects the agent, serves HTTP and runs the loop until ctx ends;
 // evictions in progress are then finished (forced) before it returns.
@@ -204,6 +209,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.evictions.Wait()
 			a.restoreBalloons()
 			a.obs.closeVMs()
+			a.obs.closeUsageWatch()
 			if a.ksm != nil {
 				if err := a.ksm.restore(); err != nil {
 					a.log.Warn("could not restore KSM's settings", "err", err)
@@ -217,6 +223,14 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.Tick(ctx, time.Now())
 		case <-wake:
 			a.metrics.psiWakeups.Inc()
+			a.Tick(ctx, time.Now())
+		case <-a.obs.usageWake:
+			// Usage hovering at a threshold crosses it again and again:
+			// rounds stay at least minUsageWakeGap apart.
+			if wait := time.Until(a.prevSample.Add(minUsageWakeGap)); wait > 0 {
+				time.Sleep(wait)
+			}
+			a.metrics.usageWakeups.Inc()
 			a.Tick(ctx, time.Now())
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -222,5 +223,30 @@ func TestDiscoverSkipsIgnoredAndOwnCgroups(t *testing.T) {
 	sort.Strings(names)
 	if want := []string{"agent-homely", "vm-a"}; !reflect.DeepEqual(names, want) {
 		t.Fatalf("workloads %v, want %v", names, want)
+	}
+}
+
+func TestUsageThresholds(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		name       string
+		scope      policy.Scope
+		swapFactor float64
+		want       []uint64
+	}{
+		{"steps from the eviction threshold to the OOM point", policy.Scope{RAMBytes: 1536 * mib, SwapBytes: 1024 * mib}, 0.8,
+			[]uint64{2355 * mib, 2406 * mib, 2457 * mib, 2508 * mib}},
+		{"threshold at the OOM point: one", policy.Scope{RAMBytes: 1024 * mib, SwapBytes: 512 * mib}, 1,
+			[]uint64{1536 * mib}},
+		{"no swap: RAM", policy.Scope{RAMBytes: 1024 * mib}, 0.8, []uint64{1024 * mib}},
+	} {
+		got := usageThresholds(c.scope, c.swapFactor)
+		// 0.8 × 1 GiB is not a whole MiB: compare to a MiB.
+		for i := range got {
+			got[i] = got[i] / mib * mib
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: %v MiB-rounded, want %v", c.name, got, c.want)
+		}
 	}
 }

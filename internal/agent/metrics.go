@@ -15,6 +15,7 @@ type metrics struct {
 	registry        *prometheus.Registry
 	ticks           prometheus.Counter
 	psiWakeups      prometheus.Counter
+	usageWakeups    prometheus.Counter
 	decisions       *prometheus.CounterVec
 	evictions       *prometheus.CounterVec
 	readErrors      *prometheus.CounterVec
@@ -31,6 +32,8 @@ func newMetrics(a *Agent) *metrics {
 			Help: "Observe-decide-act rounds run."}),
 		psiWakeups: prometheus.NewCounter(prometheus.CounterOpts{Name: "headroom_agent_psi_wakeups_total",
 			Help: "Rounds started early by a memory pressure (PSI) trigger."}),
+		usageWakeups: prometheus.NewCounter(prometheus.CounterOpts{Name: "headroom_agent_usage_wakeups_total",
+			Help: "Rounds started early by the scope's usage crossing a threshold (cgroup v1)."}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "headroom_agent_decisions_total",
 			Help: "Decisions made, by action (set_swap, evict, none)."}, []string{"action"}),
 		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "headroom_agent_evictions_total",
@@ -49,7 +52,7 @@ func newMetrics(a *Agent) *metrics {
 		evictedBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "headroom_agent_evicted_bytes_total",
 			Help: "Memory (working set and swap) freed by evictions."}),
 	}
-	m.registry.MustRegister(m.ticks, m.psiWakeups, m.decisions, m.evictions, m.readErrors, m.evictionLatency,
+	m.registry.MustRegister(m.ticks, m.psiWakeups, m.usageWakeups, m.decisions, m.evictions, m.readErrors, m.evictionLatency,
 		m.evictionResults, m.evictionSeconds, m.evictedBytes, viewCollector{a})
 	return m
 }

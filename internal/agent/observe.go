@@ -1,6 +1,10 @@
 package agent
 
 import (
+	"errors"
+	"io"
+	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/headroom-dev/headroom/internal/cgroup"
@@ -37,6 +41,17 @@ type observer struct {
 	ksm *ksmObserver
 	// tiers are the swap tiers of the last sample.
 	tiers []host.SwapTier
+
+	// usageWake receives a value when a v1 sub-tree scope's usage crosses
+	// one of usageThresholds (armed by refreshLimits from the scope's
+	// limits and swapFactor): a round then starts at once, not at the
+	// next tick. A burst of allocation can cross from the eviction
+	// threshold to the OOM point within one interval.
+	usageWake       chan time.Time
+	usageWatch      io.Closer
+	usageThresholds []uint64
+	swapFactor      float64
+	log             *slog.Logger
 }
 
 // refreshLimits re-reads the scope's limits and the host's memory totals.
@@ -47,6 +62,62 @@ func (o *observer) refreshLimits() {
 	o.hostMem, o.limitsErr = host.ReadMemory()
 	if o.limitsErr == nil {
 		o.limits, o.limitsErr = o.scope.Memory()
+	}
+	if o.limitsErr == nil {
+		o.watchUsage(usageThresholds(scopeFromGroup(o.limits, o.hostMem), o.swapFactor))
+	}
+}
+
+// usageThresholdSteps is how many usage thresholds are armed from the
+// eviction threshold up to the OOM point. The kernel's usage counts page
+// cache, which the policy's does not: a crossing can come early, and the
+// next one still wakes the agent before the OOM point.
+const usageThresholdSteps = 4
+
+// usageThresholds are the usages at which the agent is woken: the eviction
+// threshold (RAM + factor × swap) and steps from it to RAM + swap.
+func usageThresholds(s policy.Scope, swapFactor float64) []uint64 {
+	evict := s.RAMBytes + uint64(swapFactor*float64(s.SwapBytes))
+	oom := s.RAMBytes + s.SwapBytes
+	if oom < evict { // a factor above 1 is refused by Validate
+		return nil
+	}
+	out := make([]uint64, 0, usageThresholdSteps)
+	for i := range usageThresholdSteps {
+		t := evict + (oom-evict)*uint64(i)/usageThresholdSteps
+		if len(out) == 0 || t != out[len(out)-1] {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// watchUsage (re-)arms the usage thresholds when they changed. Where the
+// hierarchy has no such events (v2) the agent samples on its interval and
+// PSI triggers.
+func (o *observer) watchUsage(thresholds []uint64) {
+	if slices.Equal(thresholds, o.usageThresholds) || o.usageWake == nil {
+		return
+	}
+	o.closeUsageWatch()
+	o.usageThresholds = thresholds
+	if len(thresholds) == 0 {
+		return
+	}
+	w, err := o.scope.WatchUsage(thresholds, o.usageWake)
+	if err != nil {
+		if !errors.Is(err, cgroup.ErrNoUsageEvents) {
+			o.log.Warn("usage thresholds unavailable; sampling on the interval only", "err", err)
+		}
+		return
+	}
+	o.usageWatch = w
+}
+
+func (o *observer) closeUsageWatch() {
+	if o.usageWatch != nil {
+		o.usageWatch.Close()
+		o.usageWatch = nil
 	}
 }
 

@@ -34,6 +34,10 @@ const (
 	workerLength = "8s"
 )
 
+// maxOvershootBytes is how far past the eviction threshold the scope may be
+// when the agent decides.
+const maxOvershootBytes = 32 << 20
+
 var priorities = map[string]int{"w-low": 1, "w-mid": 5, "w-high": 10}
 
 type workerOutcome struct {
@@ -236,6 +240,13 @@ func TestSystemAgentEvictsLowestPriorityFirst(t *testing.T) {
 		t.Errorf("w-low was not evicted gracefully (SIGTERM, summary kept): %+v", low)
 	}
 	for _, r := range run.decisions {
+		// The usage threshold wakes the agent as it is crossed: sampled on
+		// the interval alone, three populating workers went 81-174 MiB past
+		// it (of the 205 MiB left to the OOM point) before it looked.
+		if r.Action == policy.ActionEvict && r.Trigger != nil && r.Trigger.Value-r.Trigger.Threshold > maxOvershootBytes {
+			t.Errorf("evicted at %.0f B, %.1f MiB past the threshold: the usage crossing did not wake the agent (want at most %d MiB)",
+				r.Trigger.Value, (r.Trigger.Value-r.Trigger.Threshold)/(1<<20), maxOvershootBytes>>20)
+		}
 		if r.Action == policy.ActionEvict && (r.LatencyBoundSeconds <= 0 || r.LatencyBoundSeconds > 1) {
 			t.Errorf("threshold crossing to eviction signal took up to %.3f s, want at most 1 s", r.LatencyBoundSeconds)
 		}

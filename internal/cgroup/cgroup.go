@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -81,6 +82,10 @@ type Group interface {
 	// DisableSwap keeps the group's own memory out of swap (v1:
 	// memory.swappiness 0; v2: memory.swap.max 0).
 	DisableSwap() error
+	// WatchUsage sends on wake, without blocking, each time the group's
+	// memory and swap usage crosses one of thresholdsBytes; Close stops
+	// it. v1 only: v2 returns ErrNoUsageEvents.
+	WatchUsage(thresholdsBytes []uint64, wake chan<- time.Time) (io.Closer, error)
 }
 
 // Version is the cgroup hierarchy version.

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/headroom-dev/headroom/internal/cgroup"
 	"github.com/headroom-dev/headroom/internal/testenv"
@@ -100,5 +101,47 @@ func TestSystemGroupMadeAgainHasANewID(t *testing.T) {
 	}
 	if first, again := id(), id(); first == again {
 		t.Fatalf("a group made again under the same path kept its ID %d", first)
+	}
+}
+
+// The kernel wakes a usage watcher as a workload's memory crosses a
+// threshold, and not for a threshold it never reaches.
+func TestSystemUsageThresholdWakes(t *testing.T) {
+	scopeCg := testenv.NewMemoryCgroup(t, 512<<20)
+	scope, err := cgroup.OpenAt(cgroup.V1, testenv.CgroupV1MemoryRoot, strings.TrimPrefix(scopeCg.Path, testenv.CgroupV1MemoryRoot))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := scope.Usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	crossed, beyond := make(chan time.Time, 1), make(chan time.Time, 1)
+	near, err := scope.WatchUsage([]uint64{before.UsageBytes + before.SwapBytes + 32<<20}, crossed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer near.Close()
+	far, err := scope.WatchUsage([]uint64{400 << 20}, beyond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer far.Close()
+
+	if out, err := scopeCg.Command(testenv.HeadroomBinary(t), "load", "--size", "64Mi", "--iterations", "1").CombinedOutput(); err != nil {
+		t.Fatalf("64 MiB workload: %v: %s", err, out)
+	}
+	select {
+	case <-crossed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a 64 MiB workload crossed a threshold 32 MiB above the group's usage and nothing woke the watcher")
+	}
+	select {
+	case <-beyond:
+		t.Fatal("the watcher of a 400 MiB threshold woke for a 64 MiB workload")
+	default:
+	}
+	if err := near.Close(); err != nil {
+		t.Fatalf("disarming: %v", err)
 	}
 }
