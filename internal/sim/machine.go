@@ -123,8 +123,9 @@ const probeRounds = 3
 // model: one faulting VM up to many.
 var probeDepths = []int{1, 2, 4, 8, 16}
 
-// MeasureMachine measures RAM, cores, the touch rate of `headroom load`,
-// and the swap device as the agent's calibration does.
+// MeasureMachine measures RAM, cores, the swap device as the agent's
+// calibration does, the paging CPU, and last the touch rate of
+// `headroom load`.
 func MeasureMachine(ctx context.Context, o MeasureOptions) (MachineFigures, error) {
 	var f MachineFigures
 	mem, err := host.ReadMemory()
@@ -135,9 +136,6 @@ func MeasureMachine(ctx context.Context, o MeasureOptions) (MachineFigures, erro
 	var ksmd host.KsmdCPU
 	if cpu, err := ksmd.Seconds(); err == nil { // no ksmd: no KSM in this kernel, nothing used
 		f.KSMDCPUSeconds = cpu
-	}
-	if err := measureTouchRate(ctx, o, &f); err != nil {
-		return f, err
 	}
 	var res probe.Result
 	if dev, err := agent.PickSwapDevice(""); err == nil {
@@ -170,6 +168,11 @@ func MeasureMachine(ctx context.Context, o MeasureOptions) (MachineFigures, erro
 		if d.WriteIOPS > 0 { // a partition is only read: no depths then
 			f.Depths = append(f.Depths, DepthRate{QueueDepth: float64(d.QueueDepth), ReadIOPS: math.Round(d.ReadIOPS), WriteIOPS: math.Round(d.WriteIOPS)})
 		}
+	}
+	// The touch rate last, nearest the run it predicts: this VM's rates
+	// drift over minutes, and the in-RAM steps follow the touch rate alone.
+	if err := measureTouchRate(ctx, o, &f); err != nil {
+		return f, err
 	}
 	return f, nil
 }
