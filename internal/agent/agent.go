@@ -138,7 +138,7 @@ func NewForScope(cfg Config, scope cgroup.Group, log *slog.Logger, decisions io.
 	a.obs = &observer{scope: scope, hostScope: filepath.Clean("/"+cfg.Scope) == "/", source: files,
 		readErrors: func(src string) { a.metrics.readErrors.WithLabelValues(src).Inc() },
 		vms:        map[string]*vmConn{}, vmPoll: seconds(cfg.IntervalSeconds),
-		usageWake: make(chan time.Time, 1), swapFactor: cfg.SwapUtilizationThresholdFactor, log: log}
+		usageWake: make(chan time.Time, 1), log: log}
 	if cfg.KSMMode != policy.KSMOff && cfg.KSMMode != "" {
 		a.obs.ksm = &ksmObserver{ksmDir: host.KSMDir}
 		a.ksm = &ksmActuator{dir: host.KSMDir}
@@ -264,6 +264,10 @@ func (a *Agent) Tick(ctx context.Context, now time.Time) {
 		decisions, next = policy.Decide(snap, a.cfg.Config, a.state)
 	}
 	a.state = next
+	if sample.ScopeErr == "" {
+		usable := policy.Scope{RAMBytes: sample.Scope.RAMBytes, SwapBytes: policy.UsableSwap(snap, a.state)}
+		a.obs.watchUsage(usageThresholds(usable, a.cfg.SwapUtilizationThresholdFactor))
+	}
 	for _, d := range decisions {
 		a.act(ctx, d)
 	}

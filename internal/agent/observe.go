@@ -43,14 +43,13 @@ type observer struct {
 	tiers []host.SwapTier
 
 	// usageWake receives a value when a v1 sub-tree scope's usage crosses
-	// one of usageThresholds (armed by refreshLimits from the scope's
-	// limits and swapFactor): a round then starts at once, not at the
-	// next tick. A burst of allocation can cross from the eviction
-	// threshold to the OOM point within one interval.
+	// one of usageThresholds (armed by watchUsage after every round from
+	// the scope and the swap its workloads may use): a round then starts
+	// at once, not at the next tick. A burst of allocation can cross from
+	// the eviction threshold to the OOM point within one interval.
 	usageWake       chan time.Time
 	usageWatch      io.Closer
 	usageThresholds []uint64
-	swapFactor      float64
 	log             *slog.Logger
 }
 
@@ -63,9 +62,6 @@ func (o *observer) refreshLimits() {
 	if o.limitsErr == nil {
 		o.limits, o.limitsErr = o.scope.Memory()
 	}
-	if o.limitsErr == nil {
-		o.watchUsage(usageThresholds(scopeFromGroup(o.limits, o.hostMem), o.swapFactor))
-	}
 }
 
 // usageThresholdSteps is how many usage thresholds are armed from the
@@ -75,7 +71,8 @@ func (o *observer) refreshLimits() {
 const usageThresholdSteps = 4
 
 // usageThresholds are the usages at which the agent is woken: the eviction
-// threshold (RAM + factor × swap) and steps from it to RAM + swap.
+// threshold (RAM + factor × swap, the swap its workloads may use) and
+// steps from it to RAM + swap.
 func usageThresholds(s policy.Scope, swapFactor float64) []uint64 {
 	evict := s.RAMBytes + uint64(swapFactor*float64(s.SwapBytes))
 	oom := s.RAMBytes + s.SwapBytes
@@ -93,10 +90,10 @@ func usageThresholds(s policy.Scope, swapFactor float64) []uint64 {
 }
 
 // watchUsage (re-)arms the usage thresholds when they changed. Where the
-// hierarchy has no such events (v2) the agent samples on its interval and
-// PSI triggers.
+// hierarchy has no such events (v2), or the scope is the host's, the agent
+// samples on its interval and PSI triggers.
 func (o *observer) watchUsage(thresholds []uint64) {
-	if slices.Equal(thresholds, o.usageThresholds) || o.usageWake == nil {
+	if o.hostScope || o.usageWake == nil || slices.Equal(thresholds, o.usageThresholds) {
 		return
 	}
 	o.closeUsageWatch()

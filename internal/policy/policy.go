@@ -755,6 +755,10 @@ func SwapAllowance(w Workload, scope Scope) uint64 {
 	return uint64(min(share, 1) * float64(scope.SwapBytes))
 }
 
+// UsableSwap is the swap swap utilization is measured against after a
+// round that ended in state st (the agent arms its usage thresholds by it).
+func UsableSwap(snap Snapshot, st State) uint64 { return usableSwap(snap, st) }
+
 // usableSwap is the swap the scope's workloads may use: the scope's, or
 // less when every workload has an allowance in force and they add up to
 // less. Then the scope's OOM point is its RAM plus those allowances, and
