@@ -265,8 +265,7 @@ func (a *Agent) Tick(ctx context.Context, now time.Time) {
 	}
 	a.state = next
 	if sample.ScopeErr == "" {
-		usable := policy.Scope{RAMBytes: sample.Scope.RAMBytes, SwapBytes: policy.UsableSwap(snap, a.state)}
-		a.obs.watchUsage(usageThresholds(usable, a.cfg.SwapUtilizationThresholdFactor))
+		a.obs.watchUsage(usageThresholds(policy.UsageBounds(snap, a.state, a.cfg.Config)))
 	}
 	for _, d := range decisions {
 		a.act(ctx, d)

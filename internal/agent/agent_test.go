@@ -229,18 +229,17 @@ func TestDiscoverSkipsIgnoredAndOwnCgroups(t *testing.T) {
 func TestUsageThresholds(t *testing.T) {
 	const mib = 1 << 20
 	for _, c := range []struct {
-		name       string
-		scope      policy.Scope
-		swapFactor float64
-		want       []uint64
+		name                     string
+		thresholdBytes, oomBytes uint64
+		want                     []uint64
 	}{
-		{"steps from the eviction threshold to the OOM point", policy.Scope{RAMBytes: 1536 * mib, SwapBytes: 1024 * mib}, 0.8,
+		{"steps from the eviction threshold to the OOM point", 1536*mib + 1024*mib*8/10, 2560 * mib,
 			[]uint64{2355 * mib, 2406 * mib, 2457 * mib, 2508 * mib}},
-		{"threshold at the OOM point: one", policy.Scope{RAMBytes: 1024 * mib, SwapBytes: 512 * mib}, 1,
+		{"threshold at the OOM point: one", 1536 * mib, 1536 * mib,
 			[]uint64{1536 * mib}},
-		{"no swap: RAM", policy.Scope{RAMBytes: 1024 * mib}, 0.8, []uint64{1024 * mib}},
+		{"no swap: RAM", 1024 * mib, 1024 * mib, []uint64{1024 * mib}},
 	} {
-		got := usageThresholds(c.scope, c.swapFactor)
+		got := usageThresholds(c.thresholdBytes, c.oomBytes)
 		// 0.8 × 1 GiB is not a whole MiB: compare to a MiB.
 		for i := range got {
 			got[i] = got[i] / mib * mib

@@ -71,17 +71,14 @@ func (o *observer) refreshLimits() {
 const usageThresholdSteps = 4
 
 // usageThresholds are the usages at which the agent is woken: the eviction
-// threshold (RAM + factor × swap, the swap its workloads may use) and
-// steps from it to RAM + swap.
-func usageThresholds(s policy.Scope, swapFactor float64) []uint64 {
-	evict := s.RAMBytes + uint64(swapFactor*float64(s.SwapBytes))
-	oom := s.RAMBytes + s.SwapBytes
-	if oom < evict { // a factor above 1 is refused by Validate
+// threshold and steps from it to the OOM point (policy.UsageBounds).
+func usageThresholds(thresholdBytes, oomBytes uint64) []uint64 {
+	if oomBytes < thresholdBytes { // a factor above 1 is refused by Validate
 		return nil
 	}
 	out := make([]uint64, 0, usageThresholdSteps)
 	for i := range usageThresholdSteps {
-		t := evict + (oom-evict)*uint64(i)/usageThresholdSteps
+		t := thresholdBytes + (oomBytes-thresholdBytes)*uint64(i)/usageThresholdSteps
 		if len(out) == 0 || t != out[len(out)-1] {
 			out = append(out, t)
 		}

@@ -755,9 +755,14 @@ func SwapAllowance(w Workload, scope Scope) uint64 {
 	return uint64(min(share, 1) * float64(scope.SwapBytes))
 }
 
-// UsableSwap is the swap swap utilization is measured against after a
-// round that ended in state st (the agent arms its usage thresholds by it).
-func UsableSwap(snap Snapshot, st State) uint64 { return usableSwap(snap, st) }
+// UsageBounds are, for the round after one that ended in state st, the
+// scope's usage above which swap_utilization fires and its OOM point: RAM
+// plus the swap its workloads may use (the agent is woken at them).
+func UsageBounds(snap Snapshot, st State, cfg Config) (thresholdBytes, oomBytes uint64) {
+	scope := snap.Sample.Scope
+	scope.SwapBytes = usableSwap(snap, st)
+	return uint64(swapUtilizationThreshold(scope, cfg)), scope.RAMBytes + scope.SwapBytes
+}
 
 // usableSwap is the swap the scope's workloads may use: the scope's, or
 // less when every workload has an allowance in force and they add up to

@@ -587,3 +587,37 @@ func TestSwapUtilizationCountsOnlyTheAllowedSwap(t *testing.T) {
 		t.Fatalf("evicted with the whole swap to use: %+v", ds)
 	}
 }
+
+// UsageBounds' threshold is where swap_utilization fires, against the
+// swap the workloads' allowances leave when they add up to less.
+func TestUsageBounds(t *testing.T) {
+	const mib = 1 << 20
+	cfg := DefaultConfig()
+	scope := Scope{RAMBytes: 1024 * mib, SwapBytes: 1024 * mib}
+	snap := Snapshot{Sample: Sample{Scope: scope}, Workloads: []Workload{{Name: "a"}, {Name: "b"}}}
+	for _, c := range []struct {
+		name       string
+		allowances map[string]uint64
+		swapBytes  uint64
+	}{
+		{"no allowance in force: the scope's swap", map[string]uint64{}, 1024 * mib},
+		{"allowances adding up to less", map[string]uint64{"a": 100 * mib, "b": 100 * mib}, 200 * mib},
+		{"one workload without: the scope's swap", map[string]uint64{"a": 100 * mib}, 1024 * mib},
+	} {
+		threshold, oom := UsageBounds(snap, State{SwapAllowance: c.allowances}, cfg)
+		if want := uint64(float64(1024*mib) + cfg.SwapUtilizationThresholdFactor*float64(c.swapBytes)); threshold != want {
+			t.Errorf("%s: threshold %d, want %d", c.name, threshold, want)
+		}
+		if want := 1024*mib + c.swapBytes; oom != want {
+			t.Errorf("%s: OOM point %d, want %d", c.name, oom, want)
+		}
+		at := Scope{RAMBytes: scope.RAMBytes, SwapBytes: c.swapBytes}
+		for _, used := range []uint64{threshold, threshold + 1} {
+			at.WorkingSetBytes = used
+			signals, _ := Evaluate([]Sample{{Scope: at}}, cfg)
+			if fires := signals[0].Firing; fires != (used > threshold) {
+				t.Errorf("%s: at %d B swap_utilization firing %v, threshold %d", c.name, used, fires, threshold)
+			}
+		}
+	}
+}

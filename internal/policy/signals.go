@@ -43,9 +43,8 @@ func Evaluate(window []Sample, cfg Config) (signals []Signal, unreadable []strin
 	if last.ScopeErr != "" {
 		unreadable = append(unreadable, SignalSwapUtilization)
 	} else {
-		capacity := float64(last.Scope.RAMBytes) + cfg.SwapUtilizationThresholdFactor*float64(last.Scope.SwapBytes)
 		used := float64(last.Scope.UsedBytes())
-		signals = append(signals, above(SignalSwapUtilization, used, capacity, "bytes"))
+		signals = append(signals, above(SignalSwapUtilization, used, swapUtilizationThreshold(last.Scope, cfg), "bytes"))
 	}
 
 	// Windowed averages of cumulative counters: the counter's increase over
@@ -92,6 +91,12 @@ func Evaluate(window []Sample, cfg Config) (signals []Signal, unreadable []strin
 	}
 	sort.SliceStable(signals, func(i, j int) bool { return signals[i].Firing && !signals[j].Firing })
 	return signals, unreadable
+}
+
+// swapUtilizationThreshold is the working set + swap used above which
+// swap_utilization fires: RAM + factor × swap.
+func swapUtilizationThreshold(s Scope, cfg Config) float64 {
+	return float64(s.RAMBytes) + cfg.SwapUtilizationThresholdFactor*float64(s.SwapBytes)
 }
 
 func above(name string, value, threshold float64, unit string) Signal {
