@@ -66,8 +66,10 @@ func (e *usageEvents) forward(wake chan<- time.Time) {
 	for {
 		// The eventfd's count (crossings since the last read) is not
 		// needed: one wake covers them all.
+		// A removed group signals once more, then never: the read
+		// blocks until Close.
 		if _, err := e.eventfd.Read(count[:]); err != nil {
-			return // closed, or the group was removed
+			return // closed
 		}
 		select {
 		case wake <- time.Now():
