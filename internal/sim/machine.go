@@ -71,6 +71,10 @@ type MachineFigures struct {
 	// one reads a page a fault, and the model knows it).
 	ReadaheadPages []IOPages `json:"swap_read_pages,omitempty"`
 	WritePages     []IOPages `json:"swap_write_pages,omitempty"`
+	// HalfFullWritePages is the pages one write carried with
+	// pagingHalfFullWorkersPerCore workers a core over a swap file two
+	// thirds full (0: not measured, where a swap area is active).
+	HalfFullWritePages float64 `json:"swap_write_pages_half_full,omitempty"`
 	// RunQueueWait is the workers' wait for a core per page paged in, in
 	// the same runs (medians).
 	RunQueueWait []PagingCost `json:"run_queue_wait,omitempty"`
@@ -199,7 +203,7 @@ func (f *MachineFigures) measurePaging(ctx context.Context, o MeasureOptions) er
 	for range pagingProbeRuns {
 		for i, perCore := range pagingWorkersPerCore {
 			workers := perCore * f.CPUs
-			sample, err := MeasurePaging(ctx, o.Headroom, o.Scan, workers, 2*o.Duration)
+			sample, err := MeasurePaging(ctx, o.Headroom, o.Scan, workers, 2*o.Duration, false)
 			if errors.Is(err, ErrPagingNeedsRoot) {
 				return err
 			}
@@ -208,6 +212,16 @@ func (f *MachineFigures) measurePaging(ctx context.Context, o MeasureOptions) er
 			}
 			runs[i] = append(runs[i], sample)
 		}
+	}
+	// Once more over a swap more than half full, where the kernel frees
+	// slots as pages come in and takes new ones from among them: a
+	// random scan's writes then carry a page each here.
+	sample, err := MeasurePaging(ctx, o.Headroom, o.Scan, pagingHalfFullWorkersPerCore*f.CPUs, 2*o.Duration, true)
+	switch {
+	case err == nil:
+		f.HalfFullWritePages = sample.PagesPerWrite
+	case !errors.Is(err, ErrSwapActive):
+		return fmt.Errorf("measure paging over a swap more than half full: %w", err)
 	}
 	p := summarizePaging(runs, f.CPUs, o.Scan)
 	f.PagingCPU, f.PagingCPUSpread, f.RunQueueWait, f.ReadaheadPages, f.WritePages = p.cpu, p.cpuSpread, p.runQueueWait, p.readahead, p.writes
@@ -362,6 +376,9 @@ func (f MachineFigures) String() string {
 	}
 	if len(f.WritePages) > 0 {
 		s += "; pages a swap write carried " + FormatIOPages(f.WritePages)
+	}
+	if f.HalfFullWritePages > 0 {
+		s += fmt.Sprintf(", over a swap more than half full %.2f (%d workers)", f.HalfFullWritePages, pagingHalfFullWorkersPerCore*f.CPUs)
 	}
 	return s
 }

@@ -31,9 +31,21 @@ import (
 // page an I/O, as the plateau does.
 var pagingWorkersPerCore = []int{1, 4, 8}
 
+// pagingHalfFullWorkersPerCore is the workers a core of the one paging
+// run over a swap more than half full: as on a density plateau.
+const pagingHalfFullWorkersPerCore = 4
+
 const (
 	pagingMaxWorkerBytes = 256 << 20
-	pagingSwapBytes      = 4 << 30
+	// pagingSwapBytes is the swap file made where none is active: with
+	// sixteen workers half out (2 GiB) it stays under half full through
+	// the window, though every page swapped in keeps its slot there
+	// (about 1 GiB more in 4 s). At half full the kernel frees slots as
+	// pages come in and a random scan's writes no longer merge (the
+	// model's pagesPerWrite); a 4 GiB file was half full from the start
+	// with sixteen, and read 1.0 pages a write there against 1.9-2.0
+	// with eight.
+	pagingSwapBytes = 8 << 30
 	// pagingMinPages is the least paging that gives a figure.
 	pagingMinPages = 2000
 )
@@ -52,6 +64,10 @@ func pagingWorkerBytes(workers int, ramBytes, swapFreeBytes uint64) uint64 {
 // with no swap active, a swap file.
 var ErrPagingNeedsRoot = errors.New("needs root (a memory cgroup and swap)")
 
+// ErrSwapActive: a half-full paging run needs a swap file of its own size,
+// and a swap area is already active.
+var ErrSwapActive = errors.New("a swap area is active")
+
 // PagingSample is one paging measurement: the CPU per page paged in (and
 // another out), the faulting tasks' wait for a core per page paged in,
 // and the pages one read and one write to the swap device carried (0:
@@ -63,6 +79,8 @@ type PagingSample struct {
 	// ReadsPerSec and WritesPerSec are the I/Os the swap device completed
 	// a second (0: its I/O could not be seen).
 	ReadsPerSec, WritesPerSec float64
+	// SwapUsedShare is the share of the swap in use at the window's end.
+	SwapUsedShare float64
 }
 
 // MeasurePaging measures the CPU per page paged on this machine by
@@ -83,8 +101,9 @@ type PagingSample struct {
 // on (here 40 µs a seq page with eight workers on two cores, while the
 // cores were a third idle). The I/O sizes are the pages swapped in and out over the
 // reads and writes the swap areas' block devices completed. The machine
-// should be otherwise idle.
-func MeasurePaging(ctx context.Context, headroom string, scan memload.Scan, workers int, window time.Duration) (sample PagingSample, err error) {
+// should be otherwise idle. halfFull pages over a swap file two thirds
+// full instead (ErrSwapActive where a swap area is active).
+func MeasurePaging(ctx context.Context, headroom string, scan memload.Scan, workers int, window time.Duration, halfFull bool) (sample PagingSample, err error) {
 	if os.Geteuid() != 0 {
 		return sample, ErrPagingNeedsRoot
 	}
@@ -92,8 +111,28 @@ func MeasurePaging(ctx context.Context, headroom string, scan memload.Scan, work
 	if err != nil {
 		return sample, err
 	}
+	if halfFull && len(swaps) > 0 {
+		return sample, ErrSwapActive
+	}
+	workers = max(workers, 1)
+	mem, err := host.ReadMemory()
+	if err != nil {
+		return sample, err
+	}
+	swapFree := mem.SwapFreeBytes
 	if len(swaps) == 0 {
-		setup, err := swaptier.Up(swaptier.Spec{File: &swaptier.FileSpec{SizeBytes: pagingSwapBytes}}, "")
+		swapFree = pagingSwapBytes
+	}
+	workerBytes := pagingWorkerBytes(workers, mem.TotalBytes, swapFree)
+	if workerBytes == 0 {
+		return sample, fmt.Errorf("%d paging workers: too many for %s of free swap and %s of RAM", workers, units.FormatBytes(swapFree), units.FormatBytes(mem.TotalBytes))
+	}
+	if len(swaps) == 0 {
+		fileBytes := uint64(pagingSwapBytes)
+		if halfFull { // the half of the blocks that is out fills two thirds
+			fileBytes = uint64(workers) * workerBytes / 2 * 3 / 2
+		}
+		setup, err := swaptier.Up(swaptier.Spec{File: &swaptier.FileSpec{SizeBytes: fileBytes}}, "")
 		if err != nil {
 			return sample, fmt.Errorf("swap file: %w", err)
 		}
@@ -112,15 +151,6 @@ func MeasurePaging(ctx context.Context, headroom string, scan memload.Scan, work
 		return sample, err
 	}
 	defer cgroup.Remove(g, 10*time.Second)
-	workers = max(workers, 1)
-	mem, err := host.ReadMemory() // after the swap file, if one was made
-	if err != nil {
-		return sample, err
-	}
-	workerBytes := pagingWorkerBytes(workers, mem.TotalBytes, mem.SwapFreeBytes)
-	if workerBytes == 0 {
-		return sample, fmt.Errorf("%d paging workers: too many for %s of free swap and %s of RAM", workers, units.FormatBytes(mem.SwapFreeBytes), units.FormatBytes(mem.TotalBytes))
-	}
 	if err := g.SetMemoryLimit(uint64(workers) * workerBytes / 2); err != nil {
 		return sample, err
 	}
@@ -183,7 +213,16 @@ func MeasurePaging(ctx context.Context, headroom string, scan memload.Scan, work
 	if err != nil {
 		return sample, err
 	}
-	return after.sub(before, window)
+	if sample, err = after.sub(before, window); err != nil {
+		return sample, err
+	}
+	if mem, err = host.ReadMemory(); err != nil {
+		return sample, err
+	}
+	if mem.SwapTotalBytes > 0 {
+		sample.SwapUsedShare = 1 - float64(mem.SwapFreeBytes)/float64(mem.SwapTotalBytes)
+	}
+	return sample, nil
 }
 
 type pagingCounters struct {
