@@ -80,7 +80,7 @@ type simFlags struct {
 	swapDepths, workerKind               string
 	pagingCPU, runQueueWait              string
 	readPages, writePages, mixedCapacity string
-	halfFullWritePages                   float64
+	halfFullWritePages, halfFullCapacity string
 	machine                              string
 	minPerVM, maxSwapUtil                float64
 	seed                                 uint64
@@ -126,7 +126,8 @@ func newSimCommand() *cobra.Command {
 	fl.StringVar(&f.runQueueWait, "run-queue-wait", "", "a faulting VM's wait for a core per page paged in from the swap device (woken by its read, it queues for a core), "+sim.RunQueueWaitForm+" (default none: it waits only when the cores are oversubscribed)")
 	fl.StringVar(&f.readPages, "swap-read-pages", "", "pages a sequential fault's swap readahead reads in one go, "+sim.IOPagesForm+" (default 8: vm.page-cluster 3; the kernel reads less when readahead goes unused)")
 	fl.StringVar(&f.writePages, "swap-write-pages", "", "pages one write to the swap device carries, "+sim.IOPagesForm+" (default 8: reclaim's batches merged; fewer when many cgroups reclaim at once)")
-	fl.Float64Var(&f.halfFullWritePages, "swap-write-pages-half-full", 0, "pages one write carries once half the swap is in use, where the kernel frees slots as pages come in (0: as --swap-write-pages; --machine this measures it: 1 for a random scan on kernel 6.18 with a swap file)")
+	fl.StringVar(&f.halfFullWritePages, "swap-write-pages-half-full", "", "pages one write carries once half the swap is in use, where the kernel frees slots as pages come in, "+sim.IOPagesForm+" (default: as --swap-write-pages; --machine this measures it: a page a write for a random scan on kernel 6.18 with a swap file)")
+	fl.StringVar(&f.halfFullCapacity, "swap-mixed-capacity-half-full", "", "--swap-mixed-capacity once half the swap is in use, "+sim.MixedCapacityForm+" (default: as --swap-mixed-capacity; --machine this measures it)")
 	fl.StringVar(&f.swapDepths, "swap-depths", "", "the swap device's rates by queue depth, "+sim.DepthsForm+"; replaces --swap-read-iops and --swap-write-iops as its capacity")
 	fl.StringVar(&f.swapTier, "swap-tier", "", "compressed tier in front of the device: "+sim.TierForm+" (ratio: from --content unless given)")
 	fl.StringVar(&f.workerKind, "worker-kind", "vm", "what runs each workload: vm (a guest: its pages are scattered in the host's address space, so each page of a sequential readahead window is its own read) or process (as density's cgroup backend runs it: a window is one read)")
@@ -248,8 +249,11 @@ func applyMachine(cmd *cobra.Command, f *simFlags) error {
 	if len(fig.WritePages) > 0 {
 		set("swap-write-pages", sim.FormatIOPages(fig.WritePages))
 	}
-	if fig.HalfFullWritePages > 0 {
-		set("swap-write-pages-half-full", fmt.Sprint(fig.HalfFullWritePages))
+	if len(fig.HalfFullWritePages) > 0 {
+		set("swap-write-pages-half-full", sim.FormatIOPages(fig.HalfFullWritePages))
+	}
+	if len(fig.HalfFullMixedCapacity) > 0 {
+		set("swap-mixed-capacity-half-full", sim.FormatMixedCapacity(fig.HalfFullMixedCapacity))
 	}
 	if fig.SwapSizeBytes > 0 {
 		set("swap", fmt.Sprint(fig.SwapSizeBytes))
@@ -273,7 +277,7 @@ func simParams(f *simFlags) (sim.Params, error) {
 	content := memload.Content(f.content)
 	ratio := sim.ContentRatio(content)
 	node := sim.Node{RAMBytes: uint64(f.nodeMemory), SystemReserveBytes: uint64(f.systemReserve), CPUs: f.cpus,
-		TouchOwnBlock: f.touchOwnBlock, PopulateRatePerCore: f.populateRate, PageCluster: 3, KSMDCPUSeconds: f.ksmdCPU.Seconds(), HalfFullWritePages: f.halfFullWritePages,
+		TouchOwnBlock: f.touchOwnBlock, PopulateRatePerCore: f.populateRate, PageCluster: 3, KSMDCPUSeconds: f.ksmdCPU.Seconds(),
 		Swap: sim.Device{SizeBytes: uint64(f.swap), ReadIOPS: f.readIOPS, WriteIOPS: f.writeIOPS, LatencySeconds: f.latency.Seconds(),
 			ReadBytesPerSec: float64(f.readBandwidth), WriteBytesPerSec: float64(f.writeBandwidth)}}
 	if f.swapDepths != "" {
@@ -298,7 +302,17 @@ func simParams(f *simFlags) (sim.Params, error) {
 		}
 	}
 	if f.mixedCapacity != "" {
-		if node.Swap.MixedCapacity, err = sim.ParseMixedCapacity(f.mixedCapacity); err != nil {
+		if node.Swap.MixedCapacity, err = sim.ParseMixedCapacity("swap-mixed-capacity", f.mixedCapacity); err != nil {
+			return sim.Params{}, usageError{err}
+		}
+	}
+	if f.halfFullWritePages != "" {
+		if node.HalfFullWritePages, err = sim.ParseIOPages("swap-write-pages-half-full", f.halfFullWritePages); err != nil {
+			return sim.Params{}, usageError{err}
+		}
+	}
+	if f.halfFullCapacity != "" {
+		if node.Swap.HalfFullMixedCapacity, err = sim.ParseMixedCapacity("swap-mixed-capacity-half-full", f.halfFullCapacity); err != nil {
 			return sim.Params{}, usageError{err}
 		}
 	}
@@ -460,7 +474,7 @@ func simParamsMap(f *simFlags) map[string]any {
 		"content": memload.Content(f.content).String(), "workload_runtime_seconds": f.runtime.Seconds(), "overcommit_percent": f.overcommit,
 		"overhead_bytes": uint64(f.overhead), "guest_overhead_bytes": uint64(f.guestOverhead), "node_memory_bytes": uint64(f.nodeMemory),
 		"system_reserve_bytes": uint64(f.systemReserve), "cpus": f.cpus, "touch_rate": f.touchRate, "touch_alone_speedup": f.touchAloneSpeedup, "touch_own_block": f.touchOwnBlock, "populate_rate": f.populateRate, "swap_bytes": uint64(f.swap),
-		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(), "swap_read_bandwidth": uint64(f.readBandwidth), "swap_write_bandwidth": uint64(f.writeBandwidth), "swap_mixed_capacity": f.mixedCapacity, "swap_depths": f.swapDepths, "paging_cpu": f.pagingCPU, "run_queue_wait": f.runQueueWait, "swap_read_pages": f.readPages, "swap_write_pages": f.writePages, "swap_write_pages_half_full": f.halfFullWritePages, "worker_kind": f.workerKind,
+		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(), "swap_read_bandwidth": uint64(f.readBandwidth), "swap_write_bandwidth": uint64(f.writeBandwidth), "swap_mixed_capacity": f.mixedCapacity, "swap_depths": f.swapDepths, "paging_cpu": f.pagingCPU, "run_queue_wait": f.runQueueWait, "swap_read_pages": f.readPages, "swap_write_pages": f.writePages, "swap_write_pages_half_full": f.halfFullWritePages, "swap_mixed_capacity_half_full": f.halfFullCapacity, "worker_kind": f.workerKind,
 		"swap_tier": f.swapTier, "agent": f.agent, "max_swap_in_pages_per_sec": f.maxSwapIn, "max_swap_out_pages_per_sec": f.maxSwapOut, "ksm": f.ksm, "ksmd_cpu_seconds": f.ksmdCPU.Seconds(), "balloon": balloonParam(f.balloon, f.balloonPol), "guest_cache_bytes": uint64(f.guestCache), "balloon_cpu_seconds_per_page": f.balloonCPU.Seconds(), "start_cpu_factor": f.startCPUFactor, "start_cpu_seconds": f.startCPUDuration.Seconds(), "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
 }
 

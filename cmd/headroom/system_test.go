@@ -333,7 +333,7 @@ func TestSystemSimMachineThis(t *testing.T) {
 	// paging runs, at the same worker counts: at least their sum (1.0-1.6
 	// here).
 	mixed, _ := p["swap_mixed_capacity"].(string)
-	ms, err := sim.ParseMixedCapacity(mixed)
+	ms, err := sim.ParseMixedCapacity("swap-mixed-capacity", mixed)
 	if err != nil || len(ms) != len(cs) || !strings.Contains(r.stderr, "swap's reads and writes together used") {
 		t.Errorf("swap_mixed_capacity %q (%v), figures %q: want what swap's I/O used of the device's rates at each paging CPU figure's worker count", mixed, err, r.stderr)
 	}

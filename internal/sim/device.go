@@ -93,9 +93,10 @@ type TaskCapacity struct {
 	Capacity float64 `json:"capacity"`
 }
 
-// ParseMixedCapacity parses --swap-mixed-capacity: one figure whatever the
-// tasks, or figures by task count, ascending; "0" is none.
-func ParseMixedCapacity(s string) ([]TaskCapacity, error) {
+// ParseMixedCapacity parses --swap-mixed-capacity or
+// --swap-mixed-capacity-half-full (name): one figure whatever the tasks,
+// or figures by task count, ascending; "0" is none.
+func ParseMixedCapacity(name, s string) ([]TaskCapacity, error) {
 	if strings.TrimSpace(s) == "0" {
 		return nil, nil
 	}
@@ -105,7 +106,7 @@ func ParseMixedCapacity(s string) ([]TaskCapacity, error) {
 	}
 	out, ok := parseByTasks(s, times, func(tasks, v float64) TaskCapacity { return TaskCapacity{Tasks: tasks, Capacity: v} })
 	if !ok {
-		return nil, fmt.Errorf("--swap-mixed-capacity %q: want %s, task counts ascending from 1, each 1 to %g", s, MixedCapacityForm, float64(maxMixedCapacity))
+		return nil, fmt.Errorf("--%s %q: want %s, task counts ascending from 1, each 1 to %g", name, s, MixedCapacityForm, float64(maxMixedCapacity))
 	}
 	return out, nil
 }
@@ -119,10 +120,21 @@ func FormatMixedCapacity(cs []TaskCapacity) string {
 // once: linear in log2 of the task count between the given counts, the
 // nearest count's beyond them, never below 1 (1 when none are given).
 func (d Device) mixedCapacityAt(tasks float64) float64 {
-	if len(d.MixedCapacity) == 0 {
-		return 1
+	return capacityAt(d.MixedCapacity, tasks, 1)
+}
+
+// halfFullMixedCapacityAt is the same once half the swap is in use
+// (HalfFullMixedCapacity; none: fallback).
+func (d Device) halfFullMixedCapacityAt(tasks, fallback float64) float64 {
+	return capacityAt(d.HalfFullMixedCapacity, tasks, fallback)
+}
+
+// capacityAt is cs at tasks faulting at once (none: fallback).
+func capacityAt(cs []TaskCapacity, tasks, fallback float64) float64 {
+	if len(cs) == 0 {
+		return fallback
 	}
-	return max(alongLog2(d.MixedCapacity, max(tasks, 1), func(c TaskCapacity) float64 { return c.Tasks },
+	return max(alongLog2(cs, max(tasks, 1), func(c TaskCapacity) float64 { return c.Tasks },
 		func(c TaskCapacity) float64 { return c.Capacity }, false), 1)
 }
 

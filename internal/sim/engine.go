@@ -121,8 +121,11 @@ type node struct {
 	// fault reads and a write carries, and mixedCapacity the device's
 	// mixed capacity, at the number of VMs faulting.
 	readaheadPages, writePages, mixedCapacity float64
-	// swapHalfFull is the kernel's vm_swap_full() this tick (halfFull).
-	swapHalfFull bool
+	// halfFullWritePages and halfFullMixedCapacity are the same once half
+	// the swap is in use, and swapHalfFull says whether it is this tick
+	// (halfFull: the kernel's vm_swap_full()).
+	halfFullWritePages, halfFullMixedCapacity float64
+	swapHalfFull                              bool
 	// ksm is ksmd, stopped until the agent sets it.
 	ksm *ksmd
 	// cumulative counters, like /proc/vmstat and PSI.
@@ -175,6 +178,8 @@ func (s *node) setIOFigures(faulting float64) {
 	s.readaheadPages = ioPagesAt(s.n.ReadaheadPages, faulting, math.Pow(2, float64(s.n.PageCluster)))
 	s.writePages = ioPagesAt(s.n.WritePages, faulting, defaultWritePages)
 	s.mixedCapacity = s.n.Swap.mixedCapacityAt(faulting)
+	s.halfFullWritePages = ioPagesAt(s.n.HalfFullWritePages, faulting, s.writePages)
+	s.halfFullMixedCapacity = s.n.Swap.halfFullMixedCapacityAt(faulting, s.mixedCapacity)
 }
 
 // halfFull is the kernel's vm_swap_full(): the swap slots in use, the
@@ -199,12 +204,20 @@ func (s *node) halfFull() bool {
 // merges their writes (writePages); from half full, as many as
 // Node.HalfFullWritePages says (measured here for a random scan: 1.0
 // pages a write from the first second at half full or more, 2-5 in the
-// seconds after the fill below it).
+// seconds after the fill below it). deviceCapacity is the device's mixed
+// capacity for that mix of I/O.
 func (s *node) pagesPerWrite() float64 {
-	if s.swapHalfFull && s.n.HalfFullWritePages > 0 {
-		return s.n.HalfFullWritePages
+	if s.swapHalfFull {
+		return s.halfFullWritePages
 	}
 	return s.writePages
+}
+
+func (s *node) deviceCapacity() float64 {
+	if s.swapHalfFull {
+		return s.halfFullMixedCapacity
+	}
+	return s.mixedCapacity
 }
 
 // pagesPerRead is the pages one device read carries. A process's
@@ -330,7 +343,7 @@ func (s *node) deviceLoad(cpuShare, readWait float64) float64 {
 	}
 	d := s.n.Swap
 	busy := reads*d.readSeconds(d.readIOPSAt(reads*readWait), s.pagesPerRead()) + writes*d.writeSeconds(d.writeIOPS(), s.pagesPerWrite())
-	return busy / s.mixedCapacity
+	return busy / s.deviceCapacity()
 }
 
 // tierRoomShare is 1 while the compressed tier has room (evictions go

@@ -71,10 +71,12 @@ type MachineFigures struct {
 	// one reads a page a fault, and the model knows it).
 	ReadaheadPages []IOPages `json:"swap_read_pages,omitempty"`
 	WritePages     []IOPages `json:"swap_write_pages,omitempty"`
-	// HalfFullWritePages is the pages one write carried with
+	// HalfFullWritePages and HalfFullMixedCapacity are the pages one write
+	// carried and the device's mixed capacity with
 	// pagingHalfFullWorkersPerCore workers a core over a swap file two
-	// thirds full (0: not measured, where a swap area is active).
-	HalfFullWritePages float64 `json:"swap_write_pages_half_full,omitempty"`
+	// thirds full (none: not measured, where a swap area is active).
+	HalfFullWritePages    []IOPages      `json:"swap_write_pages_half_full,omitempty"`
+	HalfFullMixedCapacity []TaskCapacity `json:"swap_mixed_capacity_half_full,omitempty"`
 	// RunQueueWait is the workers' wait for a core per page paged in, in
 	// the same runs (medians).
 	RunQueueWait []PagingCost `json:"run_queue_wait,omitempty"`
@@ -213,20 +215,48 @@ func (f *MachineFigures) measurePaging(ctx context.Context, o MeasureOptions) er
 			runs[i] = append(runs[i], sample)
 		}
 	}
-	// Once more over a swap more than half full, where the kernel frees
-	// slots as pages come in and takes new ones from among them: a
-	// random scan's writes then carry a page each here.
-	sample, err := MeasurePaging(ctx, o.Headroom, o.Scan, pagingHalfFullWorkersPerCore*f.CPUs, 2*o.Duration, true)
-	switch {
-	case err == nil:
-		f.HalfFullWritePages = sample.PagesPerWrite
-	case !errors.Is(err, ErrSwapActive):
-		return fmt.Errorf("measure paging over a swap more than half full: %w", err)
-	}
 	p := summarizePaging(runs, f.CPUs, o.Scan)
 	f.PagingCPU, f.PagingCPUSpread, f.RunQueueWait, f.ReadaheadPages, f.WritePages = p.cpu, p.cpuSpread, p.runQueueWait, p.readahead, p.writes
-	f.MixedCapacity = mixedCapacity(runs, f.CPUs, f.device())
+	f.MixedCapacity = mixedCapacity(runs, taskCounts(pagingWorkersPerCore, f.CPUs), f.device())
+	return f.measureHalfFull(ctx, o)
+}
+
+// measureHalfFull pages once at each count of pagingHalfFullWorkersPerCore
+// over a swap more than half full, where the kernel frees slots as pages
+// come in and takes new ones from among them (a random scan's writes
+// then carry a page each here): the pages a write carried and the
+// device's mixed capacity there. Nothing where a swap area is active.
+func (f *MachineFigures) measureHalfFull(ctx context.Context, o MeasureOptions) error {
+	tasks := taskCounts(pagingHalfFullWorkersPerCore, f.CPUs)
+	runs := make([][]PagingSample, len(tasks))
+	var writes []IOPages
+	for i, t := range tasks {
+		sample, err := MeasurePaging(ctx, o.Headroom, o.Scan, int(t), 2*o.Duration, true)
+		if errors.Is(err, ErrSwapActive) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("measure paging with %.0f workers over a swap more than half full: %w", t, err)
+		}
+		runs[i] = []PagingSample{sample}
+		if sample.PagesPerWrite > 0 {
+			writes = append(writes, IOPages{Tasks: t, Pages: math.Round(sample.PagesPerWrite*100) / 100})
+		}
+	}
+	if len(writes) == len(tasks) {
+		f.HalfFullWritePages = writes
+	}
+	f.HalfFullMixedCapacity = mixedCapacity(runs, tasks, f.device())
 	return nil
+}
+
+// taskCounts is the workers of each count a core on cpus cores.
+func taskCounts(perCore []int, cpus int) []float64 {
+	out := make([]float64, len(perCore))
+	for i, n := range perCore {
+		out[i] = float64(n * cpus)
+	}
+	return out
 }
 
 // TouchOwnBlock is how far a worker's own block rather than the turns'
@@ -250,10 +280,11 @@ func (f MachineFigures) device() Device {
 // that the model pages as the runs did. Under swap this virtio disk served
 // 50k one-page reads and 48k writes a second, 1.5 times what its direct
 // I/O rates add up to, and more the more workers faulted.
-func mixedCapacity(runs [][]PagingSample, cpus int, d Device) []TaskCapacity {
+// runs[i] were made with tasks[i] workers.
+func mixedCapacity(runs [][]PagingSample, tasks []float64, d Device) []TaskCapacity {
 	var out []TaskCapacity
 	for i, r := range runs {
-		tasks := float64(pagingWorkersPerCore[i] * cpus)
+		tasks := tasks[i]
 		var shares []float64
 		for _, s := range r {
 			var share float64
@@ -377,8 +408,14 @@ func (f MachineFigures) String() string {
 	if len(f.WritePages) > 0 {
 		s += "; pages a swap write carried " + FormatIOPages(f.WritePages)
 	}
-	if f.HalfFullWritePages > 0 {
-		s += fmt.Sprintf(", over a swap more than half full %.2f (%d workers)", f.HalfFullWritePages, pagingHalfFullWorkersPerCore*f.CPUs)
+	if len(f.HalfFullWritePages) > 0 {
+		s += "; over a swap more than half full, pages a swap write carried " + FormatIOPages(f.HalfFullWritePages)
+	}
+	if len(f.HalfFullMixedCapacity) > 0 {
+		s += " and of the device's capacity used"
+		for _, c := range f.HalfFullMixedCapacity {
+			s += fmt.Sprintf(" %g: %.2f×", c.Tasks, c.Capacity)
+		}
 	}
 	return s
 }

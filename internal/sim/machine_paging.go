@@ -31,9 +31,9 @@ import (
 // page an I/O, as the plateau does.
 var pagingWorkersPerCore = []int{1, 4, 8}
 
-// pagingHalfFullWorkersPerCore is the workers a core of the one paging
-// run over a swap more than half full: as on a density plateau.
-const pagingHalfFullWorkersPerCore = 4
+// pagingHalfFullWorkersPerCore are the workers a core of the paging runs
+// over a swap more than half full, one run each: as on a density plateau.
+var pagingHalfFullWorkersPerCore = []int{4, 8}
 
 const (
 	pagingMaxWorkerBytes = 256 << 20

@@ -123,12 +123,13 @@ type Node struct {
 	// the swap slots, so both shrink as more VMs page.
 	ReadaheadPages, WritePages []IOPages
 	// HalfFullWritePages is the pages one write carries once half the
-	// swap is in use (0: as WritePages). From there the kernel frees a
-	// page's slot as it is swapped in, and a kernel that takes new slots
-	// from partly used clusters first (6.18 on a device without discard)
-	// scatters a random scan's writes over the freed slots: a page a
-	// write here, where WritePages was 1.9-2.0.
-	HalfFullWritePages float64
+	// swap is in use, by the VMs faulting at once (none: as WritePages).
+	// From there the kernel frees a page's slot as it is swapped in, and
+	// a kernel that takes new slots from partly used clusters first (6.18
+	// on a device without discard) scatters a random scan's writes over
+	// the freed slots: a page a write here, where below half full they
+	// carried 2-4.
+	HalfFullWritePages []IOPages
 	// KSMDCPUSeconds is the CPU time ksmd has used before the run. The
 	// kernel's advisor counts it into its first adjustment.
 	KSMDCPUSeconds float64
@@ -153,6 +154,10 @@ type Device struct {
 	// direct I/O here shows; swap's own I/O here got 1.0-1.6 times it,
 	// more with more tasks faulting).
 	MixedCapacity []TaskCapacity
+	// HalfFullMixedCapacity is the same once half the swap is in use,
+	// where a random scan's writes are a page each (none: as
+	// MixedCapacity).
+	HalfFullMixedCapacity []TaskCapacity
 	// Depths, when given (ascending), replace ReadIOPS and WriteIOPS as
 	// the device's capacity: reads at the depth the faulting VMs keep,
 	// writes (reclaim's, queued deep) at the deepest.
@@ -246,8 +251,8 @@ func Validate(n Node, v VMSpec) error {
 		return fmt.Errorf("--swap-latency must be positive with --swap (e.g. 100us)")
 	case !mixedCapacityValid(n.Swap.MixedCapacity):
 		return fmt.Errorf("--swap-mixed-capacity: want %s, task counts ascending from 1, each 1 to %g", MixedCapacityForm, float64(maxMixedCapacity))
-	case n.HalfFullWritePages != 0 && !(n.HalfFullWritePages >= 1 && n.HalfFullWritePages <= maxIOPages):
-		return fmt.Errorf("--swap-write-pages-half-full %g: want 0 (as --swap-write-pages) or pages 1 to %g", n.HalfFullWritePages, float64(maxIOPages))
+	case !mixedCapacityValid(n.Swap.HalfFullMixedCapacity):
+		return fmt.Errorf("--swap-mixed-capacity-half-full: want %s, task counts ascending from 1, each 1 to %g", MixedCapacityForm, float64(maxMixedCapacity))
 	case !depthsAscending(n.Swap.Depths):
 		return fmt.Errorf("--swap-depths: want %s, depths ascending, rates positive", DepthsForm)
 	case n.Tier != nil && !(n.Tier.Ratio >= 1):

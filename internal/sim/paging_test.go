@@ -167,7 +167,7 @@ func TestMixedCapacity(t *testing.T) {
 		// 4-page reads at 1 GB/s add 3 × 4096 B / 1e9 s each: 1.29.
 		{"with transfer", [][]PagingSample{{{PagesPerRead: 4, ReadsPerSec: 40000}}}, Device{ReadIOPS: 50000, ReadBytesPerSec: 1e9}, []TaskCapacity{{2, 1.29}}},
 	} {
-		if got := mixedCapacity(c.runs, cpus, c.d); !reflect.DeepEqual(got, c.want) {
+		if got := mixedCapacity(c.runs, taskCounts(pagingWorkersPerCore, cpus), c.d); !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
 		}
 	}
@@ -189,7 +189,7 @@ func TestParseMixedCapacity(t *testing.T) {
 		"Inf:1.2":           nil,
 		"2:NaN":             nil,
 	} {
-		got, err := ParseMixedCapacity(in)
+		got, err := ParseMixedCapacity("swap-mixed-capacity", in)
 		if want == nil {
 			if err == nil || !strings.Contains(err.Error(), MixedCapacityForm) || !strings.Contains(err.Error(), "--swap-mixed-capacity") {
 				t.Errorf("%q: %+v, %v; want an error naming the flag and %s", in, got, err, MixedCapacityForm)
@@ -209,7 +209,7 @@ func FuzzParseMixedCapacity(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		cs, err := ParseMixedCapacity(s)
+		cs, err := ParseMixedCapacity("swap-mixed-capacity", s)
 		if err != nil || len(cs) == 0 {
 			return
 		}
@@ -217,7 +217,7 @@ func FuzzParseMixedCapacity(f *testing.F) {
 			t.Fatalf("%q parsed to %+v, which the model refuses", s, cs)
 		}
 		once := FormatMixedCapacity(cs)
-		again, err := ParseMixedCapacity(once)
+		again, err := ParseMixedCapacity("swap-mixed-capacity", once)
 		if err != nil {
 			t.Fatalf("%q parsed to %+v, formatted to %q, refused: %v", s, cs, once, err)
 		}

@@ -101,29 +101,33 @@ func TestDeviceAtItsLimitQueues(t *testing.T) {
 	}
 }
 
-// Below half the swap in use a write carries --swap-write-pages (here 4),
-// from half full (vm_swap_full) --swap-write-pages-half-full (here 1; 0:
-// as below). On a device whose writes bound paging, the pages swapped in
+// Below half the swap in use a write carries --swap-write-pages (here 4)
+// and the device serves --swap-mixed-capacity (here 1); from half full
+// (vm_swap_full) --swap-write-pages-half-full (here 1) and
+// --swap-mixed-capacity-half-full (here 1.5), each as below where not
+// given. On a device whose writes bound paging, the pages swapped in
 // follow.
 func TestWritesFromHalfFullSwap(t *testing.T) {
 	for _, c := range []struct {
 		swapBytes          uint64
-		halfFullWritePages float64
+		halfFullWritePages []IOPages
+		halfFullCapacity   []TaskCapacity
 		want               float64 // pages in a second
 	}{
-		{64 << 30, 1, 40000},
-		{8 << 30, 1, 10000}, // 5 GiB of 8 out
-		{8 << 30, 0, 40000},
+		{64 << 30, []IOPages{{1, 1}}, []TaskCapacity{{1, 1.5}}, 40000},
+		{8 << 30, []IOPages{{1, 1}}, nil, 10000}, // 5 GiB of 8 out
+		{8 << 30, []IOPages{{1, 1}}, []TaskCapacity{{1, 1.5}}, 15000},
+		{8 << 30, nil, nil, 40000},
 	} {
 		nd := smallNode()
 		nd.Swap.SizeBytes, nd.Swap.ReadIOPS, nd.Swap.WriteIOPS = c.swapBytes, 1e9, 10000
-		nd.WritePages, nd.HalfFullWritePages = []IOPages{{Tasks: 1, Pages: 4}}, c.halfFullWritePages
+		nd.WritePages, nd.HalfFullWritePages, nd.Swap.HalfFullMixedCapacity = []IOPages{{Tasks: 1, Pages: 4}}, c.halfFullWritePages, c.halfFullCapacity
 		n := newNode(nd, oneVM(memload.ScanRandom), 10, 1, 1)
 		running(n, 0.5)
 		n.capacityPages = 1e12 // nothing evicted during the tick
 		n.tick(0, true)
 		if math.Abs(n.swapIns-c.want) > 0.01*c.want {
-			t.Errorf("%s swap with 5 GiB out, %g pages a write from half full: %.0f pages in a second, want %.0f", units.FormatBytes(c.swapBytes), c.halfFullWritePages, n.swapIns, c.want)
+			t.Errorf("%s swap with 5 GiB out, from half full %v pages a write and %v capacity: %.0f pages in a second, want %.0f", units.FormatBytes(c.swapBytes), c.halfFullWritePages, c.halfFullCapacity, n.swapIns, c.want)
 		}
 	}
 }
@@ -663,18 +667,18 @@ func TestValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for want, f := range map[string]func(*Node, *VMSpec){
-		"--node-memory":                func(n *Node, _ *VMSpec) { n.RAMBytes = 0 },
-		"--system-reserve":             func(n *Node, _ *VMSpec) { n.SystemReserveBytes = n.RAMBytes },
-		"--cpus":                       func(n *Node, _ *VMSpec) { n.CPUs = 0 },
-		"--touch-rate":                 func(n *Node, _ *VMSpec) { n.TouchRate = nil },
-		"--touch-alone-speedup":        func(n *Node, _ *VMSpec) { n.TouchAloneSpeedup = []AloneSpeedup{{0, 0.2}} },
-		"--touch-own-block":            func(n *Node, _ *VMSpec) { n.TouchOwnBlock = 1.5 },
-		"--swap-read-iops":             func(n *Node, _ *VMSpec) { n.Swap.ReadIOPS = 0 },
-		"--swap-write-iops":            func(n *Node, _ *VMSpec) { n.Swap.WriteIOPS = 0 },
-		"--swap-latency":               func(n *Node, _ *VMSpec) { n.Swap.LatencySeconds = 0 },
-		"--swap-mixed-capacity":        func(n *Node, _ *VMSpec) { n.Swap.MixedCapacity = []TaskCapacity{{1, 0.5}} },
-		"--swap-write-pages-half-full": func(n *Node, _ *VMSpec) { n.HalfFullWritePages = 0.5 },
-		"ratio":                        func(n *Node, _ *VMSpec) { n.Tier = &Tier{SizeBytes: 1 << 30, Ratio: 0.5} },
+		"--node-memory":                   func(n *Node, _ *VMSpec) { n.RAMBytes = 0 },
+		"--system-reserve":                func(n *Node, _ *VMSpec) { n.SystemReserveBytes = n.RAMBytes },
+		"--cpus":                          func(n *Node, _ *VMSpec) { n.CPUs = 0 },
+		"--touch-rate":                    func(n *Node, _ *VMSpec) { n.TouchRate = nil },
+		"--touch-alone-speedup":           func(n *Node, _ *VMSpec) { n.TouchAloneSpeedup = []AloneSpeedup{{0, 0.2}} },
+		"--touch-own-block":               func(n *Node, _ *VMSpec) { n.TouchOwnBlock = 1.5 },
+		"--swap-read-iops":                func(n *Node, _ *VMSpec) { n.Swap.ReadIOPS = 0 },
+		"--swap-write-iops":               func(n *Node, _ *VMSpec) { n.Swap.WriteIOPS = 0 },
+		"--swap-latency":                  func(n *Node, _ *VMSpec) { n.Swap.LatencySeconds = 0 },
+		"--swap-mixed-capacity":           func(n *Node, _ *VMSpec) { n.Swap.MixedCapacity = []TaskCapacity{{1, 0.5}} },
+		"--swap-mixed-capacity-half-full": func(n *Node, _ *VMSpec) { n.Swap.HalfFullMixedCapacity = []TaskCapacity{{1, 0.5}} },
+		"ratio":                           func(n *Node, _ *VMSpec) { n.Tier = &Tier{SizeBytes: 1 << 30, Ratio: 0.5} },
 		"--swap-depths": func(n *Node, _ *VMSpec) {
 			n.Swap.Depths = []DepthRate{{QueueDepth: 4, ReadIOPS: 1, WriteIOPS: 1}, {QueueDepth: 2, ReadIOPS: 1, WriteIOPS: 1}}
 		},

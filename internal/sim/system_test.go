@@ -23,13 +23,13 @@ func TestSystemPagingProbeSwapFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Require(t, len(swaps) == 0, "no swap area active (the probe makes its own swap file)")
-	workers := pagingHalfFullWorkersPerCore * 2
+	workers := pagingHalfFullWorkersPerCore[0] * 2
 	for _, halfFull := range []bool{false, true} {
 		s, err := MeasurePaging(context.Background(), testenv.HeadroomBinary(t), memload.ScanRandom, workers, 2*time.Second, halfFull)
 		if err != nil {
 			t.Fatalf("half full %v: %v", halfFull, err)
 		}
-		t.Logf("half full %v: %.2f of the swap in use at the end, %.2f pages a write, %.1f µs a page", halfFull, s.SwapUsedShare, s.PagesPerWrite, s.SecondsPerPage*1e6)
+		t.Logf("half full %v: %.2f of the swap in use at the end, %.0f reads and %.0f writes a second, %.2f pages a write, %.1f µs a page", halfFull, s.SwapUsedShare, s.ReadsPerSec, s.WritesPerSec, s.PagesPerWrite, s.SecondsPerPage*1e6)
 		if full := s.SwapUsedShare >= 0.5; full != halfFull {
 			t.Errorf("half full %v: %.2f of the swap in use at the window's end", halfFull, s.SwapUsedShare)
 		}
