@@ -342,6 +342,14 @@ func TestSystemSimMachineThis(t *testing.T) {
 			t.Errorf("swap_mixed_capacity %q: %g workers, want the paging CPU's counts", mixed, m.Tasks)
 		}
 	}
+	// Over a swap more than half full it pages only with a swap file of
+	// its own (internal/sim's TestSystemPagingProbeSwapFiles): with this
+	// one active, neither half-full figure.
+	for _, key := range []string{"swap_write_pages_half_full", "swap_mixed_capacity_half_full"} {
+		if v, _ := p[key].(string); v != "" || strings.Contains(r.stderr, "more than half full") {
+			t.Errorf("%s %q, figures %q: want none with a swap area active", key, v, r.stderr)
+		}
+	}
 	// The scratch file's transfer rates, from 128 KiB I/Os against 4 KiB
 	// ones: 1-3 GB/s here; 10 MB/s to 100 GB/s anywhere.
 	for _, key := range []string{"swap_read_bandwidth", "swap_write_bandwidth"} {

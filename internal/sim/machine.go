@@ -279,8 +279,8 @@ func (f MachineFigures) device() Device {
 // at as deep a queue as there are workers, writes at the deepest), so
 // that the model pages as the runs did. Under swap this virtio disk served
 // 50k one-page reads and 48k writes a second, 1.5 times what its direct
-// I/O rates add up to, and more the more workers faulted.
-// runs[i] were made with tasks[i] workers.
+// I/O rates add up to, and more the more workers faulted. runs[i] were
+// made with tasks[i] workers.
 func mixedCapacity(runs [][]PagingSample, tasks []float64, d Device) []TaskCapacity {
 	var out []TaskCapacity
 	for i, r := range runs {
