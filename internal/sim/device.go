@@ -116,20 +116,9 @@ func FormatMixedCapacity(cs []TaskCapacity) string {
 	return formatByTasks(cs, func(c TaskCapacity) (float64, float64) { return c.Tasks, c.Capacity })
 }
 
-// mixedCapacityAt is the device's mixed capacity with tasks faulting at
-// once: linear in log2 of the task count between the given counts, the
-// nearest count's beyond them, never below 1 (1 when none are given).
-func (d Device) mixedCapacityAt(tasks float64) float64 {
-	return capacityAt(d.MixedCapacity, tasks, 1)
-}
-
-// halfFullMixedCapacityAt is the same once half the swap is in use
-// (HalfFullMixedCapacity; none: fallback).
-func (d Device) halfFullMixedCapacityAt(tasks, fallback float64) float64 {
-	return capacityAt(d.HalfFullMixedCapacity, tasks, fallback)
-}
-
-// capacityAt is cs at tasks faulting at once (none: fallback).
+// capacityAt is a mixed capacity cs with tasks faulting at once: linear
+// in log2 of the task count between the given counts, the nearest count's
+// beyond them, never below 1 (fallback when none are given).
 func capacityAt(cs []TaskCapacity, tasks, fallback float64) float64 {
 	if len(cs) == 0 {
 		return fallback

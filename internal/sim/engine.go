@@ -119,12 +119,10 @@ type node struct {
 	runQueueWait float64
 	// readaheadPages and writePages are this tick's pages a sequential
 	// fault reads and a write carries, and mixedCapacity the device's
-	// mixed capacity, at the number of VMs faulting.
+	// mixed capacity, at the number of VMs faulting and, for the last two,
+	// whether half the swap is in use (swapHalfFull: the kernel's
+	// vm_swap_full()).
 	readaheadPages, writePages, mixedCapacity float64
-	// halfFullWritePages and halfFullMixedCapacity are the same once half
-	// the swap is in use, and swapHalfFull says whether it is this tick
-	// (halfFull: the kernel's vm_swap_full()).
-	halfFullWritePages, halfFullMixedCapacity float64
 	swapHalfFull                              bool
 	// ksm is ksmd, stopped until the agent sets it.
 	ksm *ksmd
@@ -173,13 +171,21 @@ func (s *node) readahead() float64 {
 }
 
 // setIOFigures sets this tick's I/O sizes and the device's mixed
-// capacity at the VMs faulting now.
+// capacity at the VMs faulting now. Below half full, reclaim's batch
+// takes consecutive slots and the block layer merges their writes; from
+// half full they carry Node.HalfFullWritePages, and the device mixes them
+// with the reads as Device.HalfFullMixedCapacity says (each as below
+// where not given; measured here for a random scan: 1.0 pages a write
+// from the first second at half full or more, 2-5 in the seconds after
+// the fill below it).
 func (s *node) setIOFigures(faulting float64) {
 	s.readaheadPages = ioPagesAt(s.n.ReadaheadPages, faulting, math.Pow(2, float64(s.n.PageCluster)))
 	s.writePages = ioPagesAt(s.n.WritePages, faulting, defaultWritePages)
-	s.mixedCapacity = s.n.Swap.mixedCapacityAt(faulting)
-	s.halfFullWritePages = ioPagesAt(s.n.HalfFullWritePages, faulting, s.writePages)
-	s.halfFullMixedCapacity = s.n.Swap.halfFullMixedCapacityAt(faulting, s.mixedCapacity)
+	s.mixedCapacity = capacityAt(s.n.Swap.MixedCapacity, faulting, 1)
+	if s.swapHalfFull {
+		s.writePages = ioPagesAt(s.n.HalfFullWritePages, faulting, s.writePages)
+		s.mixedCapacity = capacityAt(s.n.Swap.HalfFullMixedCapacity, faulting, s.mixedCapacity)
+	}
 }
 
 // halfFull is the kernel's vm_swap_full(): the swap slots in use, the
@@ -197,27 +203,6 @@ func (s *node) halfFull() bool {
 		}
 	}
 	return used >= total/2
-}
-
-// pagesPerWrite is the pages one write to the swap device carries: below
-// half full, reclaim's batch takes consecutive slots and the block layer
-// merges their writes (writePages); from half full, as many as
-// Node.HalfFullWritePages says (measured here for a random scan: 1.0
-// pages a write from the first second at half full or more, 2-5 in the
-// seconds after the fill below it). deviceCapacity is the device's mixed
-// capacity for that mix of I/O.
-func (s *node) pagesPerWrite() float64 {
-	if s.swapHalfFull {
-		return s.halfFullWritePages
-	}
-	return s.writePages
-}
-
-func (s *node) deviceCapacity() float64 {
-	if s.swapHalfFull {
-		return s.halfFullMixedCapacity
-	}
-	return s.mixedCapacity
 }
 
 // pagesPerRead is the pages one device read carries. A process's
@@ -339,11 +324,11 @@ func (s *node) deviceLoad(cpuShare, readWait float64) float64 {
 		r := s.rateAt(v, cpuShare, readWait)
 		z := tierShare(v)
 		reads += r * miss * (1 - z) / s.pagesPerRead()
-		writes += r * miss * s.dirtyShare(v) * toDevice / s.pagesPerWrite()
+		writes += r * miss * s.dirtyShare(v) * toDevice / s.writePages
 	}
 	d := s.n.Swap
-	busy := reads*d.readSeconds(d.readIOPSAt(reads*readWait), s.pagesPerRead()) + writes*d.writeSeconds(d.writeIOPS(), s.pagesPerWrite())
-	return busy / s.deviceCapacity()
+	busy := reads*d.readSeconds(d.readIOPSAt(reads*readWait), s.pagesPerRead()) + writes*d.writeSeconds(d.writeIOPS(), s.writePages)
+	return busy / s.mixedCapacity
 }
 
 // tierRoomShare is 1 while the compressed tier has room (evictions go
@@ -477,8 +462,8 @@ func (s *node) tick(now float64, measuring bool) {
 	faulting := s.faulting()
 	s.pagingCPU = pagingCPUAt(s.n.PagingCPU, faulting)
 	s.runQueueWait = runQueueWaitAt(s.n.RunQueueWait, faulting)
-	s.setIOFigures(faulting)
 	s.swapHalfFull = s.halfFull()
+	s.setIOFigures(faulting)
 	touched := s.touchedBytesPerCore()
 	s.touchRate = touchRateAt(s.n.TouchRate, touched) * aloneSpeedup(aloneSpeedupAt(s.n.TouchAloneSpeedup, touched), s.busyVMs(), s.n.CPUs)
 	share := s.cpuShare()

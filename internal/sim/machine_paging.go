@@ -42,7 +42,7 @@ const (
 	// the window, though every page swapped in keeps its slot there
 	// (about 1 GiB more in 4 s). At half full the kernel frees slots as
 	// pages come in and a random scan's writes no longer merge (the
-	// model's pagesPerWrite); a 4 GiB file was half full from the start
+	// model's setIOFigures); a 4 GiB file was half full from the start
 	// with sixteen, and read 1.0 pages a write there against 1.9-2.0
 	// with eight.
 	pagingSwapBytes = 8 << 30
