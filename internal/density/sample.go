@@ -18,7 +18,10 @@ type nodeCounters struct {
 	pswpin, pswpout, pgmajflt uint64
 	psi                       host.PSI
 	cpuBusySeconds            float64
-	vmstatErr, psiErr, cpuErr error
+	// swapUsedBytes is the machine's swap in use (SwapTotal - SwapFree,
+	// the slots swapped-in pages keep included).
+	swapUsedBytes                     uint64
+	vmstatErr, psiErr, cpuErr, memErr error
 }
 
 func (h *Harness) readCounters() nodeCounters {
@@ -29,6 +32,10 @@ func (h *Harness) readCounters() nodeCounters {
 	}
 	c.psi, c.psiErr = h.readPSI()
 	c.cpuBusySeconds, c.cpuErr = host.BusyCPUSeconds()
+	var mem host.Memory
+	if mem, c.memErr = host.ReadMemory(); c.memErr == nil {
+		c.swapUsedBytes = mem.SwapTotalBytes - min(mem.SwapFreeBytes, mem.SwapTotalBytes)
+	}
 	return c
 }
 

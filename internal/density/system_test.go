@@ -267,6 +267,11 @@ func TestSystemQEMURampShowsRegimes(t *testing.T) {
 	if reg.KneeWorkers < 1 || reg.KneeWorkers >= 6 || last.AggregatePagesPerSec > reg.PeakPagesPerSec/2 || last.SwapInPagesPerSec <= 0 {
 		t.Errorf("regimes %+v; last step %.0f pages/s, %.0f swap-ins/s", reg, last.AggregatePagesPerSec, last.SwapInPagesPerSec)
 	}
+	// Six VMs of 432 MiB each with its overhead on a 1.5 GiB node: some
+	// hundreds of MiB out, within the run's swap file.
+	if last.SwapUsedBytes < 256<<20 || last.SwapUsedBytes > p.SwapFileBytes {
+		t.Errorf("last step: %d MiB of swap in use, want 256 MiB to the file's %d MiB", last.SwapUsedBytes>>20, p.SwapFileBytes>>20)
+	}
 	timeline, err := results.ReadTimeline(dir)
 	if err != nil {
 		t.Fatal(err)

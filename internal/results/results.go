@@ -105,7 +105,8 @@ type Step struct {
 	// from /proc/stat (0: not recorded).
 	CPUBusyCores float64 `json:"cpu_busy_cores,omitempty"`
 	// SwapUsedBytes is the node's swap in use at the end of the measured
-	// phase (0: not recorded).
+	// phase, as free(1) counts it: the slots swapped-in pages keep
+	// (SwapCached) included (0: not recorded).
 	SwapUsedBytes uint64 `json:"swap_used_bytes,omitempty"`
 	// NodeCountersProblem names node rates left at zero because a read
 	// failed or a counter went backwards.

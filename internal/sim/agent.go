@@ -53,10 +53,10 @@ func (a *simAgent) snapshot(s *node, now float64) policy.Snapshot {
 		}
 		set := (v.resident + v.cache + v.overhead - v.merged*savedShare) * PageBytes
 		scope.WorkingSetBytes += uint64(set)
-		scope.SwapUsedBytes += uint64(v.swapped() * PageBytes)
+		scope.SwapUsedBytes += uint64(v.swapSlots() * PageBytes)
 		tier += v.tier + v.cacheTier
 		w := policy.Workload{Name: v.name, RequestBytes: a.request, Processes: 1, LimitBytes: a.limit,
-			WorkingSetBytes: uint64(set), SwapBytes: uint64(v.swapped() * PageBytes)}
+			WorkingSetBytes: uint64(set), SwapBytes: uint64(v.swapSlots() * PageBytes)}
 		if !s.process {
 			w.Guest = guestStats(v)
 		}

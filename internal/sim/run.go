@@ -191,13 +191,13 @@ func summarizeStep(step *results.Step, s *node, before counters, now, measureFro
 	step.CreateP50Seconds = results.Quantile(create, 0.5)
 	step.CreateP95Seconds = results.Quantile(create, 0.95)
 	step.CreateP99Seconds = results.Quantile(create, 0.99)
-	var swapped float64
+	var slots float64
 	for _, v := range s.vms {
 		if v.live() {
-			swapped += v.swapped()
+			slots += v.swapSlots()
 		}
 	}
-	step.SwapUsedBytes = uint64(swapped * PageBytes)
+	step.SwapUsedBytes = uint64(slots * PageBytes)
 	if measureFrom >= 0 && now > measureFrom {
 		secs := now - measureFrom
 		after := s.counters()

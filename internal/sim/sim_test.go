@@ -138,24 +138,55 @@ func TestWritesFromHalfFullSwap(t *testing.T) {
 func TestSwappedInPagesKeepTheirSlotBelowHalfFullSwap(t *testing.T) {
 	for _, c := range []struct {
 		swapBytes uint64
+		fromZram  bool
 		keeps     bool
-	}{{64 << 30, true}, {1 << 30, false}} { // 512 MiB out
+	}{{64 << 30, false, true}, {1 << 30, false, false}, {64 << 30, true, false}} { // 1 GiB: 512 MiB out
 		nd := smallNode()
 		nd.Swap.SizeBytes = c.swapBytes
+		if c.fromZram {
+			nd.Tier = &Tier{SizeBytes: 64 << 30, Ratio: 1}
+		}
 		spec := oneVM(memload.ScanRandom)
 		spec.Workload.WriteFraction = 0
 		n := newNode(nd, spec, 1, 1, 1)
 		running(n, 0.5)
+		v := n.vms[0]
+		if c.fromZram {
+			v.tier, v.disk = v.disk, 0
+		}
 		n.capacityPages = 1e12
 		n.tick(0, true)
-		v := n.vms[0]
 		want := 0.0
 		if c.keeps {
 			want = n.swapIns
 		}
 		if n.swapIns <= 0 || v.slotted != want || v.clean != want {
-			t.Errorf("%s swap: %.0f pages in, %.0f kept their slot, %.0f clean; want %.0f and %.0f", units.FormatBytes(c.swapBytes), n.swapIns, v.slotted, v.clean, want, want)
+			t.Errorf("%s swap, from zram %v: %.0f pages in, %.0f kept their slot, %.0f clean; want %.0f and %.0f", units.FormatBytes(c.swapBytes), c.fromZram, n.swapIns, v.slotted, v.clean, want, want)
 		}
+	}
+}
+
+// A step's swap in use counts the slots swapped-in pages keep, as free(1)
+// and memory.swap.current do: the same ramp step (about 24 GiB out) over a
+// swap device so large it stays below half full holds gigabytes more swap
+// than over one half full from the start, where the kernel frees every
+// slot on swap-in.
+func TestStepSwapUseCountsKeptSlots(t *testing.T) {
+	used := map[uint64]uint64{}
+	for _, swapBytes := range []uint64{1400 << 30, 40 << 30} {
+		p := paper(memload.ScanRandom, []int{13})
+		p.VM.Workload.WriteFraction = 0
+		p.RuntimeSeconds = 20
+		p.Node.Swap.SizeBytes = swapBytes
+		run, _, err := Run(context.Background(), p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		used[swapBytes] = run.Steps[0].SwapUsedBytes
+	}
+	if big, half := used[1400<<30], used[40<<30]; half == 0 || big < half+1<<30 {
+		t.Errorf("13 VMs hold %s of swap over 1400 GiB and %s over 40 GiB; want the first at least 1 GiB more (the kept slots)",
+			units.FormatBytes(big), units.FormatBytes(half))
 	}
 }
 
