@@ -31,8 +31,12 @@ const DefaultTickSeconds = 0.25
 // populateTimeoutSeconds ends a step whose workers never all populate.
 const populateTimeoutSeconds = 3600
 
-// agentIntervalSeconds is how often the simulated agent decides.
-const agentIntervalSeconds = 0.5
+// agentIntervalSeconds is how often the simulated agent decides: the
+// agent's default intervalSeconds. At the default tick that is every tick,
+// so the agent acts within a tick of a threshold crossing, as the real one
+// does on either hierarchy (v1 wakes it at the crossing, v2 samples every
+// interval); at a finer tick the simulated agent is v2's.
+const agentIntervalSeconds = 0.25
 
 // gracefulExitSeconds is how long an evicted VM takes to leave.
 const gracefulExitSeconds = 0.5

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/headroom-dev/headroom/internal/agent"
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/policy"
 	"github.com/headroom-dev/headroom/internal/results"
@@ -477,6 +478,18 @@ func TestPaperScenario(t *testing.T) {
 			}
 			t.Logf("12 VMs, random: slowest %.0f, fastest %.0f pages/s", min, max)
 		}
+	}
+}
+
+// The simulated agent decides as often as the real one samples by
+// default, and at the default tick that is every tick.
+func TestSimulatedAgentDecidesAtTheAgentsInterval(t *testing.T) {
+	want := agent.DefaultConfig().IntervalSeconds
+	if agentIntervalSeconds != want {
+		t.Errorf("simulated agent every %g s; the agent samples every %g s", agentIntervalSeconds, want)
+	}
+	if DefaultTickSeconds != want {
+		t.Errorf("a tick of %g s; the agent samples every %g s", DefaultTickSeconds, want)
 	}
 }
 
