@@ -9,10 +9,11 @@
 # in RAM and on the plateau, the knee within one worker. Needs root
 # (density); removes all it made. RESULTS=dir keeps both runs per case
 # (for `headroom report`, measured solid and simulated dashed). SCANS
-# picks the scans (default "seq random"); TIER=zram:SIZE puts a
-# compressed tier in front of the swap file in both
-# (TIER=zswap:max_pool_percent=N with SIM_TIER=zram:SIZE,pool=host, the
-# model's stand-in), and CONTENT=compress=2 (say) gives the workers' pages
+# picks the scans (default "seq random"); TIER=zram:SIZE or
+# TIER=zswap:max_pool_percent=N puts a compressed tier in front of the
+# swap file in both (the model's zswap pool is N% of this host's RAM, as
+# the kernel sizes it; SIM_TIER overrides the model's tier), and
+# CONTENT=compress=2 (say) gives the workers' pages
 # content it can compress. REPEATS=N measures each ramp N times. By
 # default the model's figures are measured once, after the middle run,
 # and a step counts as matched when the simulated rate is within 15% of
@@ -39,9 +40,19 @@ CASES=${CASES:-"1Gi,3Gi,1:10:1 2Gi,6Gi,1:16:1"}
 
 extra=() sim_extra=() content=()
 # density's node is a memory cgroup on this larger host: zram's pool is
-# charged to no cgroup, so the model keeps it outside the node's RAM.
-# SIM_TIER gives the model's tier where density's is not zram:SIZE (zswap).
-[ -n "${TIER:-}" ] && extra+=(--swap-tier "$TIER") && sim_extra+=(--swap-tier "${SIM_TIER:-$TIER,pool=host}")
+# charged to no cgroup, nor is zswap's on cgroup v1, so the model keeps
+# the pool outside the node's RAM. zswap's max_pool_percent is of the
+# host's RAM, not the node's: the model gets the pool's size.
+if [ -n "${TIER:-}" ]; then
+  extra+=(--swap-tier "$TIER")
+  sim_tier=${SIM_TIER:-}
+  if [ -z "$sim_tier" ] && [[ $TIER == zswap* ]]; then
+    pct=$(sed -n 's/.*max_pool_percent=\([0-9.]*\).*/\1/p' <<<"$TIER")
+    pool_kib=$(awk -v p="${pct:-20}" '/^MemTotal:/ { printf "%d", $2 * p / 100 }' /proc/meminfo)
+    sim_tier="zswap:${pool_kib}Ki,pool=host"
+  fi
+  sim_extra+=(--swap-tier "${sim_tier:-$TIER,pool=host}")
+fi
 [ -n "${CONTENT:-}" ] && content+=(--content "$CONTENT")
 
 # knees DIR: the knee and the plateau's first step of one run (0: none).

@@ -325,7 +325,7 @@ func simParams(f *simFlags) (sim.Params, error) {
 		}
 	}
 	if f.swapTier != "" {
-		tier, err := sim.ParseTier(f.swapTier, ratio)
+		tier, err := sim.ParseTier(f.swapTier, ratio, node.RAMBytes)
 		if err != nil {
 			return sim.Params{}, usageError{err}
 		}

@@ -37,7 +37,7 @@ func newSimAgent(p Params, start time.Time) *simAgent {
 // snapshot is what the agent would read from the node's cgroups,
 // /proc/vmstat and PSI.
 func (a *simAgent) snapshot(s *node, now float64) policy.Snapshot {
-	scope := policy.Scope{RAMBytes: uint64(s.capacityPages * PageBytes), SwapBytes: uint64((s.diskCapPages + s.tierCapPages) * PageBytes)}
+	scope := policy.Scope{RAMBytes: uint64(s.capacityPages * PageBytes), SwapBytes: uint64(s.swapCapPages() * PageBytes)}
 	var tier float64
 	var ws []policy.Workload
 	// What merging saves is charged to no VM: each VM's merged pages,

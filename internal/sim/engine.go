@@ -135,6 +135,10 @@ type node struct {
 	// vm_swap_full()).
 	readaheadPages, writePages, mixedCapacity float64
 	swapHalfFull                              bool
+	// writebackLeft is what a full zswap pool still has to write back to
+	// the device before it takes pages again; writebackPerSec the pages
+	// it writes back a second this tick.
+	writebackLeft, writebackPerSec float64
 	// ksm is ksmd, stopped until the agent sets it.
 	ksm *ksmd
 	// cumulative counters, like /proc/vmstat and PSI.
@@ -203,7 +207,7 @@ func (s *node) setIOFigures(faulting float64) {
 // swapped pages' and those swapped-in pages keep, are at least half the
 // swap (the device's and the tier's).
 func (s *node) halfFull() bool {
-	total := s.diskCapPages + s.tierCapPages
+	total := s.swapCapPages()
 	if total <= 0 {
 		return false
 	}
@@ -214,6 +218,49 @@ func (s *node) halfFull() bool {
 		}
 	}
 	return used >= total/2
+}
+
+// swapCapPages is the swap the kernel counts: the device's and a zram
+// tier's (zswap is no swap area: its pages hold the device's slots).
+func (s *node) swapCapPages() float64 {
+	if s.n.Tier.isZswap() {
+		return s.diskCapPages
+	}
+	return s.diskCapPages + s.tierCapPages
+}
+
+// writeBack moves this tick's share of a full zswap pool's writeback to
+// the device: its oldest pages, a write each, at up to half the device's
+// write rate (the shrink worker writes back one page after another).
+func (s *node) writeBack(dt float64) {
+	s.writebackPerSec = 0
+	if s.writebackLeft <= 0 {
+		return
+	}
+	var held float64
+	for _, v := range s.vms {
+		if v.live() {
+			held += v.tier + v.cacheTier
+		}
+	}
+	w := min(s.writebackLeft, held, 0.5*s.n.Swap.writeIOPS()*dt)
+	if w <= 0 {
+		s.writebackLeft = 0
+		return
+	}
+	for _, v := range s.vms {
+		if !v.live() || v.tier+v.cacheTier <= 0 {
+			continue
+		}
+		share := w / held
+		v.disk += v.tier * share
+		v.cacheDisk += v.cacheTier * share
+		v.tier -= v.tier * share
+		v.cacheTier -= v.cacheTier * share
+	}
+	s.writebackLeft -= w
+	s.writebackPerSec = w / dt
+	s.swapOuts += w
 }
 
 // pagesPerRead is the pages one device read carries. A process's
@@ -338,17 +385,37 @@ func (s *node) deviceLoad(cpuShare, readWait float64) float64 {
 		writes += r * miss * s.dirtyShare(v) * toDevice / s.writePages
 	}
 	d := s.n.Swap
-	busy := reads*d.readSeconds(d.readIOPSAt(reads*readWait), s.pagesPerRead()) + writes*d.writeSeconds(d.writeIOPS(), s.writePages)
+	busy := reads*d.readSeconds(d.readIOPSAt(reads*readWait), s.pagesPerRead()) + writes*d.writeSeconds(d.writeIOPS(), s.writePages) +
+		s.writebackPerSec*d.writeSeconds(d.writeIOPS(), 1)
 	return busy / s.mixedCapacity
 }
 
 // tierRoomShare is 1 while the compressed tier has room (evictions go
-// there, not to the device), else 0.
+// there, not to the device), else 0. A zswap pool refuses pages while it
+// writes back, and takes none the device has no slot for.
 func (s *node) tierRoomShare() float64 {
-	if s.tierRoomPages() > minPages {
-		return 1
+	if s.tierRoomPages() <= minPages {
+		return 0
 	}
-	return 0
+	if s.n.Tier.isZswap() && (s.writebackLeft > 0 || s.diskRoomPages() <= minPages) {
+		return 0
+	}
+	return 1
+}
+
+// diskRoomPages is the slots left on the device: its pages' and a zswap
+// pool's take one each.
+func (s *node) diskRoomPages() float64 {
+	var used float64
+	for _, v := range s.vms {
+		if v.live() {
+			used += v.disk + v.cacheDisk
+			if s.n.Tier.isZswap() {
+				used += v.tier + v.cacheTier
+			}
+		}
+	}
+	return s.diskCapPages - used
 }
 
 // tierRoomPages is what the compressed tier can still take.
@@ -475,6 +542,7 @@ func (s *node) tick(now float64, measuring bool) {
 	s.runQueueWait = runQueueWaitAt(s.n.RunQueueWait, faulting)
 	s.swapHalfFull = s.halfFull()
 	s.setIOFigures(faulting)
+	s.writeBack(dt)
 	touched := s.touchedBytesPerCore()
 	s.touchRate = touchRateAt(s.n.TouchRate, touched) * aloneSpeedup(aloneSpeedupAt(s.n.TouchAloneSpeedup, touched), s.busyVMs(), s.n.CPUs)
 	share := s.cpuShare()
@@ -536,16 +604,26 @@ func (s *node) tick(now float64, measuring bool) {
 			// from half full the kernel frees the slot (vm_swap_full).
 			// zram is a synchronous device: its swap-ins bypass the swap
 			// cache and free their slot at once (measured: SwapCached
-			// stayed 0 at 83k pages a second in from zram).
+			// stayed 0 at 83k pages a second in from zram). A zswap page
+			// keeps its slot on the device but no copy.
 			if !s.swapHalfFull {
 				fromDevice := in - fromTier
-				v.slotted += fromDevice
+				if s.n.Tier.isZswap() {
+					v.slotted += in
+				} else {
+					v.slotted += fromDevice
+				}
 				if s.w.WriteFraction == 0 {
 					v.clean += fromDevice
 				}
 			}
 			faults := miss * (z + (1-z)/s.readahead())
-			s.swapIns += in
+			// pswpin counts block reads: a zswap load is zswpin.
+			if s.n.Tier.isZswap() {
+				s.swapIns += in - fromTier
+			} else {
+				s.swapIns += in
+			}
 			s.majorFaults += faults
 			if measuring {
 				v.touches += touches
@@ -561,6 +639,11 @@ func (s *node) tick(now float64, measuring bool) {
 	}
 	s.ksmTick(now, dt)
 	s.reclaim(dt)
+	// A zswap pool that reached its limit writes its oldest pages back
+	// until it is down to the accept threshold.
+	if s.n.Tier.isZswap() && s.writebackLeft <= 0 && s.tierRoomPages() <= minPages {
+		s.writebackLeft = (1 - zswapAcceptShare) * s.tierCapPages
+	}
 }
 
 // usedPages is what the VMs hold in RAM: resident pages, overheads, and
@@ -593,16 +676,15 @@ func (s *node) reclaim(dt float64) {
 			// Every page put in the pool takes 1/ratio of a page back.
 			over /= 1 - 1/s.n.Tier.Ratio
 		}
-		var resident, diskUsed float64
+		var resident float64
 		for _, v := range s.vms {
 			if v.live() {
 				resident += v.resident + v.cache
-				diskUsed += v.disk + v.cacheDisk
 			}
 		}
 		// Kept slots leave room: allocation that finds no free slot
 		// takes them back from the swap cache.
-		room := s.diskCapPages - diskUsed
+		room := s.diskRoomPages()
 		if toTier {
 			room = s.tierRoomPages() // more than minPages: toTier says so
 		}
@@ -660,7 +742,6 @@ func (s *node) reclaim(dt float64) {
 			if e <= 0 {
 				continue
 			}
-			s.swapOuts += e
 			// The idle cache goes first (written: the host has no copy).
 			fromCache := min(e, v.cache)
 			v.cache -= fromCache
@@ -668,6 +749,11 @@ func (s *node) reclaim(dt float64) {
 				v.cacheTier += fromCache
 			} else {
 				v.cacheDisk += fromCache
+			}
+			// pswpout counts block writes: a zswap store is zswpout.
+			countsOut := !toTier || !s.n.Tier.isZswap()
+			if countsOut {
+				s.swapOuts += fromCache
 			}
 			if e -= fromCache; e <= 0 {
 				continue
@@ -680,10 +766,17 @@ func (s *node) reclaim(dt float64) {
 			v.resident -= e
 			v.clean -= e * cleanShare
 			v.slotted -= e * slottedShare
+			// A clean page's copy is on the device already: it is
+			// dropped, not written (nor put in the tier).
+			clean := e * cleanShare
+			v.disk += clean
 			if toTier {
-				v.tier += e
+				v.tier += e - clean
 			} else {
-				v.disk += e
+				v.disk += e - clean
+			}
+			if countsOut {
+				s.swapOuts += e - clean
 			}
 		}
 	}

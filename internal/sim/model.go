@@ -170,9 +170,32 @@ type DepthRate struct {
 	ReadIOPS, WriteIOPS float64
 }
 
+// TierKind is the kind of compressed tier.
+type TierKind string
+
+const (
+	// TierZram is a compressed swap device of its own, at a higher
+	// priority than the device: its pages hold its slots, not the
+	// device's; a page swapped in from it frees its slot at once (a
+	// synchronous device bypasses the swap cache).
+	TierZram TierKind = "zram"
+	// TierZswap is a compressed cache in front of the device: every page
+	// it holds also holds a slot on the device, a page swapped in from it
+	// keeps that slot below half full (as a device page does) but not a
+	// valid copy (zswap drops its entry as it loads), and a full pool
+	// refuses pages (they go to the device) while it writes its oldest
+	// back to the device until it is down to 90% (the kernel's
+	// accept_threshold_percent).
+	TierZswap TierKind = "zswap"
+)
+
 // Tier is a compressed RAM tier (zram, zswap) in front of the device.
 type Tier struct {
+	Kind      TierKind
 	SizeBytes uint64 // uncompressed capacity
+	// PoolBytes is a zswap pool's limit (compressed; SizeBytes is then
+	// the pages it holds at Ratio).
+	PoolBytes uint64
 	// Ratio is uncompressed : compressed (random content: 1).
 	Ratio float64
 	// CPUSecondsPerPage is the cost of compressing or decompressing a page.

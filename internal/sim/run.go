@@ -61,6 +61,9 @@ func Run(ctx context.Context, p Params, done func(results.Step)) (*results.Run, 
 			SwapReadIOPS: p.Node.Swap.ReadIOPS, RequestBytes: p.VM.RequestBytes}, StopReason: "completed"}
 	if p.Node.Tier != nil {
 		run.Node.SwapTier = fmt.Sprintf("compressed %s at %g:1", units.FormatBytes(p.Node.Tier.SizeBytes), p.Node.Tier.Ratio)
+		if p.Node.Tier.isZswap() {
+			run.Node.SwapTier = fmt.Sprintf("zswap, a pool of %s (%s of pages at %g:1)", units.FormatBytes(p.Node.Tier.PoolBytes), units.FormatBytes(p.Node.Tier.SizeBytes), p.Node.Tier.Ratio)
+		}
 		if p.Node.Tier.PoolOnHost {
 			run.Node.SwapTier += ", its pool outside the node's RAM"
 		}

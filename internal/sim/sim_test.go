@@ -139,30 +139,40 @@ func TestWritesFromHalfFullSwap(t *testing.T) {
 func TestSwappedInPagesKeepTheirSlotBelowHalfFullSwap(t *testing.T) {
 	for _, c := range []struct {
 		swapBytes uint64
-		fromZram  bool
+		from      TierKind // "": the device
 		keeps     bool
-	}{{64 << 30, false, true}, {1 << 30, false, false}, {64 << 30, true, false}} { // 1 GiB: 512 MiB out
+	}{{64 << 30, "", true}, {1 << 30, "", false}, {64 << 30, TierZram, false}, {64 << 30, TierZswap, true}} { // 1 GiB: 512 MiB out
 		nd := smallNode()
 		nd.Swap.SizeBytes = c.swapBytes
-		if c.fromZram {
-			nd.Tier = &Tier{SizeBytes: 64 << 30, Ratio: 1}
+		if c.from != "" {
+			nd.Tier = &Tier{Kind: c.from, SizeBytes: 64 << 30, Ratio: 1}
 		}
 		spec := oneVM(memload.ScanRandom)
 		spec.Workload.WriteFraction = 0
 		n := newNode(nd, spec, 1, 1, 1)
 		running(n, 0.5)
 		v := n.vms[0]
-		if c.fromZram {
+		if c.from != "" {
 			v.tier, v.disk = v.disk, 0
 		}
-		n.capacityPages = 1e12
+		n.capacityPages = 1e12 // nothing evicted
+		out := v.workloadSwapped()
 		n.tick(0, true)
-		want := 0.0
+		in := out - v.workloadSwapped()
+		want, wantClean := 0.0, 0.0
 		if c.keeps {
-			want = n.swapIns
+			want = in
 		}
-		if n.swapIns <= 0 || v.slotted != want || v.clean != want {
-			t.Errorf("%s swap, from zram %v: %.0f pages in, %.0f kept their slot, %.0f clean; want %.0f and %.0f", units.FormatBytes(c.swapBytes), c.fromZram, n.swapIns, v.slotted, v.clean, want, want)
+		if c.from == "" {
+			wantClean = want // zswap keeps no copy of what it loads
+		}
+		near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-6*max(a, b, 1) }
+		if in <= 0 || !near(v.slotted, want) || !near(v.clean, wantClean) {
+			t.Errorf("%s swap, from %q: %.0f pages in, %.0f kept their slot, %.0f clean; want %.0f and %.0f", units.FormatBytes(c.swapBytes), c.from, in, v.slotted, v.clean, want, wantClean)
+		}
+		// pswpin counts block reads only: a zswap load is not one.
+		if wantIn := map[TierKind]float64{"": in, TierZram: in, TierZswap: 0}[c.from]; !near(n.swapIns, wantIn) {
+			t.Errorf("from %q: %.0f pages in, %.0f counted as swap-ins (pswpin); want %.0f", c.from, in, n.swapIns, wantIn)
 		}
 	}
 }
@@ -362,6 +372,83 @@ func TestTierPoolOnHostTakesNoNodeRAM(t *testing.T) {
 	}
 	if d := used[false] - used[true]; math.Abs(d-1000) > 1e-9 {
 		t.Errorf("the pool of 4000 pages at 4:1 takes %g pages of the node's RAM more on the node than on the host, want 1000", d)
+	}
+}
+
+// zswap is no swap area: its pages hold slots on the device, so they
+// take the device's room and count against the device's half; a zram
+// tier's pages hold slots of its own.
+func TestZswapPagesHoldDeviceSlots(t *testing.T) {
+	for _, kind := range []TierKind{TierZram, TierZswap} {
+		nd := smallNode()
+		nd.Swap.SizeBytes = 1 << 30
+		nd.Tier = &Tier{Kind: kind, SizeBytes: 1 << 30, Ratio: 2}
+		n := newNode(nd, oneVM(memload.ScanRandom), 1, 0.25, 1)
+		running(n, 0.4)
+		v := n.vms[0]
+		v.tier, v.disk = v.disk, 0 // 0.6 GiB of pages in the tier
+		wantRoom, wantHalfFull := n.diskCapPages, false
+		if kind == TierZswap {
+			wantRoom, wantHalfFull = n.diskCapPages-v.tier, true
+		}
+		if room, full := n.diskRoomPages(), n.halfFull(); math.Abs(room-wantRoom) > 1 || full != wantHalfFull {
+			t.Errorf("%s: %.0f pages of room on the device, half full %v; want %.0f and %v", kind, room, full, wantRoom, wantHalfFull)
+		}
+	}
+}
+
+// A zswap pool at its limit refuses pages (they go to the device) and
+// writes its oldest back to the device, a page a write, until it is down
+// to 90% of its limit; then it takes pages again.
+func TestFullZswapPoolWritesBackToTheAcceptThreshold(t *testing.T) {
+	nd := smallNode()
+	nd.Swap.WriteIOPS = 10000
+	nd.Tier = &Tier{Kind: TierZswap, SizeBytes: 512 << 20, Ratio: 2, PoolOnHost: true}
+	n := newNode(nd, oneVM(memload.ScanRandom), 1, 0.25, 1)
+	running(n, 0.5)
+	v := n.vms[0]
+	v.phase = phaseReady               // populated, not touching
+	v.tier, v.disk = n.tierCapPages, 0 // the pool is full
+	n.capacityPages = 1e12
+	n.tick(0, true)
+	want := 0.1 * n.tierCapPages
+	if n.writebackLeft != want || n.tierRoomShare() != 0 {
+		t.Fatalf("a full pool: %.0f pages to write back, room share %g; want %.0f and 0", n.writebackLeft, n.tierRoomShare(), want)
+	}
+	out := n.swapOuts
+	ticks := 0
+	for ; n.writebackLeft > 0 && ticks < 1000; ticks++ {
+		n.tick(float64(ticks+1)*0.25, true)
+	}
+	// Half the device's 10k writes a second, 0.25 s a tick.
+	if wantTicks := int(math.Ceil(want / (0.5 * 10000 * 0.25))); ticks != wantTicks {
+		t.Errorf("wrote %.0f pages back in %d ticks, want %d", want, ticks, wantTicks)
+	}
+	if got := n.swapOuts - out; math.Abs(got-want) > 1 || math.Abs(v.tier-0.9*n.tierCapPages) > 1 {
+		t.Errorf("wrote back %.0f pages, the pool holds %.0f; want %.0f and %.0f", got, v.tier, want, 0.9*n.tierCapPages)
+	}
+	if n.tierRoomShare() != 1 {
+		t.Errorf("the pool at 90%% after writeback takes no pages")
+	}
+}
+
+// Evicting a clean page (its copy still on the device) writes nothing and
+// puts nothing in the tier: only dirty pages are swap-outs, and of those
+// only the ones written to a block device (zram is one; a zswap store is
+// counted as zswpout, not pswpout).
+func TestCleanPagesAreDroppedNotWritten(t *testing.T) {
+	for kind, wantOut := range map[TierKind]float64{TierZram: 500, TierZswap: 0} {
+		nd := smallNode()
+		nd.Tier = &Tier{Kind: kind, SizeBytes: 64 << 30, Ratio: 2, PoolOnHost: true}
+		n := newNode(nd, oneVM(memload.ScanRandom), 1, 0.25, 1)
+		running(n, 1)
+		v := n.vms[0]
+		v.clean, v.slotted = v.resident/2, v.resident/2
+		n.capacityPages = n.usedPages() - 1000
+		n.reclaim(0.25)
+		if math.Abs(n.swapOuts-wantOut) > 1 || math.Abs(v.tier-500) > 1 || math.Abs(v.disk-500) > 1 {
+			t.Errorf("%s: 1000 pages evicted, half clean: %.0f swap-outs, %.0f to the tier, %.0f on the device; want %.0f, 500 and 500", kind, n.swapOuts, v.tier, v.disk, wantOut)
+		}
 	}
 }
 
@@ -760,18 +847,32 @@ func BenchmarkPaperSweep(b *testing.B) {
 }
 
 func TestParseTier(t *testing.T) {
+	const ram = 10 << 30
+	cpu := tierCPUSecondsPerPage
 	for in, want := range map[string]*Tier{
-		"zram:1Gi":                     {SizeBytes: 1 << 30, Ratio: 2, CPUSecondsPerPage: tierCPUSecondsPerPage},
-		"zram:512Mi,ratio=3":           {SizeBytes: 512 << 20, Ratio: 3, CPUSecondsPerPage: tierCPUSecondsPerPage},
-		"zram:512Mi,pool=host,ratio=3": {SizeBytes: 512 << 20, Ratio: 3, CPUSecondsPerPage: tierCPUSecondsPerPage, PoolOnHost: true},
-		"zram:512Mi,pool=node":         {SizeBytes: 512 << 20, Ratio: 2, CPUSecondsPerPage: tierCPUSecondsPerPage},
-		"zram:512Mi,pool=guest":        nil,
-		"zswap:1Gi":                    nil,
-		"zram:":                        nil,
-		"zram:1Gi,ratio=0.5":           nil,
-		"zram:1Gi,speed=3":             nil,
+		"zram:1Gi":                     {Kind: TierZram, SizeBytes: 1 << 30, Ratio: 2, CPUSecondsPerPage: cpu},
+		"zram:512Mi,ratio=3":           {Kind: TierZram, SizeBytes: 512 << 20, Ratio: 3, CPUSecondsPerPage: cpu},
+		"zram:512Mi,pool=host,ratio=3": {Kind: TierZram, SizeBytes: 512 << 20, Ratio: 3, CPUSecondsPerPage: cpu, PoolOnHost: true},
+		"zram:512Mi,pool=node":         {Kind: TierZram, SizeBytes: 512 << 20, Ratio: 2, CPUSecondsPerPage: cpu},
+		// zswap's pool: 20% of RAM by default, or a percentage, or a size;
+		// it holds ratio times its size of pages.
+		"zswap":                          {Kind: TierZswap, PoolBytes: 2 << 30, SizeBytes: 4 << 30, Ratio: 2, CPUSecondsPerPage: cpu},
+		"zswap:max_pool_percent=5":       {Kind: TierZswap, PoolBytes: 512 << 20, SizeBytes: 1 << 30, Ratio: 2, CPUSecondsPerPage: cpu},
+		"zswap:240Mi,pool=host":          {Kind: TierZswap, PoolBytes: 240 << 20, SizeBytes: 480 << 20, Ratio: 2, CPUSecondsPerPage: cpu, PoolOnHost: true},
+		"zswap:ratio=3,pool=host":        {Kind: TierZswap, PoolBytes: 2 << 30, SizeBytes: 6 << 30, Ratio: 3, CPUSecondsPerPage: cpu, PoolOnHost: true},
+		"zram:512Mi,pool=guest":          nil,
+		"zram:512Mi,max_pool_percent=20": nil,
+		"zswap:max_pool_percent=0":       nil,
+		"zswap:max_pool_percent=101":     nil,
+		"zswap:0":                        nil,
+		"zswap:1Gi,speed=3":              nil,
+		"zcache:1Gi":                     nil,
+		"zram:":                          nil,
+		"zram":                           nil,
+		"zram:1Gi,ratio=0.5":             nil,
+		"zram:1Gi,speed=3":               nil,
 	} {
-		got, err := ParseTier(in, 2)
+		got, err := ParseTier(in, 2, ram)
 		if want == nil {
 			if err == nil || !strings.Contains(err.Error(), TierForm) {
 				t.Errorf("%s: %+v, %v; want an error naming %s", in, got, err, TierForm)
@@ -781,6 +882,9 @@ func TestParseTier(t *testing.T) {
 		if err != nil || *got != *want {
 			t.Errorf("%s: %+v, %v; want %+v", in, got, err, want)
 		}
+	}
+	if _, err := ParseTier("zswap", 2, 0); err == nil || !strings.Contains(err.Error(), "--node-memory") {
+		t.Errorf("zswap without the node's RAM: %v; want an error naming --node-memory", err)
 	}
 	if r := ContentRatio(memload.Content{Kind: memload.ContentCompress, CompressRatio: 4}); r != 4 {
 		t.Errorf("compress=4 compresses %g:1", r)

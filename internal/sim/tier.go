@@ -10,7 +10,17 @@ import (
 )
 
 // TierForm describes the accepted --swap-tier syntax.
-const TierForm = "zram:SIZE[,ratio=R][,pool=node|host]"
+const TierForm = "zram:SIZE[,ratio=R][,pool=node|host] or zswap[:POOL_SIZE|:max_pool_percent=N][,ratio=R][,pool=node|host]"
+
+// zswapDefaultMaxPoolPercent is the kernel's default zswap.max_pool_percent.
+const zswapDefaultMaxPoolPercent = 20
+
+// zswapAcceptShare is the share of its limit a full zswap pool writes back
+// down to before it takes pages again (zswap.accept_threshold_percent).
+const zswapAcceptShare = 0.9
+
+// isZswap reports whether the tier is a zswap pool (nil: no tier).
+func (t *Tier) isZswap() bool { return t != nil && t.Kind == TierZswap }
 
 // tierCPUSecondsPerPage is zram's cost to compress or decompress a page.
 const tierCPUSecondsPerPage = 3e-6
@@ -28,38 +38,76 @@ func ContentRatio(c memload.Content) float64 {
 	return 1
 }
 
-// ParseTier parses --swap-tier zram:SIZE[,ratio=R][,pool=node|host];
-// without a ratio the tier compresses at contentRatio; pool=host puts the
-// compressed pool outside the node's RAM.
-func ParseTier(s string, contentRatio float64) (*Tier, error) {
-	bad := fmt.Errorf("--swap-tier %q: want %s with R >= 1", s, TierForm)
+// ParseTier parses --swap-tier. zram:SIZE is a compressed swap device of
+// SIZE (uncompressed); zswap is a compressed cache in front of the device,
+// its pool limited to POOL_SIZE or max_pool_percent (default 20) of
+// ramBytes, the RAM the kernel takes that percentage of. Without a ratio
+// the tier compresses at contentRatio; pool=host puts the compressed pool
+// outside the node's RAM.
+func ParseTier(s string, contentRatio float64, ramBytes uint64) (*Tier, error) {
+	bad := fmt.Errorf("--swap-tier %q: want %s with R >= 1 and N in (0,100]", s, TierForm)
 	kind, opts, _ := strings.Cut(s, ":")
-	if kind != "zram" || opts == "" {
+	t := &Tier{Kind: TierKind(kind), Ratio: contentRatio, CPUSecondsPerPage: tierCPUSecondsPerPage}
+	var parts []string
+	switch t.Kind {
+	case TierZram:
+		if opts == "" {
+			return nil, bad
+		}
+		parts = strings.Split(opts, ",")
+		size, err := units.ParseBytes(parts[0])
+		if err != nil || size == 0 {
+			return nil, bad
+		}
+		t.SizeBytes, parts = size, parts[1:]
+	case TierZswap:
+		t.PoolBytes = ramBytes * zswapDefaultMaxPoolPercent / 100
+		if opts != "" {
+			parts = strings.Split(opts, ",")
+			if size, err := units.ParseBytes(parts[0]); err == nil && !strings.Contains(parts[0], "=") {
+				if size == 0 {
+					return nil, bad
+				}
+				t.PoolBytes, parts = size, parts[1:]
+			}
+		}
+	default:
 		return nil, bad
 	}
-	parts := strings.Split(opts, ",")
-	size, err := units.ParseBytes(parts[0])
-	if err != nil || size == 0 {
-		return nil, bad
-	}
-	t := &Tier{SizeBytes: size, Ratio: contentRatio, CPUSecondsPerPage: tierCPUSecondsPerPage}
-	for _, o := range parts[1:] {
+	for _, o := range parts {
 		k, v, _ := strings.Cut(o, "=")
-		switch k {
-		case "ratio":
+		switch {
+		case k == "ratio":
 			r, err := strconv.ParseFloat(v, 64)
 			if err != nil || !(r >= 1) {
 				return nil, bad
 			}
 			t.Ratio = r
-		case "pool":
+		case k == "pool":
 			if v != "node" && v != "host" {
 				return nil, bad
 			}
 			t.PoolOnHost = v == "host"
+		case k == "max_pool_percent" && t.Kind == TierZswap:
+			pct, err := strconv.ParseFloat(v, 64)
+			if err != nil || !(pct > 0 && pct <= 100) {
+				return nil, bad
+			}
+			t.PoolBytes = uint64(float64(ramBytes) * pct / 100)
 		default:
 			return nil, bad
 		}
+	}
+	if t.Kind == TierZswap {
+		if t.PoolBytes == 0 && ramBytes == 0 {
+			return nil, fmt.Errorf("--swap-tier %q: a zswap pool sized by max_pool_percent needs the node's RAM (--node-memory), or give its size (zswap:POOL_SIZE)", s)
+		}
+		if t.PoolBytes == 0 {
+			return nil, bad
+		}
+		// The pool holds compressed pages: it takes ratio times its
+		// size of pages.
+		t.SizeBytes = uint64(float64(t.PoolBytes) * t.Ratio)
 	}
 	return t, nil
 }
