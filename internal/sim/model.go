@@ -280,6 +280,8 @@ func Validate(n Node, v VMSpec) error {
 		return fmt.Errorf("--swap-depths: want %s, depths ascending, rates positive", DepthsForm)
 	case n.Tier != nil && !(n.Tier.Ratio >= 1):
 		return fmt.Errorf("--swap-tier ratio must be at least 1")
+	case n.Tier.isZswap() && n.Swap.SizeBytes == 0:
+		return fmt.Errorf("--swap-tier zswap needs a swap device (--swap): its pages hold the device's slots")
 	case n.PageCluster < 0 || n.PageCluster > 10:
 		return fmt.Errorf("page cluster %d: want 0..10", n.PageCluster)
 	case v.Workload.SizeBytes == 0:

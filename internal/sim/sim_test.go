@@ -810,6 +810,9 @@ func TestValidate(t *testing.T) {
 		"--swap-mixed-capacity":           func(n *Node, _ *VMSpec) { n.Swap.MixedCapacity = []TaskCapacity{{1, 0.5}} },
 		"--swap-mixed-capacity-half-full": func(n *Node, _ *VMSpec) { n.Swap.HalfFullMixedCapacity = []TaskCapacity{{1, 0.5}} },
 		"ratio":                           func(n *Node, _ *VMSpec) { n.Tier = &Tier{SizeBytes: 1 << 30, Ratio: 0.5} },
+		"zswap needs a swap device": func(n *Node, _ *VMSpec) {
+			n.Tier, n.Swap.SizeBytes = &Tier{Kind: TierZswap, PoolBytes: 1 << 30, SizeBytes: 2 << 30, Ratio: 2}, 0
+		},
 		"--swap-depths": func(n *Node, _ *VMSpec) {
 			n.Swap.Depths = []DepthRate{{QueueDepth: 4, ReadIOPS: 1, WriteIOPS: 1}, {QueueDepth: 2, ReadIOPS: 1, WriteIOPS: 1}}
 		},
