@@ -642,7 +642,7 @@ func (s *node) tick(now float64, measuring bool) {
 	// A zswap pool that reached its limit writes its oldest pages back
 	// until it is down to the accept threshold.
 	if s.n.Tier.isZswap() && s.writebackLeft <= 0 && s.tierRoomPages() <= minPages {
-		s.writebackLeft = (1 - zswapAcceptShare) * s.tierCapPages
+		s.writebackLeft = (1 - zswapAcceptShare) * zswapWritebackMultiple * s.tierCapPages
 	}
 }
 
