@@ -44,6 +44,8 @@ type nodeRates struct {
 	swapInPerSec, swapOutPerSec, majorFaultsPerSec float64
 	psiSomePercent, psiFullPercent                 float64
 	cpuBusyCores                                   float64
+	// swapUsedBytes is the swap in use at the second read.
+	swapUsedBytes uint64
 	// problem says which rates are unknown and why ("": none).
 	problem string
 }
@@ -84,6 +86,11 @@ func ratesBetween(before, after nodeCounters) nodeRates {
 		problems = append(problems, "CPU busy time went backwards")
 	} else {
 		r.cpuBusyCores = (after.cpuBusySeconds - before.cpuBusySeconds) / secs
+	}
+	if after.memErr != nil {
+		problems = append(problems, "swap in use unreadable: "+after.memErr.Error())
+	} else {
+		r.swapUsedBytes = after.swapUsedBytes
 	}
 	r.problem = strings.Join(problems, "; ")
 	return r

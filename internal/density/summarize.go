@@ -105,12 +105,8 @@ func (h *Harness) summarize(step *results.Step, res []loadctl.Result, workers []
 	step.SwapInPagesPerSec, step.SwapOutPagesPerSec, step.MajorFaultsPerSec = r.swapInPerSec, r.swapOutPerSec, r.majorFaultsPerSec
 	step.PSISomePercent, step.PSIFullPercent = r.psiSomePercent, r.psiFullPercent
 	step.CPUBusyCores = r.cpuBusyCores
+	step.SwapUsedBytes = r.swapUsedBytes
 	step.NodeCountersProblem = r.problem
-	if after.memErr != nil {
-		step.NodeCountersProblem = strings.TrimPrefix(step.NodeCountersProblem+"; swap in use unreadable: "+after.memErr.Error(), "; ")
-	} else {
-		step.SwapUsedBytes = after.swapUsedBytes
-	}
 }
 
 // phaseQuantiles summarises the VMs' start-up phases; ready (the

@@ -606,24 +606,19 @@ func (s *node) tick(now float64, measuring bool) {
 			// cache and free their slot at once (measured: SwapCached
 			// stayed 0 at 83k pages a second in from zram). A zswap page
 			// keeps its slot on the device but no copy.
+			// (pswpin counts block reads only: a zswap load is zswpin.)
+			slotKeepers, blockReads := in-fromTier, in
+			if s.n.Tier.isZswap() {
+				slotKeepers, blockReads = in, in-fromTier
+			}
 			if !s.swapHalfFull {
-				fromDevice := in - fromTier
-				if s.n.Tier.isZswap() {
-					v.slotted += in
-				} else {
-					v.slotted += fromDevice
-				}
+				v.slotted += slotKeepers
 				if s.w.WriteFraction == 0 {
-					v.clean += fromDevice
+					v.clean += in - fromTier
 				}
 			}
 			faults := miss * (z + (1-z)/s.readahead())
-			// pswpin counts block reads: a zswap load is zswpin.
-			if s.n.Tier.isZswap() {
-				s.swapIns += in - fromTier
-			} else {
-				s.swapIns += in
-			}
+			s.swapIns += blockReads
 			s.majorFaults += faults
 			if measuring {
 				v.touches += touches

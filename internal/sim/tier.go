@@ -27,7 +27,11 @@ const zswapAcceptShare = 0.9
 // spell of refused stores): 2.5, 3.7, 3.7 and 5.1 times.
 const zswapWritebackMultiple = 3.75
 
-// isZswap reports whether the tier is a zswap pool (nil: no tier).
+// isZswap reports whether the tier is a zswap pool (nil: no tier). What
+// follows from it: a zswap page holds a slot on the device (zram's hold
+// its own), keeps it when loaded below half full (zram frees it: a
+// synchronous device bypasses the swap cache), and its loads and stores
+// are no block I/O, so not pswpin or pswpout (zram's are).
 func (t *Tier) isZswap() bool { return t != nil && t.Kind == TierZswap }
 
 // tierCPUSecondsPerPage is zram's cost to compress or decompress a page.
