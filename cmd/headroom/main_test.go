@@ -141,6 +141,7 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"sim", "--memory-size", "20Gi"}, "larger than --vm-memory"},
 		{[]string{"sim", "--swap", "1Ti", "--swap-read-iops", "0"}, "--swap-read-iops"},
 		{[]string{"sim", "--swap-tier", "zcache:1Gi"}, "zram:SIZE[,ratio=R]"},
+		{[]string{"sim", "--swap-tier", "zram:1Gi", "--swap-tier-ratio", "0.5"}, "--swap-tier-ratio 0.5: want a ratio of at least 1"},
 		{[]string{"sim", "--swap-tier", "zswap:1Gi"}, "zswap needs a swap device (--swap)"},
 		{[]string{"sim", "--swap-depths", "4:1/1,2:1/1"}, "--swap-depths"},
 		{[]string{"sim", "--find", "min-cost"}, "--find"},

@@ -55,8 +55,10 @@ headroom agent calibrate probes it
 (or, with no swap active, the file system where density --swap SIZE puts
 its swap file) at queue depths 1 to 16, and, as
 root, the kernel's CPU per page paged (one headroom load worker in a memory
-cgroup smaller than it, over that swap) — prints the figures, and uses
-them where neither the command line nor the scenario gave a value.`
+cgroup smaller than it, over that swap) and, with --swap-tier, the ratio
+the tier's compressor gets on the workload's content (a scratch zram
+device) — prints the figures, and uses them where neither the command line
+nor the scenario gave a value.`
 
 type simFlags struct {
 	rampFlags
@@ -75,6 +77,7 @@ type simFlags struct {
 	startCPUFactor                       float64
 	startCPUDuration                     time.Duration
 	swapTier                             string
+	tierRatio                            float64
 	agent                                bool
 	out, label, scenario, find           string
 	swapDepths, workerKind               string
@@ -129,7 +132,8 @@ func newSimCommand() *cobra.Command {
 	fl.StringVar(&f.halfFullWritePages, "swap-write-pages-half-full", "", "pages one write carries once half the swap is in use, where the kernel frees slots as pages come in, "+sim.IOPagesForm+" (default: as --swap-write-pages; --machine this measures it: a page a write for a random scan on kernel 6.18 with a swap file)")
 	fl.StringVar(&f.halfFullCapacity, "swap-mixed-capacity-half-full", "", "--swap-mixed-capacity once half the swap is in use, "+sim.MixedCapacityForm+" (default: as --swap-mixed-capacity; --machine this measures it)")
 	fl.StringVar(&f.swapDepths, "swap-depths", "", "the swap device's rates by queue depth, "+sim.DepthsForm+"; replaces --swap-read-iops and --swap-write-iops as its capacity")
-	fl.StringVar(&f.swapTier, "swap-tier", "", "compressed tier in front of the device: "+sim.TierForm+" (ratio: from --content unless given)")
+	fl.StringVar(&f.swapTier, "swap-tier", "", "compressed tier in front of the device: "+sim.TierForm+" (ratio: --swap-tier-ratio unless given)")
+	fl.Float64Var(&f.tierRatio, "swap-tier-ratio", 0, "how many bytes of the workload's pages the tier stores in a byte of RAM, at least 1 (default: the ratio --content names; --machine this measures it with the tier's compressor)")
 	fl.StringVar(&f.workerKind, "worker-kind", "vm", "what runs each workload: vm (a guest: its pages are scattered in the host's address space, so each page of a sequential readahead window is its own read) or process (as density's cgroup backend runs it: a window is one read)")
 	fl.BoolVar(&f.agent, "agent", false, "run the agent's policy on the node (calibrated to half the device's rates)")
 	fl.BoolVar(&f.balloon, "balloon", false, "with --agent: the agent also drives the guests' balloons")
@@ -200,8 +204,13 @@ func applyMachine(cmd *cobra.Command, f *simFlags) error {
 	if err != nil {
 		return err
 	}
+	// The tier's compression is measured unless its ratio was given.
+	tier := sim.TierKindOf(f.swapTier)
+	if cmd.Flags().Changed("swap-tier-ratio") {
+		tier = ""
+	}
 	fig, err := sim.MeasureMachine(cmd.Context(), sim.MeasureOptions{Headroom: exe, Scan: memload.Scan(f.scan),
-		SwapFileDir: swaptier.DefaultFileDir, Duration: 2 * time.Second})
+		SwapFileDir: swaptier.DefaultFileDir, Duration: 2 * time.Second, Tier: tier, Content: memload.Content(f.content)})
 	if err != nil {
 		return err
 	}
@@ -259,6 +268,9 @@ func applyMachine(cmd *cobra.Command, f *simFlags) error {
 		set("swap", fmt.Sprint(fig.SwapSizeBytes))
 	}
 	set("ksmd-cpu", (time.Duration(math.Round(fig.KSMDCPUSeconds*1e3)) * time.Millisecond).String())
+	if r := fig.TierRatio(); r > 0 {
+		set("swap-tier-ratio", fmt.Sprint(r))
+	}
 	return nil
 }
 
@@ -276,6 +288,12 @@ func simParams(f *simFlags) (sim.Params, error) {
 	}
 	content := memload.Content(f.content)
 	ratio := sim.ContentRatio(content)
+	switch {
+	case f.tierRatio != 0 && !(f.tierRatio >= 1):
+		return sim.Params{}, usagef("--swap-tier-ratio %g: want a ratio of at least 1", f.tierRatio)
+	case f.tierRatio != 0:
+		ratio = f.tierRatio
+	}
 	node := sim.Node{RAMBytes: uint64(f.nodeMemory), SystemReserveBytes: uint64(f.systemReserve), CPUs: f.cpus,
 		TouchOwnBlock: f.touchOwnBlock, PopulateRatePerCore: f.populateRate, PageCluster: 3, KSMDCPUSeconds: f.ksmdCPU.Seconds(),
 		Swap: sim.Device{SizeBytes: uint64(f.swap), ReadIOPS: f.readIOPS, WriteIOPS: f.writeIOPS, LatencySeconds: f.latency.Seconds(),
@@ -475,7 +493,7 @@ func simParamsMap(f *simFlags) map[string]any {
 		"overhead_bytes": uint64(f.overhead), "guest_overhead_bytes": uint64(f.guestOverhead), "node_memory_bytes": uint64(f.nodeMemory),
 		"system_reserve_bytes": uint64(f.systemReserve), "cpus": f.cpus, "touch_rate": f.touchRate, "touch_alone_speedup": f.touchAloneSpeedup, "touch_own_block": f.touchOwnBlock, "populate_rate": f.populateRate, "swap_bytes": uint64(f.swap),
 		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(), "swap_read_bandwidth": uint64(f.readBandwidth), "swap_write_bandwidth": uint64(f.writeBandwidth), "swap_mixed_capacity": f.mixedCapacity, "swap_depths": f.swapDepths, "paging_cpu": f.pagingCPU, "run_queue_wait": f.runQueueWait, "swap_read_pages": f.readPages, "swap_write_pages": f.writePages, "swap_write_pages_half_full": f.halfFullWritePages, "swap_mixed_capacity_half_full": f.halfFullCapacity, "worker_kind": f.workerKind,
-		"swap_tier": f.swapTier, "agent": f.agent, "max_swap_in_pages_per_sec": f.maxSwapIn, "max_swap_out_pages_per_sec": f.maxSwapOut, "ksm": f.ksm, "ksmd_cpu_seconds": f.ksmdCPU.Seconds(), "balloon": balloonParam(f.balloon, f.balloonPol), "guest_cache_bytes": uint64(f.guestCache), "balloon_cpu_seconds_per_page": f.balloonCPU.Seconds(), "start_cpu_factor": f.startCPUFactor, "start_cpu_seconds": f.startCPUDuration.Seconds(), "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
+		"swap_tier": f.swapTier, "swap_tier_ratio": f.tierRatio, "agent": f.agent, "max_swap_in_pages_per_sec": f.maxSwapIn, "max_swap_out_pages_per_sec": f.maxSwapOut, "ksm": f.ksm, "ksmd_cpu_seconds": f.ksmdCPU.Seconds(), "balloon": balloonParam(f.balloon, f.balloonPol), "guest_cache_bytes": uint64(f.guestCache), "balloon_cpu_seconds_per_page": f.balloonCPU.Seconds(), "start_cpu_factor": f.startCPUFactor, "start_cpu_seconds": f.startCPUDuration.Seconds(), "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
 }
 
 // balloonParam is the balloon policy in force ("" with none), as density

@@ -15,6 +15,7 @@ import (
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/probe"
 	"github.com/headroom-dev/headroom/internal/results"
+	"github.com/headroom-dev/headroom/internal/swaptier"
 	"github.com/headroom-dev/headroom/internal/units"
 )
 
@@ -83,6 +84,10 @@ type MachineFigures struct {
 	// KSMDCPUSeconds is the CPU time ksmd has used since boot (the
 	// kernel's advisor counts it into its first scan).
 	KSMDCPUSeconds float64 `json:"ksmd_cpu_seconds"`
+	// TierCompression is what the tier's compressor made of the
+	// workload's content (nil: no tier asked for).
+	TierCompression *swaptier.Compression `json:"tier_compression,omitempty"`
+	TierNote        string                `json:"tier_note,omitempty"`
 }
 
 // Spread is the least and the most of repeated measurements.
@@ -109,6 +114,9 @@ type MeasureOptions struct {
 	SwapFileDir string
 	// Seconds of each measurement.
 	Duration time.Duration
+	// Tier, when set, has the tier's compressor measured on Content.
+	Tier    TierKind
+	Content memload.Content
 }
 
 // probeJobs is the queue depth of the device probe's main figures.
@@ -160,6 +168,12 @@ func MeasureMachine(ctx context.Context, o MeasureOptions) (MachineFigures, erro
 		f.SwapDevice = o.SwapFileDir + " (no swap active: where density puts its swap file)"
 	}
 	f.ReadIOPS, f.WriteIOPS, f.LatencySeconds = res.ReadIOPS, res.WriteIOPS, res.ReadLatencyUs/1e6
+	if o.Tier != "" {
+		// Without it the model takes the ratio the content names.
+		if err := f.measureTierCompression(o); err != nil {
+			f.TierNote = "not measured: " + err.Error()
+		}
+	}
 	f.ReadBytesPerSec = transferRate(res.ReadIOPS, res.LargeReadIOPS, res.LargeBlockBytes)
 	f.WriteBytesPerSec = transferRate(res.WriteIOPS, res.LargeWriteIOPS, res.LargeBlockBytes)
 	if err = f.measurePaging(ctx, o); errors.Is(err, ErrPagingNeedsRoot) {
@@ -379,6 +393,7 @@ func (f MachineFigures) String() string {
 	if len(f.Depths) > 0 {
 		s += "; by queue depth (read/write IOPS) " + FormatDepths(f.Depths)
 	}
+	s += f.tierCompressionString()
 	s += fmt.Sprintf("; ksmd has used %.1f s of CPU since boot", f.KSMDCPUSeconds)
 	if f.PagingNote != "" {
 		return s + "; paging CPU " + f.PagingNote

@@ -12,6 +12,7 @@ import (
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/policy"
 	"github.com/headroom-dev/headroom/internal/results"
+	"github.com/headroom-dev/headroom/internal/swaptier"
 	"github.com/headroom-dev/headroom/internal/units"
 )
 
@@ -893,6 +894,36 @@ func TestParseTier(t *testing.T) {
 	}
 	if r := ContentRatio(memload.Content{Kind: memload.ContentCompress, CompressRatio: 4}); r != 4 {
 		t.Errorf("compress=4 compresses %g:1", r)
+	}
+}
+
+func TestTierKindOf(t *testing.T) {
+	for in, want := range map[string]TierKind{
+		"": "", "zram:1Gi": TierZram, "zram": TierZram, "zswap": TierZswap, "zswap:max_pool_percent=1": TierZswap,
+		"zcache:1Gi": "", "zswapx": "",
+	} {
+		if got := TierKindOf(in); got != want {
+			t.Errorf("%q: %q, want %q", in, got, want)
+		}
+	}
+}
+
+// The model's tier ratio is the measured one, an incompressible page
+// stored whole and a fill pattern at the model's own figure.
+func TestTierRatioFromMeasuredCompression(t *testing.T) {
+	for _, tc := range []struct {
+		c    *swaptier.Compression
+		want float64
+	}{
+		{nil, 0},
+		{&swaptier.Compression{StoredBytes: 64 << 20, RAMBytes: 37 << 20}, 64.0 / 37},
+		{&swaptier.Compression{StoredBytes: 64 << 20, RAMBytes: 65 << 20}, 1},
+		{&swaptier.Compression{StoredBytes: 64 << 20, RAMBytes: 0, SamePages: 16384}, sameFilledRatio},
+		{&swaptier.Compression{StoredBytes: 64 << 20, RAMBytes: 1 << 20}, sameFilledRatio},
+	} {
+		if got := (MachineFigures{TierCompression: tc.c}).TierRatio(); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("%+v: %g, want %g", tc.c, got, tc.want)
+		}
 	}
 }
 

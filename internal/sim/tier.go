@@ -24,8 +24,10 @@ const zswapAcceptShare = 0.9
 // size is zsmalloc's pages, and loads free objects scattered over them:
 // the pool shrinks only as whole pages empty. Measured here (random
 // workers on a 1 GiB node, a 241 MiB pool, vmstat's zswpwb over each
-// spell of refused stores): 2.5, 3.7, 3.7 and 5.1 times.
-const zswapWritebackMultiple = 3.75
+// spell of refused stores: 31k, 46k, 46k and 63k pages) against the pool's
+// pages at lzo's 1.83:1 on that content (the compressor's ratio `sim
+// --machine this` measures): 2.7, 4.1, 4.1 and 5.6 times.
+const zswapWritebackMultiple = 4.1
 
 // isZswap reports whether the tier is a zswap pool (nil: no tier). What
 // follows from it: a zswap page holds a slot on the device (zram's hold
@@ -48,6 +50,18 @@ func ContentRatio(c memload.Content) float64 {
 		return 1 / max(1-c.DupFraction, 0.02)
 	}
 	return 1
+}
+
+// TierKindOf is the kind of tier a --swap-tier value names ("" for none,
+// or a kind ParseTier refuses).
+func TierKindOf(s string) TierKind {
+	switch kind, _, _ := strings.Cut(s, ":"); TierKind(kind) {
+	case TierZram:
+		return TierZram
+	case TierZswap:
+		return TierZswap
+	}
+	return ""
 }
 
 // ParseTier parses --swap-tier. zram:SIZE is a compressed swap device of
