@@ -207,7 +207,8 @@ func TestSystemSimMachineThis(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := runHeadroom(t, "sim", "--machine", "this", "--cpus", "3", "--vm-memory", "320Mi", "--memory-size", "256Mi",
-		"--guest-overhead", "0", "--system-reserve", "0", "--deployments", "1", "--workload-runtime", "2s", "--json", "--out", dir)
+		"--guest-overhead", "0", "--system-reserve", "0", "--deployments", "1", "--workload-runtime", "2s", "--json", "--out", dir,
+		"--swap-tier", "zswap:64Mi", "--content", "compress=2")
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
@@ -267,6 +268,11 @@ func TestSystemSimMachineThis(t *testing.T) {
 	if own, ok := p["touch_own_block"].(float64); len(rates) == 3 &&
 		(!ok || own < 0 || own > 1 || !strings.Contains(r.stderr, "4 workers a core taking turns over 256.0 MiB each")) {
 		t.Errorf("touch_own_block %v, figures %q: want it measured with 4 workers a core of 256 MiB, 0 to 1", p["touch_own_block"], r.stderr)
+	}
+	// zswap's compressor on the workers' content (pages built to compress
+	// 2:1; lzo stores them at 1.83:1 here, with zsmalloc's overhead).
+	if ratio, _ := p["swap_tier_ratio"].(float64); !(ratio >= 1.3 && ratio <= 2.2) || !strings.Contains(r.stderr, "the tier's compressor") {
+		t.Errorf("swap_tier_ratio %v, figures %q: want zswap's compressor measured on compress=2 content, 1.3-2.2", p["swap_tier_ratio"], r.stderr)
 	}
 	// The device at queue depths 1 to 16, reads and writes (a scratch
 	// file beside the swap file), is the model's device.
