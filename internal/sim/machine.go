@@ -168,14 +168,14 @@ func MeasureMachine(ctx context.Context, o MeasureOptions) (MachineFigures, erro
 		f.SwapDevice = o.SwapFileDir + " (no swap active: where density puts its swap file)"
 	}
 	f.ReadIOPS, f.WriteIOPS, f.LatencySeconds = res.ReadIOPS, res.WriteIOPS, res.ReadLatencyUs/1e6
+	f.ReadBytesPerSec = transferRate(res.ReadIOPS, res.LargeReadIOPS, res.LargeBlockBytes)
+	f.WriteBytesPerSec = transferRate(res.WriteIOPS, res.LargeWriteIOPS, res.LargeBlockBytes)
 	if o.Tier != "" {
 		// Without it the model takes the ratio the content names.
 		if err := f.measureTierCompression(o); err != nil {
 			f.TierNote = "not measured: " + err.Error()
 		}
 	}
-	f.ReadBytesPerSec = transferRate(res.ReadIOPS, res.LargeReadIOPS, res.LargeBlockBytes)
-	f.WriteBytesPerSec = transferRate(res.WriteIOPS, res.LargeWriteIOPS, res.LargeBlockBytes)
 	if err = f.measurePaging(ctx, o); errors.Is(err, ErrPagingNeedsRoot) {
 		f.PagingNote = "not measured: " + err.Error()
 	} else if err != nil {

@@ -16,10 +16,6 @@ import (
 // fill, a fraction of a second to write.
 const compressionProbeBytes = 64 << 20
 
-// sameFilledRatio is the ratio the model gives pages zram and zswap store
-// as a fill pattern (a few bytes each): a measured ratio is capped there.
-const sameFilledRatio = 50
-
 // measureTierCompression writes compressionProbeBytes of the workload's
 // content to a scratch zram device with the compressor the tier uses
 // (zswap's current one; zram's default) and keeps what they took.

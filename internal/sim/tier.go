@@ -39,11 +39,15 @@ func (t *Tier) isZswap() bool { return t != nil && t.Kind == TierZswap }
 // tierCPUSecondsPerPage is zram's cost to compress or decompress a page.
 const tierCPUSecondsPerPage = 3e-6
 
+// sameFilledRatio is the ratio the model gives pages zram and zswap store
+// as a fill pattern (a few bytes each); a measured ratio is capped there.
+const sameFilledRatio = 50
+
 // ContentRatio is how well a content class compresses (zram's ratio).
 func ContentRatio(c memload.Content) float64 {
 	switch c.Kind {
 	case memload.ContentZero:
-		return 50 // same-filled pages cost zram a few bytes
+		return sameFilledRatio
 	case memload.ContentCompress:
 		return c.CompressRatio
 	case memload.ContentDup:
