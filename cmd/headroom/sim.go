@@ -50,7 +50,7 @@ that share of the swap).
 rate of one headroom load worker a core over blocks of 64 MiB, 256 MiB
 and 1 GiB (a core touches fewer pages/s the more memory it cycles
 through) and of one worker alone (faster: no neighbour in the shared
-caches), each the median of three rounds, the active swap device as
+caches), each the median of three rounds (--machine-rounds), the active swap device as
 headroom agent calibrate probes it
 (or, with no swap active, the file system where density --swap SIZE puts
 its swap file) at queue depths 1 to 16, and, as
@@ -85,6 +85,7 @@ type simFlags struct {
 	readPages, writePages, mixedCapacity string
 	halfFullWritePages, halfFullCapacity string
 	machine                              string
+	machineRounds                        int
 	minPerVM, maxSwapUtil                float64
 	seed                                 uint64
 	json, stopOnFail                     bool
@@ -109,6 +110,7 @@ func newSimCommand() *cobra.Command {
 	fl := cmd.Flags()
 	fl.StringVar(&f.scenario, "scenario", "", "YAML file of these flags' values (keys: flag names); flags given override it")
 	fl.StringVar(&f.machine, "machine", "", "this: measure this machine's RAM, cores, touch rate and swap device for the node's figures (flags and the scenario override them)")
+	fl.IntVar(&f.machineRounds, "machine-rounds", sim.DefaultMachineRounds, "with --machine this: how often each figure is measured, the median kept (1: a third of the time, noisier on a shared machine)")
 	f.rampFlags.register(fl, "VM", "host memory per VM beyond its guest RAM (QEMU), also added to its request")
 	fl.Var(&f.guestOverhead, "guest-overhead", "guest memory besides the workload that stays resident (kernel, caches)")
 	fl.Var(&f.nodeMemory, "node-memory", "the node's RAM")
@@ -210,7 +212,7 @@ func applyMachine(cmd *cobra.Command, f *simFlags) error {
 		tier = ""
 	}
 	fig, err := sim.MeasureMachine(cmd.Context(), sim.MeasureOptions{Headroom: exe, Scan: memload.Scan(f.scan),
-		SwapFileDir: swaptier.DefaultFileDir, Duration: 2 * time.Second, Tier: tier, Content: memload.Content(f.content)})
+		SwapFileDir: swaptier.DefaultFileDir, Duration: 2 * time.Second, Tier: tier, Content: memload.Content(f.content), Rounds: f.machineRounds})
 	if err != nil {
 		return err
 	}
@@ -421,6 +423,9 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 	switch f.machine {
 	case "":
 	case "this":
+		if f.machineRounds < 1 {
+			return usagef("--machine-rounds %d: want a count of at least 1", f.machineRounds)
+		}
 		if err := applyMachine(cmd, f); err != nil {
 			return err
 		}

@@ -61,7 +61,7 @@ type MachineFigures struct {
 	Depths []DepthRate `json:"swap_depths,omitempty"`
 	// PagingCPU is the CPU per page paged in and out with one, four and
 	// eight workers a core (MeasurePaging), the median of
-	// pagingProbeRuns runs; PagingCPUSpread the least and most of those
+	// Rounds runs; PagingCPUSpread the least and most of those
 	// runs, per entry. None with PagingNote saying why it was not measured.
 	PagingCPU       []PagingCost `json:"paging_cpu,omitempty"`
 	PagingCPUSpread []Spread     `json:"paging_cpu_spread,omitempty"`
@@ -84,6 +84,9 @@ type MachineFigures struct {
 	// KSMDCPUSeconds is the CPU time ksmd has used since boot (the
 	// kernel's advisor counts it into its first scan).
 	KSMDCPUSeconds float64 `json:"ksmd_cpu_seconds"`
+	// Rounds is how often each figure was measured (the device probe, each
+	// block's touch rate, the paging runs), each kept as the median.
+	Rounds int `json:"rounds"`
 	// TierCompression is what the tier's compressor made of the
 	// workload's content (nil: no tier asked for).
 	TierCompression *swaptier.Compression `json:"tier_compression,omitempty"`
@@ -96,14 +99,21 @@ type Spread struct {
 	Max float64 `json:"max"`
 }
 
-// pagingProbeRuns is how often the paging CPU is measured, each time with
-// fresh workers, the runs of each worker count taking turns. One run is
-// not enough: a page's cost rises the longer the same workers page
-// (eight random workers here: 176-199 µs a page in the first 2 s and
-// 350-420 µs after 16-20 s in one run, 1.2× in another; fresh workers
-// start low again), so a 4 s window reads wherever that rise stood, and
-// runs minutes apart read 151-234 µs.
-const pagingProbeRuns = 3
+// DefaultMachineRounds is how often each figure is measured, its median
+// kept. One round is not enough on a shared VM:
+//   - the device: one depth's rate moved 10-30% between tests seconds
+//     apart here (writes at depth 8 60-79k/s in four rounds), and the
+//     model's plateau follows the write rate;
+//   - the touch rate: the same run read 37-48M random pages/s a core over
+//     256 MiB minutes apart, and one worker alone 0.96-1.42× the rate a
+//     core of a worker on every core (24 pairs, a median 1.10);
+//   - the paging CPU (fresh workers each round, the worker counts taking
+//     turns): a page's cost rises the longer the same workers page (eight
+//     random workers here: 176-199 µs a page in the first 2 s and 350-420
+//     µs after 16-20 s in one run, 1.2× in another; fresh workers start
+//     low again), so a 4 s window reads wherever that rise stood, and runs
+//     minutes apart read 151-234 µs.
+const DefaultMachineRounds = 3
 
 // MeasureOptions say how to measure.
 type MeasureOptions struct {
@@ -117,6 +127,17 @@ type MeasureOptions struct {
 	// Tier, when set, has the tier's compressor measured on Content.
 	Tier    TierKind
 	Content memload.Content
+	// Rounds is how often each figure is measured (0:
+	// DefaultMachineRounds); the figures are the medians.
+	Rounds int
+}
+
+// rounds is o.Rounds, or DefaultMachineRounds when unset.
+func (o MeasureOptions) rounds() int {
+	if o.Rounds > 0 {
+		return o.Rounds
+	}
+	return DefaultMachineRounds
 }
 
 // probeJobs is the queue depth of the device probe's main figures.
@@ -126,12 +147,6 @@ const probeJobs = 4
 // measured with: larger than any swap I/O here (readahead reads up to
 // 32 KiB), small enough to stay a random I/O.
 const probeLargeBlockBytes = 128 << 10
-
-// probeRounds is how often the device probe runs, each figure the median
-// of its rounds: here one depth's rate moved 10-30% between tests seconds
-// apart (writes at depth 8 60-79k/s in four rounds), and the model's
-// plateau follows the write rate.
-const probeRounds = 3
 
 // probeDepths are the queue depths the device is measured at for the
 // model: one faulting VM up to many.
@@ -146,7 +161,7 @@ func MeasureMachine(ctx context.Context, o MeasureOptions) (MachineFigures, erro
 	if err != nil {
 		return f, err
 	}
-	f.RAMBytes, f.CPUs = mem.TotalBytes, runtime.NumCPU()
+	f.RAMBytes, f.CPUs, f.Rounds = mem.TotalBytes, runtime.NumCPU(), o.rounds()
 	var ksmd host.KsmdCPU
 	if cpu, err := ksmd.Seconds(); err == nil { // no ksmd: no KSM in this kernel, nothing used
 		f.KSMDCPUSeconds = cpu
@@ -154,14 +169,14 @@ func MeasureMachine(ctx context.Context, o MeasureOptions) (MachineFigures, erro
 	var res probe.Result
 	if dev, err := agent.PickSwapDevice(""); err == nil {
 		c, err := agent.Calibrate(ctx, dev, agent.CalibrateOptions{Duration: o.Duration, Jobs: probeJobs, Fraction: 1, Depths: probeDepths,
-			LargeBlockBytes: probeLargeBlockBytes, Rounds: probeRounds})
+			LargeBlockBytes: probeLargeBlockBytes, Rounds: o.rounds()})
 		if err != nil {
 			return f, fmt.Errorf("probe swap %s: %w", dev.Path, err)
 		}
 		res, f.SwapDevice, f.SwapSizeBytes = c.Probe, dev.Path, dev.SizeBytes
 	} else {
 		res, err = probe.Run(ctx, probe.Options{Dir: o.SwapFileDir, ScratchBytes: 256 << 20, Duration: o.Duration, Jobs: probeJobs, Depths: probeDepths,
-			LargeBlockBytes: probeLargeBlockBytes, Rounds: probeRounds})
+			LargeBlockBytes: probeLargeBlockBytes, Rounds: o.rounds()})
 		if err != nil {
 			return f, fmt.Errorf("probe %s: %w", o.SwapFileDir, err)
 		}
@@ -212,11 +227,11 @@ func transferRate(smallIOPS, largeIOPS float64, largeBytes int) float64 {
 }
 
 // measurePaging measures the paging CPU and the swap I/O sizes
-// pagingProbeRuns times at each count of pagingWorkersPerCore and keeps
+// o.rounds() times at each count of pagingWorkersPerCore and keeps
 // each count's medians (and the CPU's spread).
 func (f *MachineFigures) measurePaging(ctx context.Context, o MeasureOptions) error {
 	runs := make([][]PagingSample, len(pagingWorkersPerCore))
-	for range pagingProbeRuns {
+	for range o.rounds() {
 		for i, perCore := range pagingWorkersPerCore {
 			workers := perCore * f.CPUs
 			sample, err := MeasurePaging(ctx, o.Headroom, o.Scan, workers, 2*o.Duration, false)
@@ -380,8 +395,8 @@ func (f MachineFigures) String() string {
 		alone += fmt.Sprintf("; %d workers a core taking turns over %s each %s, as over a block × (workers a core)^%.2f",
 			touchTurnWorkersPerCore, units.FormatBytes(uint64(f.TouchTurnBytes)), units.FormatRate(f.TouchTurnPagesPerSec), 1-f.TouchOwnBlock())
 	}
-	s := fmt.Sprintf("this machine: %s RAM, %d cores, pages/s a core touches %s and fills %s (headroom load, a worker a core, median of %d runs%s); swap %s, median of %d probes: 4 KiB random read %s IOPS, write %s IOPS at queue depth %d, %.0f µs a read alone",
-		units.FormatBytes(f.RAMBytes), f.CPUs, strings.Join(touch, ", "), units.FormatRate(f.PopulateRatePerCore), touchProbeRounds, alone, f.SwapDevice, probeRounds,
+	s := fmt.Sprintf("this machine: %s RAM, %d cores, pages/s a core touches %s and fills %s (headroom load, a worker a core, %s%s); swap %s, %s: 4 KiB random read %s IOPS, write %s IOPS at queue depth %d, %.0f µs a read alone",
+		units.FormatBytes(f.RAMBytes), f.CPUs, strings.Join(touch, ", "), units.FormatRate(f.PopulateRatePerCore), medianOf(f.Rounds, "run"), alone, f.SwapDevice, medianOf(f.Rounds, "probe"),
 		units.FormatRate(f.ReadIOPS), units.FormatRate(f.WriteIOPS), probeJobs, f.LatencySeconds*1e6)
 	if f.ReadBytesPerSec > 0 {
 		s += fmt.Sprintf("; an I/O's bytes beyond its first page move at %s/s read", units.FormatBytes(uint64(f.ReadBytesPerSec)))
@@ -401,8 +416,8 @@ func (f MachineFigures) String() string {
 	s += "; CPU per page paged in and out by workers faulting at once (headroom load workers over swap under a memory cgroup)"
 	for i, c := range f.PagingCPU {
 		s += fmt.Sprintf(" %g: %.1f µs", c.Tasks, c.SecondsPerPage*1e6)
-		if i < len(f.PagingCPUSpread) {
-			s += fmt.Sprintf(" (%.0f-%.0f, median of %d)", f.PagingCPUSpread[i].Min*1e6, f.PagingCPUSpread[i].Max*1e6, pagingProbeRuns)
+		if i < len(f.PagingCPUSpread) && f.Rounds > 1 {
+			s += fmt.Sprintf(" (%.0f-%.0f, %s)", f.PagingCPUSpread[i].Min*1e6, f.PagingCPUSpread[i].Max*1e6, medianOf(f.Rounds, "run"))
 		}
 	}
 	if len(f.RunQueueWait) > 0 {
@@ -433,4 +448,13 @@ func (f MachineFigures) String() string {
 		}
 	}
 	return s
+}
+
+// medianOf names what a figure measured rounds times is: "median of 3
+// probes", or "one probe".
+func medianOf(rounds int, what string) string {
+	if rounds <= 1 {
+		return "one " + what
+	}
+	return fmt.Sprintf("median of %d %ss", rounds, what)
 }

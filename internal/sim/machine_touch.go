@@ -20,13 +20,6 @@ import (
 // worker a core: from what the caches hold to what they do not.
 var touchSizesPerCore = []uint64{64 << 20, 256 << 20, 1 << 30}
 
-// touchProbeRounds is how often each block is measured, every core busy
-// and one alone taking turns. One 2 s run is not enough on a shared VM:
-// here the same run read 37-48M random pages/s a core over 256 MiB
-// minutes apart, and one worker alone 0.96-1.42× the rate a core of
-// a worker on every core (24 pairs, a median 1.10).
-const touchProbeRounds = 3
-
 // touchRun is one round's measurement of one block: pages/s a core with a
 // worker on every core and with one worker alone, and the pages/s a core
 // filled the block at with every core busy.
@@ -39,7 +32,8 @@ type touchRun struct {
 // measureTouchRate runs `headroom load` at each block size that fits in a
 // quarter of RAM, one worker a core and then one worker alone, and
 // touchTurnWorkersPerCore workers a core taking turns over a block that
-// many times smaller than the largest, for touchProbeRounds rounds, and
+// many times smaller than the largest, for o.rounds() rounds (every core
+// busy and one alone taking turns), and
 // puts the sums (summarizeTouchRuns; the turns' median) in f.
 func measureTouchRate(ctx context.Context, o MeasureOptions, f *MachineFigures) error {
 	cpus := f.CPUs
@@ -56,7 +50,7 @@ func measureTouchRate(ctx context.Context, o MeasureOptions, f *MachineFigures) 
 	}
 	var runs []touchRun
 	var turnRates []float64
-	for range touchProbeRounds {
+	for range o.rounds() {
 		for _, size := range sizes {
 			all, err := loadSummary(ctx, o, cpus, size)
 			if err != nil {

@@ -927,6 +927,31 @@ func TestTierRatioFromMeasuredCompression(t *testing.T) {
 	}
 }
 
+// The figures line says how often each figure was measured: the median of
+// the rounds with the paging CPU's spread, or one run and no spread.
+func TestMachineFiguresRounds(t *testing.T) {
+	f := MachineFigures{RAMBytes: 24 << 30, CPUs: 2, SwapDevice: "/dev/vdb", ReadIOPS: 30e3, WriteIOPS: 30e3,
+		PagingCPU: []PagingCost{{2, 55e-6}}, PagingCPUSpread: []Spread{{53e-6, 56e-6}}}
+	for rounds, want := range map[int][]string{
+		3: {"a worker a core, median of 3 runs", "/dev/vdb, median of 3 probes:", "2: 55.0 µs (53-56, median of 3 runs)"},
+		1: {"a worker a core, one run", "/dev/vdb, one probe:", "2: 55.0 µs;"},
+	} {
+		f.Rounds = rounds
+		got := f.String() + ";"
+		for _, w := range want {
+			if !strings.Contains(got, w) {
+				t.Errorf("rounds %d: %q lacks %q", rounds, got, w)
+			}
+		}
+		if rounds == 1 && strings.Contains(got, "median") {
+			t.Errorf("rounds 1: %q: want no median of one run", got)
+		}
+	}
+	if (MeasureOptions{}).rounds() != DefaultMachineRounds || (MeasureOptions{Rounds: 1}).rounds() != 1 {
+		t.Errorf("rounds: want %d unless given", DefaultMachineRounds)
+	}
+}
+
 func TestParsePagingCPU(t *testing.T) {
 	for in, want := range map[string][]PagingCost{
 		"5us":            {{1, 5e-6}},
