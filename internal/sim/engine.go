@@ -302,8 +302,50 @@ func tierShare(v *vmState) float64 {
 // spent waiting for the device, and the core-seconds it uses, at a given
 // CPU share and read wait.
 func (s *node) touchTime(v *vmState, cpuShare, readWait float64) (total, waiting, cpu float64) {
+	_, total, waiting, cpu = s.touch(v, cpuShare, readWait)
+	return total, waiting, cpu
+}
+
+// touch is touchTime with the chance a touch misses over the next tick.
+// A sequential scan misses every page while pages it needs are out (hit);
+// one that would bring all of them back within the tick (reclaim taking
+// what it faults in from others) misses only those and touches the rest
+// of the tick in RAM: the miss chance m at which its touches in the tick,
+// tick ÷ touch time(m), miss exactly the pages it has out.
+func (s *node) touch(v *vmState, cpuShare, readWait float64) (miss, total, waiting, cpu float64) {
+	miss = 1 - s.hit(v)
+	out := v.workloadSwapped()
+	total, waiting, cpu = s.touchTimeMissing(v, cpuShare, readWait, miss)
+	if s.w.Scan != memload.ScanSeq || miss < 1 || out <= 0 || out*s.cappedSeconds(total) >= s.dtSeconds {
+		return miss, total, waiting, cpu
+	}
+	touchSeconds := func(m float64) float64 {
+		t, _, _ := s.touchTimeMissing(v, cpuShare, readWait, m)
+		return s.cappedSeconds(t)
+	}
+	// The touch time is a maximum of lines in m, so the chord from 0 to
+	// 1 lies on or above it: its fixed point is at or above the true one,
+	// and the iteration, which contracts there, falls to it from above.
+	missSeconds, hitSeconds := s.cappedSeconds(total), touchSeconds(0)
+	miss = out * hitSeconds / (s.dtSeconds - out*(missSeconds-hitSeconds))
+	for range 3 {
+		miss = min(out*touchSeconds(miss)/s.dtSeconds, 1)
+	}
+	total, waiting, cpu = s.touchTimeMissing(v, cpuShare, readWait, miss)
+	return miss, total, waiting, cpu
+}
+
+// cappedSeconds is a touch's time t, at least the rate limit's.
+func (s *node) cappedSeconds(t float64) float64 {
+	if s.w.RatePagesPerSec > 0 {
+		return max(t, 1/s.w.RatePagesPerSec)
+	}
+	return t
+}
+
+// touchTimeMissing is touchTime for a touch that misses with chance miss.
+func (s *node) touchTimeMissing(v *vmState, cpuShare, readWait, miss float64) (total, waiting, cpu float64) {
 	cpu = s.startCPU(v) / s.touchRate // seconds of a whole core
-	miss := 1 - s.hit(v)
 	if miss <= 0 {
 		return cpu / cpuShare, 0, cpu
 	}
@@ -344,11 +386,7 @@ func (s *node) startCPU(v *vmState) float64 {
 // capped by its rate limit.
 func (s *node) rateAt(v *vmState, cpuShare, readWait float64) float64 {
 	t, _, _ := s.touchTime(v, cpuShare, readWait)
-	r := 1 / t
-	if s.w.RatePagesPerSec > 0 {
-		r = min(r, s.w.RatePagesPerSec)
-	}
-	return r
+	return 1 / s.cappedSeconds(t)
 }
 
 // dirtyShare is the share of a VM's evicted pages that must be written.
@@ -375,11 +413,11 @@ func (s *node) deviceLoad(cpuShare, readWait float64) float64 {
 		if v.phase != phaseRunning {
 			continue
 		}
-		miss := 1 - s.hit(v)
+		miss, t, _, _ := s.touch(v, cpuShare, readWait)
 		if miss <= 0 {
 			continue
 		}
-		r := s.rateAt(v, cpuShare, readWait)
+		r := 1 / s.cappedSeconds(t)
 		z := tierShare(v)
 		reads += r * miss * (1 - z) / s.pagesPerRead()
 		writes += r * miss * s.dirtyShare(v) * toDevice / s.writePages
@@ -581,13 +619,13 @@ func (s *node) tick(now float64, measuring bool) {
 			v.balloonWork(dt)
 		case phaseRunning:
 			running++
-			r := s.rateAt(v, share, s.readWait)
-			t, wait, _ := s.touchTime(v, share, s.readWait)
+			missChance, t, wait, _ := s.touch(v, share, s.readWait)
+			r := 1 / s.cappedSeconds(t)
 			// The balloon's work first: the workload runs in what is left.
 			r *= 1 - v.balloonWork(dt)/dt
 			v.rate, v.stall = r, wait/t
 			touches := r * dt
-			miss := touches * (1 - s.hit(v))
+			miss := touches * missChance
 			z := tierShare(v)
 			in := min(miss, v.workloadSwapped())
 			fromTier := in * z

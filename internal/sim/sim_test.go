@@ -70,6 +70,38 @@ func TestSequentialScanLargerThanItsShareMissesEveryPage(t *testing.T) {
 	}
 }
 
+// A sequential scan that brings back all it has out within a tick (reclaim
+// taking nothing from it) misses those pages only and touches the rest of
+// the tick in RAM; one with more out than it can bring back in a tick
+// misses every page. Here a miss takes a touch's CPU and an eighth of the
+// device's 100 µs (readahead), a hit a touch's 0.1 µs; a guest's window is
+// a read a page, and the device serves 10k reads a second.
+func TestSequentialScanBringsBackWhatItHasOut(t *testing.T) {
+	const tick, hitSeconds = 0.25, 1e-7
+	missSeconds := hitSeconds + 100e-6/8
+	for _, c := range []struct {
+		outPages     float64
+		wantTouches  float64
+		wantResident bool
+	}{
+		{1000, 1000 + (tick-1000*missSeconds)/hitSeconds, true},
+		{100000, 10000 * tick, false}, // 1.26 s of misses at the latency: the device's rate all the tick
+	} {
+		n := newNode(smallNode(), oneVM(memload.ScanSeq), 1, tick, 1)
+		running(n, 1)
+		v := n.vms[0]
+		v.resident, v.disk = v.pages-c.outPages, c.outPages
+		n.capacityPages = 1e12 // nothing evicted during the tick
+		n.tick(0, true)
+		if math.Abs(v.touches-c.wantTouches) > 1e-3*c.wantTouches {
+			t.Errorf("%.0f pages out: %.0f touches in the tick, want %.0f", c.outPages, v.touches, c.wantTouches)
+		}
+		if resident := v.disk < minPages; resident != c.wantResident || math.Abs(n.swapIns-min(c.outPages, v.touches)) > 1e-6*c.outPages {
+			t.Errorf("%.0f pages out: %.0f in, %.0f still out; want all back: %v", c.outPages, n.swapIns, v.disk, c.wantResident)
+		}
+	}
+}
+
 // allFaulting runs count VMs of random access, all on the device, for a
 // one-second tick; it returns the node and the reads it served.
 func allFaulting(nd Node, count int) (*node, float64) {
