@@ -291,7 +291,7 @@ func TestSystemSimMachineThis(t *testing.T) {
 		t.Errorf("paging_cpu %q (%v), figures %q: want the CPU per page paged measured with one, four and eight workers a core", cpu, err, r.stderr)
 	}
 	// One run each: no spread printed (with more rounds, each figure is
-	// their median with its spread: TestMachineFiguresString).
+	// their median with its spread: TestMachineFiguresRounds).
 	if strings.Contains(r.stderr, "median of") || !strings.Contains(r.stderr, "(headroom load, a worker a core, one run") {
 		t.Errorf("figures %q: want one run of each figure and no medians (--machine-rounds 1)", r.stderr)
 	}
