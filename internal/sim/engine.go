@@ -307,17 +307,21 @@ func (s *node) touchTime(v *vmState, cpuShare, readWait float64) (total, waiting
 }
 
 // touch is touchTime with the chance a touch misses over the next tick.
-// A sequential scan misses every page while pages it needs are out (hit);
-// one that would bring all of them back within the tick (reclaim taking
-// what it faults in from others) misses only those and touches the rest
-// of the tick in RAM: the miss chance m at which its touches in the tick,
-// tick ÷ touch time(m), miss exactly the pages it has out.
+// A sequential scan misses every page while pages it needs are out (see
+// hit); one that would bring all of them back within the tick (reclaim
+// taking what it faults in from others) misses only those and touches the
+// rest of the tick in RAM: the miss chance m at which its touches in the
+// tick, tick ÷ touch time(m), miss exactly the pages it has out.
 func (s *node) touch(v *vmState, cpuShare, readWait float64) (miss, total, waiting, cpu float64) {
 	miss = 1 - s.hit(v)
-	out := v.workloadSwapped()
 	total, waiting, cpu = s.touchTimeMissing(v, cpuShare, readWait, miss)
-	if s.w.Scan != memload.ScanSeq || miss < 1 || out <= 0 || out*s.cappedSeconds(total) >= s.dtSeconds {
+	out := v.workloadSwapped()
+	if s.w.Scan != memload.ScanSeq || miss < 1 || out <= 0 {
 		return miss, total, waiting, cpu
+	}
+	missSeconds := s.cappedSeconds(total)
+	if out*missSeconds >= s.dtSeconds {
+		return miss, total, waiting, cpu // it cannot bring them all back
 	}
 	touchSeconds := func(m float64) float64 {
 		t, _, _ := s.touchTimeMissing(v, cpuShare, readWait, m)
@@ -326,7 +330,7 @@ func (s *node) touch(v *vmState, cpuShare, readWait float64) (miss, total, waiti
 	// The touch time is a maximum of lines in m, so the chord from 0 to
 	// 1 lies on or above it: its fixed point is at or above the true one,
 	// and the iteration, which contracts there, falls to it from above.
-	missSeconds, hitSeconds := s.cappedSeconds(total), touchSeconds(0)
+	hitSeconds := touchSeconds(0)
 	miss = out * hitSeconds / (s.dtSeconds - out*(missSeconds-hitSeconds))
 	for range 3 {
 		miss = min(out*touchSeconds(miss)/s.dtSeconds, 1)
