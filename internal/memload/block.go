@@ -93,7 +93,7 @@ const populateStopCheckPages = 256
 // populate ends it early; Populate then returns the pages done so far.
 func (b *Block) Populate(c Content, seed uint64, stop func() bool) PopulateStats {
 	f := newPageFiller(c, b.Pages(), seed)
-	before := readFaults()
+	before := readUsage()
 	start := time.Now()
 	var i uint64
 	for ; i < b.Pages(); i++ {
@@ -103,7 +103,7 @@ func (b *Block) Populate(c Content, seed uint64, stop func() bool) PopulateStats
 		f.fill(b.Page(i), i)
 	}
 	d := time.Since(start)
-	after := readFaults()
+	after := readUsage()
 	return PopulateStats{
 		Pages:       i,
 		Duration:    d,

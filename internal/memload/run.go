@@ -22,8 +22,13 @@ type Record struct {
 	PagesPerSec     float64   `json:"pages_per_sec"`
 	MajorFaults     uint64    `json:"major_faults"`
 	MinorFaults     uint64    `json:"minor_faults"`
-	RSSBytes        uint64    `json:"rss_bytes"`
-	SwapBytes       uint64    `json:"swap_bytes"`
+	// UserCPUSeconds and SystemCPUSeconds are the worker process's CPU
+	// time in the interval: with pages, its touch rate per core-second,
+	// which tells a worker slowed on its core from one kept off it.
+	UserCPUSeconds   float64 `json:"user_cpu_seconds"`
+	SystemCPUSeconds float64 `json:"system_cpu_seconds"`
+	RSSBytes         uint64  `json:"rss_bytes"`
+	SwapBytes        uint64  `json:"swap_bytes"`
 }
 
 // Summary describes a whole run. Pages counts touches (one per stride; with
@@ -89,12 +94,11 @@ func Run(ctx context.Context, b *Block, p Params, pop PopulateStats, emit func(R
 	cancelWatch := context.AfterFunc(ctx, func() { stop.Store(true) })
 	defer cancelWatch()
 
-	faults0 := readFaults()
-	user0, sys0 := cpuTimes()
+	usage0 := readUsage()
 	start := time.Now()
 
 	var touched atomic.Uint64
-	rep := newReporter(start, faults0, emit)
+	rep := newReporter(start, usage0, emit)
 	reporterDone := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -129,8 +133,7 @@ func Run(ctx context.Context, b *Block, p Params, pop PopulateStats, emit func(R
 			reason = cause.Error()
 		}
 	}
-	faults1 := readFaults()
-	user1, sys1 := cpuTimes()
+	usage1 := readUsage()
 	rss, swap := memoryUse()
 	elapsed := end.Sub(start)
 	return Summary{
@@ -138,11 +141,11 @@ func Run(ctx context.Context, b *Block, p Params, pop PopulateStats, emit func(R
 		Pages:             done,
 		Seconds:           elapsed.Seconds(),
 		PagesPerSec:       perSecond(done, elapsed),
-		MajorFaults:       faults1.major - faults0.major,
-		MinorFaults:       faults1.minor - faults0.minor,
-		MajorFaultsPerSec: perSecond(faults1.major-faults0.major, elapsed),
-		UserCPUSeconds:    (user1 - user0).Seconds(),
-		SystemCPUSeconds:  (sys1 - sys0).Seconds(),
+		MajorFaults:       usage1.major - usage0.major,
+		MinorFaults:       usage1.minor - usage0.minor,
+		MajorFaultsPerSec: perSecond(usage1.major-usage0.major, elapsed),
+		UserCPUSeconds:    (usage1.user - usage0.user).Seconds(),
+		SystemCPUSeconds:  (usage1.system - usage0.system).Seconds(),
 		RSSBytes:          rss,
 		SwapBytes:         swap,
 		PopulateSeconds:   pop.Seconds,
@@ -281,35 +284,37 @@ func adaptBatch(batch uint64, took time.Duration) uint64 {
 
 // reporter turns running totals into per-interval records.
 type reporter struct {
-	start      time.Time
-	last       time.Time
-	lastPages  uint64
-	lastFaults faultCounts
-	emit       func(Record)
+	start     time.Time
+	last      time.Time
+	lastPages uint64
+	lastUsage usage
+	emit      func(Record)
 }
 
-func newReporter(start time.Time, faults faultCounts, emit func(Record)) *reporter {
-	return &reporter{start: start, last: start, lastFaults: faults, emit: emit}
+func newReporter(start time.Time, u usage, emit func(Record)) *reporter {
+	return &reporter{start: start, last: start, lastUsage: u, emit: emit}
 }
 
 func (r *reporter) report(now time.Time, pages uint64) {
 	if r.emit == nil || !now.After(r.last) {
 		return
 	}
-	f := readFaults()
+	u := readUsage()
 	rss, swap := memoryUse()
 	d := now.Sub(r.last)
 	r.emit(Record{
-		Type:            "interval",
-		Time:            now,
-		ElapsedSeconds:  now.Sub(r.start).Seconds(),
-		IntervalSeconds: d.Seconds(),
-		Pages:           pages - r.lastPages,
-		PagesPerSec:     perSecond(pages-r.lastPages, d),
-		MajorFaults:     f.major - r.lastFaults.major,
-		MinorFaults:     f.minor - r.lastFaults.minor,
-		RSSBytes:        rss,
-		SwapBytes:       swap,
+		Type:             "interval",
+		Time:             now,
+		ElapsedSeconds:   now.Sub(r.start).Seconds(),
+		IntervalSeconds:  d.Seconds(),
+		Pages:            pages - r.lastPages,
+		PagesPerSec:      perSecond(pages-r.lastPages, d),
+		MajorFaults:      u.major - r.lastUsage.major,
+		MinorFaults:      u.minor - r.lastUsage.minor,
+		UserCPUSeconds:   (u.user - r.lastUsage.user).Seconds(),
+		SystemCPUSeconds: (u.system - r.lastUsage.system).Seconds(),
+		RSSBytes:         rss,
+		SwapBytes:        swap,
 	})
-	r.last, r.lastPages, r.lastFaults = now, pages, f
+	r.last, r.lastPages, r.lastUsage = now, pages, u
 }

@@ -7,26 +7,24 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-type faultCounts struct {
+// usage is the process's page faults and CPU time so far (all threads).
+type usage struct {
 	major, minor uint64
+	user, system time.Duration
 }
 
-// readFaults returns the process's page fault counters (all threads).
-func readFaults() faultCounts {
+// readUsage reads the process's usage; zeros if it cannot be read.
+func readUsage() usage {
 	var ru unix.Rusage
 	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
-		return faultCounts{}
+		return usage{}
 	}
-	return faultCounts{major: uint64(ru.Majflt), minor: uint64(ru.Minflt)}
-}
-
-// cpuTimes returns the process's user and system CPU time.
-func cpuTimes() (user, system time.Duration) {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
-		return 0, 0
+	return usage{
+		major:  uint64(ru.Majflt),
+		minor:  uint64(ru.Minflt),
+		user:   time.Duration(ru.Utime.Nano()),
+		system: time.Duration(ru.Stime.Nano()),
 	}
-	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
 }
 
 // memoryUse returns the process's resident and swapped-out bytes from

@@ -3,6 +3,7 @@ package memload
 import (
 	"context"
 	"errors"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -125,6 +126,26 @@ func TestRunStopsOnDurationAndCancel(t *testing.T) {
 	s = Run(ctx, b, p, PopulateStats{}, nil)
 	if s.StopReason != "signal: interrupt" || s.Pages == 0 {
 		t.Fatalf("canceled run: stop %q, %d pages", s.StopReason, s.Pages)
+	}
+}
+
+// The interval records carry the process's CPU time, so a worker's touch
+// rate per core-second can be told from its share of the cores: they add
+// up to the summary's (the last record is read just before it).
+func TestIntervalRecordsCarryCPUTime(t *testing.T) {
+	b := populated(t, 64, Content{Kind: ContentRandom}, 1)
+	p := testParams(b, ScanRandom)
+	p.Interval, p.Duration = 50*time.Millisecond, 300*time.Millisecond
+	var user, system float64
+	records := 0
+	s := Run(context.Background(), b, p, PopulateStats{}, func(r Record) {
+		user += r.UserCPUSeconds
+		system += r.SystemCPUSeconds
+		records++
+	})
+	cpu, summaryCPU := user+system, s.UserCPUSeconds+s.SystemCPUSeconds
+	if records < 2 || cpu <= 0 || math.Abs(cpu-summaryCPU) > 0.01 {
+		t.Fatalf("%d records with %.3f s of CPU (user %.3f, system %.3f); the summary says %.3f s", records, cpu, user, system, summaryCPU)
 	}
 }
 
