@@ -145,6 +145,8 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"sim", "--swap-tier", "zswap:1Gi"}, "zswap needs a swap device (--swap)"},
 		{[]string{"sim", "--swap-depths", "4:1/1,2:1/1"}, "--swap-depths"},
 		{[]string{"sim", "--find", "min-cost"}, "--find"},
+		{[]string{"sim", "--touch-beside-paging", "0.72"}, "SHARE@PAGES_PER_SEC"},
+		{[]string{"sim", "--paging-steal", "-20us"}, "--paging-steal"},
 		{[]string{"sim", "--machine", "this", "--machine-rounds", "0"}, "--machine-rounds 0: want a count of at least 1"},
 		{[]string{"sim", "--balloon"}, "--balloon needs --agent"},
 		{[]string{"sim", "--agent", "--balloon", "--balloon-policy", "esx"}, "--balloon-policy"},

@@ -290,6 +290,16 @@ func TestSystemSimMachineThis(t *testing.T) {
 		cs[0].SecondsPerPage < 1e-6 || cs[2].SecondsPerPage > 1e-3 || !strings.Contains(r.stderr, "CPU per page paged in and out") {
 		t.Errorf("paging_cpu %q (%v), figures %q: want the CPU per page paged measured with one, four and eight workers a core", cpu, err, r.stderr)
 	}
+	// Beside paging workers, a worker in RAM on every core but one: what
+	// the paging cost its core (0.72 of the rate in RAM here) and what
+	// this machine's host took (steal: 20 µs a page here, 0 on bare metal).
+	beside, _ := p["touch_beside_paging"].(string)
+	if b, err := sim.ParseTouchBesidePaging(beside); err != nil || !(b.Share > 0.1 && b.Share <= 2) || !(b.PagesInPerSec > 0) || !strings.Contains(r.stderr, "a worker in RAM over") {
+		t.Errorf("touch_beside_paging %q (%v), figures %q: want a core's share of its rate beside paging, measured", beside, err, r.stderr)
+	}
+	if steal, ok := p["paging_steal_seconds"].(float64); !ok || steal < 0 || steal > 1e-3 {
+		t.Errorf("paging_steal_seconds %v: want the steal a page paged in, 0 to 1 ms", p["paging_steal_seconds"])
+	}
 	// One run each: no spread printed (with more rounds, each figure is
 	// their median with its spread: TestMachineFiguresRounds).
 	if strings.Contains(r.stderr, "median of") || !strings.Contains(r.stderr, "(headroom load, a worker a core, one run") {

@@ -13,16 +13,24 @@ import (
 // host took from it), so a difference over a window is the cores the
 // node kept busy times the window.
 func BusyCPUSeconds() (float64, error) {
+	busy, _, err := BusyAndStealCPUSeconds()
+	return busy, err
+}
+
+// BusyAndStealCPUSeconds reads BusyCPUSeconds and the steal time since
+// boot: the CPU time this machine's own host took from it, where it is a
+// VM.
+func BusyAndStealCPUSeconds() (busy, steal float64, err error) {
 	fs, err := procfs.NewDefaultFS()
 	if err != nil {
-		return 0, fmt.Errorf("read /proc/stat: %w", err)
+		return 0, 0, fmt.Errorf("read /proc/stat: %w", err)
 	}
 	st, err := fs.Stat()
 	if err != nil {
-		return 0, fmt.Errorf("read /proc/stat: %w", err)
+		return 0, 0, fmt.Errorf("read /proc/stat: %w", err)
 	}
 	t := st.CPUTotal
-	return t.User + t.Nice + t.System + t.IRQ + t.SoftIRQ, nil
+	return t.User + t.Nice + t.System + t.IRQ + t.SoftIRQ, t.Steal, nil
 }
 
 // ProcessCPUSeconds reads a process's CPU time (user and system, all its

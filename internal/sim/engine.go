@@ -77,6 +77,9 @@ type vmState struct {
 	rate float64
 	// stall is the share of the last tick it waited on swap-ins.
 	stall float64
+	// evictedPerSec is the workload pages reclaim took from it a second
+	// in the last tick; evicted what it has taken in this one.
+	evictedPerSec, evicted float64
 	// allowance is the most pages it may have swapped (+Inf: no limit):
 	// its memory.swap.max. Kept slots count there too, but the kernel
 	// frees them once the cgroup's swap is half its max
@@ -141,6 +144,10 @@ type node struct {
 	writebackLeft, writebackPerSec float64
 	// ksm is ksmd, stopped until the agent sets it.
 	ksm *ksmd
+	// devicePagesInPerSec is the last tick's pages in from the swap
+	// device a second: the paging that slows the other cores and, on a
+	// VM, has its host take some of them.
+	devicePagesInPerSec float64
 	// cumulative counters, like /proc/vmstat and PSI.
 	swapIns, swapOuts, majorFaults float64
 	psiSome, psiFull               float64 // seconds
@@ -307,37 +314,83 @@ func (s *node) touchTime(v *vmState, cpuShare, readWait float64) (total, waiting
 }
 
 // touch is touchTime with the chance a touch misses over the next tick.
-// A sequential scan misses every page while pages it needs are out (see
-// hit); one that would bring all of them back within the tick (reclaim
-// taking what it faults in from others) misses only those and touches the
-// rest of the tick in RAM: the miss chance m at which its touches in the
-// tick, tick ÷ touch time(m), miss exactly the pages it has out.
+// A page brought back stays in for the rest of the tick (reclaim taking
+// what the VM faults in from others), so a VM that touches its pages many
+// times a tick misses each page it has out once, not on every touch while
+// the page is out:
+//   - a sequential scan misses every page while pages it needs are out
+//     (see hit); one that would bring all of them back within the tick
+//     misses only those and touches the rest of the tick in RAM;
+//   - a random scan's T touches in a tick find out × (1 − e^(−T/pages))
+//     of the pages it has out, each once, and the pages reclaim takes
+//     from it meanwhile (randomMisses).
+//
+// The miss chance m is the fixed point of m = misses(T)/T at T = tick ÷
+// touch time(m).
 func (s *node) touch(v *vmState, cpuShare, readWait float64) (miss, total, waiting, cpu float64) {
 	miss = 1 - s.hit(v)
 	total, waiting, cpu = s.touchTimeMissing(v, cpuShare, readWait, miss)
 	out := v.workloadSwapped()
-	if s.w.Scan != memload.ScanSeq || miss < 1 || out <= 0 {
+	if miss <= 0 || out <= 0 || v.pages <= 0 {
 		return miss, total, waiting, cpu
-	}
-	missSeconds := s.cappedSeconds(total)
-	if out*missSeconds >= s.dtSeconds {
-		return miss, total, waiting, cpu // it cannot bring them all back
 	}
 	touchSeconds := func(m float64) float64 {
 		t, _, _ := s.touchTimeMissing(v, cpuShare, readWait, m)
 		return s.cappedSeconds(t)
 	}
+	// most is the most pages it can miss in the tick.
+	missesIn, most := func(touches float64) float64 { return min(touches, out) }, out
+	if s.w.Scan != memload.ScanSeq {
+		if touches := s.dtSeconds / s.cappedSeconds(total); touches < randomRevisitTouches*v.pages {
+			return miss, total, waiting, cpu // it seldom comes back to a page within the tick
+		}
+		missesIn = func(touches float64) float64 { return s.randomMisses(v, out, touches) }
+		most = out + v.evictedPerSec*s.dtSeconds
+	}
 	// The touch time is a maximum of lines in m, so the chord from 0 to
-	// 1 lies on or above it: its fixed point is at or above the true one,
-	// and the iteration, which contracts there, falls to it from above.
-	hitSeconds := touchSeconds(0)
-	miss = out * hitSeconds / (s.dtSeconds - out*(missSeconds-hitSeconds))
-	for range 3 {
-		miss = min(out*touchSeconds(miss)/s.dtSeconds, 1)
+	// 1 lies on or above it: the fixed point of m = most × touch time(m) ÷
+	// tick on the chord is at or above the scan's, as is the miss chance
+	// before while reclaim does not add to what it has out (misses(T)/T
+	// falls as T grows), and the iteration falls to the fixed point from
+	// above.
+	missSeconds := s.cappedSeconds(total)
+	if miss < 1 {
+		missSeconds = touchSeconds(1)
+	}
+	if most*missSeconds >= s.dtSeconds {
+		if s.w.Scan == memload.ScanSeq {
+			return miss, total, waiting, cpu // it cannot bring them all back
+		}
+	} else {
+		hitSeconds := touchSeconds(0)
+		miss = min(miss, most*hitSeconds/(s.dtSeconds-most*(missSeconds-hitSeconds)))
+	}
+	for range 4 {
+		touches := s.dtSeconds / touchSeconds(miss)
+		miss = min(missesIn(touches)/touches, 1)
 	}
 	total, waiting, cpu = s.touchTimeMissing(v, cpuShare, readWait, miss)
 	return miss, total, waiting, cpu
 }
+
+// randomMisses is the pages a random scan of touches touches in a tick
+// misses with out pages out at its start, while reclaim takes its pages
+// at the last tick's rate e: with r its touch rate, its pages out relax
+// to e × pages/r in pages/r seconds, and it misses r/pages of them a
+// second, so over the tick it misses e × tick + (out − e × tick ×
+// pages/touches) × (1 − e^(−touches/pages)). Without reclaim it brings
+// each page it has out back once; with reclaim taking at its fault rate,
+// as on a plateau, the share out stays, and so does its miss chance.
+func (s *node) randomMisses(v *vmState, out, touches float64) float64 {
+	takenInTick := v.evictedPerSec * s.dtSeconds
+	return max(takenInTick+(out-takenInTick*v.pages/touches)*-math.Expm1(-touches/v.pages), 0)
+}
+
+// randomRevisitTouches is the touches a page of its block a random scan
+// must make in a tick for its misses to be counted page by page: below,
+// (1 − e^(−x))/x is within 2.5% of 1 and the miss chance is the share
+// out.
+const randomRevisitTouches = 0.05
 
 // cappedSeconds is a touch's time t, at least the rate limit's.
 func (s *node) cappedSeconds(t float64) float64 {
@@ -500,7 +553,8 @@ func (s *node) solveReadWait(cpuShare float64) float64 {
 // they use (a running VM only while it is not waiting for the device) add
 // up to the node's.
 func (s *node) cpuShare() float64 {
-	cpus := s.n.CPUs - s.ksm.coresUsed // ksmd's share of a core, last tick
+	// ksmd's share of a core and the host's steal, last tick
+	cpus := s.n.CPUs - s.ksm.coresUsed - stealCores(s.n.PagingStealSeconds, s.devicePagesInPerSec, s.n.CPUs)
 	if s.coresUsed(1) <= cpus {
 		return 1
 	}
@@ -586,12 +640,17 @@ func (s *node) tick(now float64, measuring bool) {
 	s.setIOFigures(faulting)
 	s.writeBack(dt)
 	touched := s.touchedBytesPerCore()
-	s.touchRate = touchRateAt(s.n.TouchRate, touched) * aloneSpeedup(aloneSpeedupAt(s.n.TouchAloneSpeedup, touched), s.busyVMs(), s.n.CPUs)
+	s.touchRate = touchRateAt(s.n.TouchRate, touched) * aloneSpeedup(aloneSpeedupAt(s.n.TouchAloneSpeedup, touched), s.busyVMs(), s.n.CPUs) *
+		s.n.TouchBesidePaging.factor(s.devicePagesInPerSec)
 	share := s.cpuShare()
 	s.readWait = s.solveReadWait(share)
 	s.vmCPUSeconds += min(s.coresUsed(share), s.n.CPUs) * dt
 	var stalledAll, anyStalled = 1.0, 0.0
+	var devicePagesIn float64
 	running := 0
+	for _, v := range s.vms {
+		v.evictedPerSec, v.evicted = v.evicted/dt, 0
+	}
 	for _, v := range s.vms {
 		switch v.phase {
 		case phaseBooting:
@@ -660,6 +719,7 @@ func (s *node) tick(now float64, measuring bool) {
 				}
 			}
 			faults := miss * (z + (1-z)/s.readahead())
+			devicePagesIn += in - fromTier
 			s.swapIns += blockReads
 			s.majorFaults += faults
 			if measuring {
@@ -670,6 +730,7 @@ func (s *node) tick(now float64, measuring bool) {
 			anyStalled = 1 - (1-anyStalled)*(1-v.stall)
 		}
 	}
+	s.devicePagesInPerSec = devicePagesIn / dt
 	if running > 0 {
 		s.psiSome += anyStalled * dt
 		s.psiFull += stalledAll * dt
@@ -801,6 +862,7 @@ func (s *node) reclaim(dt float64) {
 				v.merged *= 1 - min(e/v.resident, 1) // evicted mappings are unmerged
 			}
 			v.resident -= e
+			v.evicted += e
 			v.clean -= e * cleanShare
 			v.slotted -= e * slottedShare
 			// A clean page's copy is on the device already: it is

@@ -81,6 +81,15 @@ type MachineFigures struct {
 	// RunQueueWait is the workers' wait for a core per page paged in, in
 	// the same runs (medians).
 	RunQueueWait []PagingCost `json:"run_queue_wait,omitempty"`
+	// PagingStealSeconds is the CPU time this machine's host took from it
+	// per page paged in with its cores busy, and
+	// TouchBesidePagingPagesPerSec a worker in RAM's touches a
+	// core-second over a block of TouchBesidePagingBytes, while the
+	// device paged BesidePagesInPerSec in (MeasurePagingBeside, medians).
+	PagingStealSeconds           float64 `json:"paging_steal_seconds"`
+	TouchBesidePagingPagesPerSec float64 `json:"touch_beside_paging_pages_per_sec,omitempty"`
+	TouchBesidePagingBytes       float64 `json:"touch_beside_paging_bytes,omitempty"`
+	BesidePagesInPerSec          float64 `json:"beside_pages_in_per_sec,omitempty"`
 	// KSMDCPUSeconds is the CPU time ksmd has used since boot (the
 	// kernel's advisor counts it into its first scan).
 	KSMDCPUSeconds float64 `json:"ksmd_cpu_seconds"`
@@ -247,7 +256,39 @@ func (f *MachineFigures) measurePaging(ctx context.Context, o MeasureOptions) er
 	p := summarizePaging(runs, f.CPUs, o.Scan)
 	f.PagingCPU, f.PagingCPUSpread, f.RunQueueWait, f.ReadaheadPages, f.WritePages = p.cpu, p.cpuSpread, p.runQueueWait, p.readahead, p.writes
 	f.MixedCapacity = mixedCapacity(runs, taskCounts(pagingWorkersPerCore, f.CPUs), f.device())
+	if err := f.measureBeside(ctx, o); err != nil {
+		return err
+	}
 	return f.measureHalfFull(ctx, o)
+}
+
+// measureBeside pages o.rounds() times beside workers in RAM on every
+// core but one and keeps the medians of what it cost them.
+func (f *MachineFigures) measureBeside(ctx context.Context, o MeasureOptions) error {
+	workers, resident := besideWorkersPerCore*f.CPUs, max(f.CPUs-1, 1)
+	var steal, touch, pagesIn []float64
+	for range o.rounds() {
+		b, err := MeasurePagingBeside(ctx, o.Headroom, o.Scan, workers, resident, 2*o.Duration)
+		if err != nil {
+			return fmt.Errorf("measure paging with %d workers beside %d in RAM: %w", workers, resident, err)
+		}
+		steal, touch, pagesIn = append(steal, b.StealSecondsPerPage), append(touch, b.ResidentPagesPerCoreSecond), append(pagesIn, b.PagesInPerSec)
+		f.TouchBesidePagingBytes = float64(b.ResidentBlockBytes)
+	}
+	f.PagingStealSeconds = results.Quantile(steal, 0.5)
+	f.TouchBesidePagingPagesPerSec, f.BesidePagesInPerSec = results.Quantile(touch, 0.5), results.Quantile(pagesIn, 0.5)
+	return nil
+}
+
+// TouchBesidePaging is the touch rate a core beside paging as a share of
+// the touch rate in RAM over the same block (none: not measured).
+func (f MachineFigures) TouchBesidePaging() TouchBesidePaging {
+	inRAM := touchRateAt(f.TouchRate, f.TouchBesidePagingBytes)
+	if !(f.TouchBesidePagingPagesPerSec > 0) || !(f.BesidePagesInPerSec > 0) || !(inRAM > 0) {
+		return TouchBesidePaging{}
+	}
+	share := min(math.Round(f.TouchBesidePagingPagesPerSec/inRAM*100)/100, 2)
+	return TouchBesidePaging{Share: share, PagesInPerSec: math.Round(f.BesidePagesInPerSec)}
 }
 
 // measureHalfFull pages once at each count of pagingHalfFullWorkersPerCore
@@ -425,6 +466,11 @@ func (f MachineFigures) String() string {
 		for _, w := range f.RunQueueWait {
 			s += fmt.Sprintf(" %g: %.1f µs", w.Tasks, w.SecondsPerPage*1e6)
 		}
+	}
+	if f.TouchBesidePagingPagesPerSec > 0 {
+		s += fmt.Sprintf("; beside %d such workers paging %s pages in a second, a worker in RAM over %s touched %s pages a second of its CPU (%.2f× the rate in RAM) and this machine's host took %.1f µs of its cores a page in (steal; %s)",
+			besideWorkersPerCore*f.CPUs, units.FormatRate(f.BesidePagesInPerSec), units.FormatBytes(uint64(f.TouchBesidePagingBytes)),
+			units.FormatRate(f.TouchBesidePagingPagesPerSec), f.TouchBesidePaging().Share, f.PagingStealSeconds*1e6, medianOf(f.Rounds, "run"))
 	}
 	if len(f.MixedCapacity) > 0 {
 		s += "; swap's reads and writes together used, of the device's capacity as its separate rates add up,"

@@ -3,10 +3,12 @@ package sim
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"strings"
+	"os/exec"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -103,21 +105,39 @@ type PagingSample struct {
 // reads and writes the swap areas' block devices completed. The machine
 // should be otherwise idle. halfFull pages over a swap file two thirds
 // full instead (ErrSwapActive where a swap area is active).
-func MeasurePaging(ctx context.Context, headroom string, scan memload.Scan, workers int, window time.Duration, halfFull bool) (sample PagingSample, err error) {
+func MeasurePaging(ctx context.Context, headroom string, scan memload.Scan, workers int, window time.Duration, halfFull bool) (PagingSample, error) {
+	sample, _, err := measurePaging(ctx, pagingRun{headroom: headroom, scan: scan, workers: workers, window: window, halfFull: halfFull})
+	return sample, err
+}
+
+// pagingRun is one paging measurement: workers paging in a memory cgroup
+// holding half their blocks, and resident workers in RAM beside them.
+type pagingRun struct {
+	headroom string
+	scan     memload.Scan
+	workers  int
+	window   time.Duration
+	halfFull bool
+	// resident workers run in cgroups of their own, outside the limited
+	// one, started before the paging workers (MeasurePagingBeside).
+	resident int
+}
+
+func measurePaging(ctx context.Context, r pagingRun) (sample PagingSample, beside BesideSample, err error) {
 	if os.Geteuid() != 0 {
-		return sample, ErrPagingNeedsRoot
+		return sample, beside, ErrPagingNeedsRoot
 	}
 	swaps, err := host.ReadSwaps()
 	if err != nil {
-		return sample, err
+		return sample, beside, err
 	}
-	if halfFull && len(swaps) > 0 {
-		return sample, ErrSwapActive
+	if r.halfFull && len(swaps) > 0 {
+		return sample, beside, ErrSwapActive
 	}
-	workers = max(workers, 1)
+	workers := max(r.workers, 1)
 	mem, err := host.ReadMemory()
 	if err != nil {
-		return sample, err
+		return sample, beside, err
 	}
 	swapFree := mem.SwapFreeBytes
 	if len(swaps) == 0 {
@@ -125,16 +145,16 @@ func MeasurePaging(ctx context.Context, headroom string, scan memload.Scan, work
 	}
 	workerBytes := pagingWorkerBytes(workers, mem.TotalBytes, swapFree)
 	if workerBytes == 0 {
-		return sample, fmt.Errorf("%d paging workers: too many for %s of free swap and %s of RAM", workers, units.FormatBytes(swapFree), units.FormatBytes(mem.TotalBytes))
+		return sample, beside, fmt.Errorf("%d paging workers: too many for %s of free swap and %s of RAM", workers, units.FormatBytes(swapFree), units.FormatBytes(mem.TotalBytes))
 	}
 	if len(swaps) == 0 {
 		fileBytes := uint64(pagingSwapBytes)
-		if halfFull { // the half of the blocks that is out fills two thirds
+		if r.halfFull { // the half of the blocks that is out fills two thirds
 			fileBytes = uint64(workers) * workerBytes / 2 * 3 / 2
 		}
 		setup, err := swaptier.Up(swaptier.Spec{File: &swaptier.FileSpec{SizeBytes: fileBytes}}, "")
 		if err != nil {
-			return sample, fmt.Errorf("swap file: %w", err)
+			return sample, beside, fmt.Errorf("swap file: %w", err)
 		}
 		defer func() {
 			if derr := setup.Down(); derr != nil && err == nil {
@@ -144,46 +164,105 @@ func MeasurePaging(ctx context.Context, headroom string, scan memload.Scan, work
 	}
 	root, err := cgroup.Open("/")
 	if err != nil {
-		return sample, err
+		return sample, beside, err
+	}
+	// Resident workers first, in RAM before the paging begins.
+	var residents *loadWorkers
+	if r.resident > 0 {
+		beside.ResidentBlockBytes = residentWorkerBytes(r.resident, mem.TotalBytes)
+		if residents, err = startLoadWorkers(ctx, root, fmt.Sprintf("headroom-sim-resident-%d-", os.Getpid()), r.headroom, r.scan, r.resident, beside.ResidentBlockBytes, r.window); err != nil {
+			return sample, beside, err
+		}
+		defer residents.stop()
 	}
 	g, err := cgroup.Create(root, fmt.Sprintf("headroom-sim-paging-%d", os.Getpid()))
 	if err != nil {
-		return sample, err
+		return sample, beside, err
 	}
 	defer cgroup.Remove(g, 10*time.Second)
 	if err := g.SetMemoryLimit(uint64(workers) * workerBytes / 2); err != nil {
-		return sample, err
+		return sample, beside, err
 	}
-	// Each worker's first interval record says its block is populated and
-	// its measured scan (the paging) has begun.
-	scanning := make(chan struct{}, workers)
-	pids := make([]int, 0, workers)
-	for i := range workers {
-		// Each in its own cgroup under the limited one, as density's
-		// workers and libvirt's and KubeVirt's VMs are.
-		w, err := cgroup.Create(g, fmt.Sprintf("w%d", i+1))
+	// Each in its own cgroup under the limited one, as density's workers
+	// and libvirt's and KubeVirt's VMs are.
+	pagers, err := startLoadWorkers(ctx, g, "w", r.headroom, r.scan, workers, workerBytes, r.window)
+	if pagers != nil {
+		defer pagers.stop()
+	}
+	if err != nil {
+		return sample, beside, err
+	}
+	before, err := readPagingCounters(pagers.pids, residents)
+	if err != nil {
+		return sample, beside, err
+	}
+	select {
+	case <-time.After(r.window):
+	case <-ctx.Done():
+		return sample, beside, ctx.Err()
+	}
+	after, err := readPagingCounters(pagers.pids, residents)
+	if err != nil {
+		return sample, beside, err
+	}
+	if sample, err = after.sub(before, r.window); err != nil {
+		return sample, beside, err
+	}
+	if residents != nil {
+		after.besideSub(before, r.window, &beside)
+	}
+	if mem, err = host.ReadMemory(); err != nil {
+		return sample, beside, err
+	}
+	if mem.SwapTotalBytes > 0 {
+		sample.SwapUsedShare = 1 - float64(mem.SwapFreeBytes)/float64(mem.SwapTotalBytes)
+	}
+	return sample, beside, nil
+}
+
+// loadWorkers are `headroom load` workers, each in a cgroup of its own,
+// scanning: pids their processes, touched the pages their interval
+// records have reported so far.
+type loadWorkers struct {
+	pids    []int
+	groups  []cgroup.Group
+	cmds    []*exec.Cmd
+	touched atomic.Uint64
+}
+
+// startLoadWorkers starts n workers of blockBytes each in cgroups
+// prefix1..prefixN under parent and returns once each has populated its
+// block and begun its measured scan (its first interval record), or
+// within two minutes an error. Stop them with stop, also on error.
+func startLoadWorkers(ctx context.Context, parent cgroup.Group, prefix, headroom string, scan memload.Scan, n int, blockBytes uint64, window time.Duration) (*loadWorkers, error) {
+	ws := &loadWorkers{}
+	scanning := make(chan struct{}, n)
+	for i := range n {
+		w, err := cgroup.Create(parent, fmt.Sprintf("%s%d", prefix, i+1))
 		if err != nil {
-			return sample, err
+			return ws, err
 		}
-		cmd := cgroup.Command(w.Path(), headroom, "load", "--size", fmt.Sprint(workerBytes), "--scan", string(scan),
-			"--duration", (window + 2*time.Minute).String(), "--interval", "250ms", "--json")
+		ws.groups = append(ws.groups, w)
+		cmd := cgroup.Command(w.Path(), headroom, "load", "--size", fmt.Sprint(blockBytes), "--scan", string(scan),
+			"--duration", (window + 2*time.Minute).String(), "--interval", "100ms", "--json")
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		out, err := cmd.StdoutPipe()
 		if err != nil {
-			return sample, err
+			return ws, err
 		}
 		if err := cmd.Start(); err != nil {
-			return sample, fmt.Errorf("start headroom load: %w", err)
+			return ws, fmt.Errorf("start headroom load: %w", err)
 		}
-		pids = append(pids, cmd.Process.Pid)
-		defer func() {
-			cmd.Process.Signal(syscall.SIGTERM)
-			cmd.Wait()
-		}()
+		ws.pids, ws.cmds = append(ws.pids, cmd.Process.Pid), append(ws.cmds, cmd)
 		go func() {
 			lines, started := bufio.NewScanner(out), false
 			for lines.Scan() {
-				if !started && strings.Contains(lines.Text(), `"type":"interval"`) {
+				var rec memload.Record
+				if json.Unmarshal(lines.Bytes(), &rec) != nil || rec.Type != "interval" {
+					continue
+				}
+				ws.touched.Add(rec.Pages)
+				if !started {
 					scanning <- struct{}{}
 					started = true
 				}
@@ -191,53 +270,60 @@ func MeasurePaging(ctx context.Context, headroom string, scan memload.Scan, work
 		}()
 	}
 	timeout := time.After(2 * time.Minute)
-	for range workers {
+	for range n {
 		select {
 		case <-scanning:
 		case <-ctx.Done():
-			return sample, ctx.Err()
+			return ws, ctx.Err()
 		case <-timeout:
-			return sample, fmt.Errorf("%d headroom load workers did not all start scanning within two minutes", workers)
+			return ws, fmt.Errorf("%d headroom load workers did not all start scanning within two minutes", n)
 		}
 	}
-	before, err := readPagingCounters(pids)
-	if err != nil {
-		return sample, err
+	return ws, nil
+}
+
+// stop ends the workers and removes their cgroups.
+func (ws *loadWorkers) stop() {
+	for _, cmd := range ws.cmds {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
 	}
-	select {
-	case <-time.After(window):
-	case <-ctx.Done():
-		return sample, ctx.Err()
+	for _, g := range ws.groups {
+		cgroup.Remove(g, 10*time.Second)
 	}
-	after, err := readPagingCounters(pids)
-	if err != nil {
-		return sample, err
-	}
-	if sample, err = after.sub(before, window); err != nil {
-		return sample, err
-	}
-	if mem, err = host.ReadMemory(); err != nil {
-		return sample, err
-	}
-	if mem.SwapTotalBytes > 0 {
-		sample.SwapUsedShare = 1 - float64(mem.SwapFreeBytes)/float64(mem.SwapTotalBytes)
-	}
-	return sample, nil
 }
 
 type pagingCounters struct {
 	vm             host.VMStat
 	busyCPUSeconds float64 // over all CPUs
+	// stealCPUSeconds is the time this machine's host took from it.
+	stealCPUSeconds float64
 	// runQueueSeconds is the workers' wait for a core.
 	runQueueSeconds float64
 	io              host.BlockIO
+	// residentTouched and residentCPUSeconds are the resident workers'
+	// touches and CPU time.
+	residentTouched    uint64
+	residentCPUSeconds float64
 }
 
-func readPagingCounters(workerPIDs []int) (pagingCounters, error) {
+// readPagingCounters reads the node's counters, the paging workers' and
+// the resident workers' (nil: none).
+func readPagingCounters(workerPIDs []int, residents *loadWorkers) (pagingCounters, error) {
 	var c pagingCounters
 	var err error
-	if c.busyCPUSeconds, err = host.BusyCPUSeconds(); err != nil {
+	if c.busyCPUSeconds, c.stealCPUSeconds, err = host.BusyAndStealCPUSeconds(); err != nil {
 		return c, err
+	}
+	if residents != nil {
+		c.residentTouched = residents.touched.Load()
+		for _, pid := range residents.pids {
+			cpu, err := host.ProcessCPUSeconds(pid)
+			if err != nil {
+				return c, err
+			}
+			c.residentCPUSeconds += cpu
+		}
 	}
 	for _, pid := range workerPIDs {
 		wait, err := host.RunQueueWaitSeconds(pid)

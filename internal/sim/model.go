@@ -27,7 +27,10 @@
 //     read takes its latency, beyond it the latency grows until the
 //     demand (reads plus the writes of dirty evictions, Node.WritePages
 //     a write) fits the rate.
-//   - CPUs are shared fairly; a VM waiting on the device uses none. A
+//   - CPUs are shared fairly; a VM waiting on the device uses none.
+//     Where the node is a VM, its host takes Node.PagingStealSeconds of
+//     them a page paged in from the device, and every core touches
+//     slower while the device pages (Node.TouchBesidePaging). A
 //     VM woken by a swap-in read waits for a core (Node.RunQueueWait a
 //     page, by the VMs faulting), or its fair share's wait when the cores
 //     are oversubscribed, whichever is longer. A core touches fewer
@@ -60,6 +63,7 @@ package sim
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/units"
@@ -115,6 +119,16 @@ type Node struct {
 	// eight seq workers on two cores: 40 µs a page, three times the CPU a
 	// page costs, while the cores were a third idle.
 	RunQueueWait []PagingCost
+	// PagingStealSeconds is the CPU time the node's own host takes from
+	// its cores per page paged in from the swap device, where the node is
+	// itself a VM (its host's I/O work for the guest's swap device; the
+	// guest sees it as steal). 0: none, as on bare metal.
+	PagingStealSeconds float64
+	// TouchBesidePaging is how fast a core touches, as a share of
+	// TouchRate, while the device pages in at a rate: the paging path's
+	// cache and memory traffic, and on a VM its host's I/O work, slow the
+	// cores that do not page (zero: no slowdown).
+	TouchBesidePaging TouchBesidePaging
 	// ReadaheadPages is the pages a sequential fault's readahead brings
 	// in, by the number of VMs faulting at once (none: 2^PageCluster);
 	// WritePages the pages one write to the swap device carries (none:
@@ -264,6 +278,10 @@ func Validate(n Node, v VMSpec) error {
 		return fmt.Errorf("--touch-rate: want %s, sizes ascending, rates positive", TouchRateForm)
 	case !aloneSpeedupsValid(n.TouchAloneSpeedup):
 		return fmt.Errorf("--touch-alone-speedup %s: want %s, sizes ascending", FormatTouchAloneSpeedup(n.TouchAloneSpeedup), TouchAloneSpeedupForm)
+	case !n.TouchBesidePaging.valid():
+		return fmt.Errorf("--touch-beside-paging %s: want %s", n.TouchBesidePaging, TouchBesidePagingForm)
+	case !(n.PagingStealSeconds >= 0 && n.PagingStealSeconds < 0.01):
+		return fmt.Errorf("--paging-steal %v: want a duration from 0 to 10ms a page", time.Duration(n.PagingStealSeconds*float64(time.Second)))
 	case !(n.TouchOwnBlock >= 0 && n.TouchOwnBlock <= 1):
 		return fmt.Errorf("--touch-own-block %g: want 0..1 (0: the core's total sets the rate, 1: a worker's own block)", n.TouchOwnBlock)
 	case n.Swap.SizeBytes > 0 && !(n.Swap.ReadIOPS > 0):

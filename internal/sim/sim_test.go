@@ -963,10 +963,13 @@ func TestTierRatioFromMeasuredCompression(t *testing.T) {
 // the rounds with the paging CPU's spread, or one run and no spread.
 func TestMachineFiguresRounds(t *testing.T) {
 	f := MachineFigures{RAMBytes: 24 << 30, CPUs: 2, SwapDevice: "/dev/vdb", ReadIOPS: 30e3, WriteIOPS: 30e3,
-		PagingCPU: []PagingCost{{2, 55e-6}}, PagingCPUSpread: []Spread{{53e-6, 56e-6}}}
+		PagingCPU: []PagingCost{{2, 55e-6}}, PagingCPUSpread: []Spread{{53e-6, 56e-6}},
+		TouchRate: []TouchRate{{256 << 20, 24e6}}, TouchBesidePagingPagesPerSec: 17.4e6, TouchBesidePagingBytes: 256 << 20,
+		BesidePagesInPerSec: 17.7e3, PagingStealSeconds: 20e-6}
 	for rounds, want := range map[int][]string{
-		3: {"a worker a core, median of 3 runs", "/dev/vdb, median of 3 probes:", "2: 55.0 µs (53-56, median of 3 runs)"},
-		1: {"a worker a core, one run", "/dev/vdb, one probe:", "2: 55.0 µs;"},
+		3: {"a worker a core, median of 3 runs", "/dev/vdb, median of 3 probes:", "2: 55.0 µs (53-56, median of 3 runs)",
+			"touched 17.40M pages a second of its CPU (0.73× the rate in RAM)", "20.0 µs of its cores a page in (steal; median of 3 runs)"},
+		1: {"a worker a core, one run", "/dev/vdb, one probe:", "2: 55.0 µs;", "(steal; one run)"},
 	} {
 		f.Rounds = rounds
 		got := f.String() + ";"
@@ -981,6 +984,21 @@ func TestMachineFiguresRounds(t *testing.T) {
 	}
 	if (MeasureOptions{}).rounds() != DefaultMachineRounds || (MeasureOptions{Rounds: 1}).rounds() != 1 {
 		t.Errorf("rounds: want %d unless given", DefaultMachineRounds)
+	}
+}
+
+// The beside runs' figures give the model's share of a core's rate: the
+// resident worker's rate over the touch rate at its block, rounded; none
+// where they were not measured.
+func TestMachineFiguresTouchBesidePaging(t *testing.T) {
+	f := MachineFigures{TouchRate: []TouchRate{{64 << 20, 60e6}, {256 << 20, 24e6}, {1 << 30, 15e6}},
+		TouchBesidePagingPagesPerSec: 17.4e6, TouchBesidePagingBytes: 256 << 20, BesidePagesInPerSec: 17712.4}
+	if got, want := f.TouchBesidePaging(), (TouchBesidePaging{Share: 0.73, PagesInPerSec: 17712}); got != want {
+		t.Errorf("%+v, want %+v", got, want)
+	}
+	f.TouchBesidePagingPagesPerSec = 0
+	if got := f.TouchBesidePaging(); got != (TouchBesidePaging{}) {
+		t.Errorf("not measured: %+v, want none", got)
 	}
 }
 
@@ -1074,7 +1092,10 @@ func TestTierPagesCostThePagingCPU(t *testing.T) {
 	nd := smallNode()
 	nd.CPUs, nd.PagingCPU = 2, []PagingCost{{Tasks: 1, SecondsPerPage: 10e-6}, {Tasks: 10, SecondsPerPage: 50e-6}}
 	nd.Tier = &Tier{SizeBytes: 64 << 30, Ratio: 2, CPUSecondsPerPage: 3e-6}
-	n := newNode(nd, oneVM(memload.ScanRandom), 10, 1, 1)
+	// A short tick: no VM comes back to its pages within it, so its miss
+	// chance stays its share out (see randomMisses).
+	const tick = 0.01
+	n := newNode(nd, oneVM(memload.ScanRandom), 10, tick, 1)
 	running(n, 0.5)
 	for _, v := range n.vms {
 		v.tier, v.disk = v.disk, 0
@@ -1083,7 +1104,7 @@ func TestTierPagesCostThePagingCPU(t *testing.T) {
 	n.tick(0, true)
 	var touches float64
 	for _, v := range n.vms {
-		touches += v.touches
+		touches += v.touches / tick
 	}
 	want := 2 / (1/nd.TouchRate[0].PagesPerSec + 0.5*56e-6)
 	if math.Abs(touches-want) > 0.02*want {
