@@ -14,17 +14,24 @@ import (
 	"github.com/headroom-dev/headroom/internal/testenv"
 )
 
-// The paging probe's two swap files, for real: the usual one stays under
-// half full through the window, though every page swapped in keeps its
-// slot; the half-full run's is more than half full at its end. Both are
-// removed afterwards.
-func TestSystemPagingProbeSwapFiles(t *testing.T) {
+// requireProbeSwap: root, and no swap area active (the paging probe makes
+// its own swap file).
+func requireProbeSwap(t *testing.T) {
+	t.Helper()
 	testenv.RequireRoot(t)
 	swaps, err := host.ReadSwaps()
 	if err != nil {
 		t.Fatal(err)
 	}
 	testenv.Require(t, len(swaps) == 0, "no swap area active (the probe makes its own swap file)")
+}
+
+// The paging probe's two swap files, for real: the usual one stays under
+// half full through the window, though every page swapped in keeps its
+// slot; the half-full run's is more than half full at its end. Both are
+// removed afterwards.
+func TestSystemPagingProbeSwapFiles(t *testing.T) {
+	requireProbeSwap(t)
 	workers := pagingHalfFullWorkersPerCore[0] * 2
 	for _, halfFull := range []bool{false, true} {
 		s, err := MeasurePaging(context.Background(), testenv.HeadroomBinary(t), memload.ScanRandom, workers, 2*time.Second, halfFull)
@@ -45,12 +52,7 @@ func TestSystemPagingProbeSwapFiles(t *testing.T) {
 // touches, with the cores it got, and sees the paging; the figures are
 // within reason; its cgroups, processes and swap file are gone after.
 func TestSystemPagingBesideProbe(t *testing.T) {
-	testenv.RequireRoot(t)
-	swaps, err := host.ReadSwaps()
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.Require(t, len(swaps) == 0, "no swap area active (the probe makes its own swap file)")
+	requireProbeSwap(t)
 	b, err := MeasurePagingBeside(context.Background(), testenv.HeadroomBinary(t), memload.ScanRandom, besideWorkersPerCore*2, 1, 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
