@@ -813,20 +813,21 @@ func (s *node) reclaim(dt float64) {
 			s.oomKill()
 			continue
 		}
-		// Reclaim takes pages in batches of reclaimBatchPages from one
-		// cgroup at a time: which VM a batch comes from is a draw, so the
+		// Reclaim takes pages from one cgroup at a time, a batch a visit
+		// (reclaimBatch): which VM a batch comes from is a draw, so the
 		// shares vary around their expectation (a multinomial, here in its
-		// normal approximation). This randomness is what lets identical
-		// VMs drift apart.
-		batches := evict / reclaimBatchPages
+		// normal approximation: a VM's variance is its batch times its
+		// expected pages). This randomness is what lets identical VMs
+		// drift apart; with batches a share of a VM, the deficit lands on
+		// some VMs and misses others.
 		shares := make([]float64, len(s.vms))
 		var drawn float64
-		for i := range s.vms {
+		for i, v := range s.vms {
 			if weights[i] == 0 {
 				continue
 			}
 			q := weights[i] / sum
-			shares[i] = max(batches*q+math.Sqrt(batches*q*(1-q))*s.rng.NormFloat64(), 0)
+			shares[i] = max(evict*q+math.Sqrt(s.reclaimBatch(v)*evict*q*(1-q))*s.rng.NormFloat64(), 0)
 			drawn += shares[i]
 		}
 		if drawn <= 0 {
@@ -879,6 +880,15 @@ func (s *node) reclaim(dt float64) {
 			}
 		}
 	}
+}
+
+// reclaimBatch is the pages one visit of reclaim takes from v's cgroup:
+// SWAP_CLUSTER_MAX while reclaim keeps up; where it falls behind (a dirty
+// page is freed only once its write completes) the kernel lowers its
+// priority and a visit scans the cgroup's LRU >> priority, a share of it
+// (Node.ReclaimBatchShare).
+func (s *node) reclaimBatch(v *vmState) float64 {
+	return max(reclaimBatchPages, s.n.ReclaimBatchShare*(v.resident+v.cache))
 }
 
 // oomKill ends the live VM holding the most memory.

@@ -21,7 +21,10 @@
 //     being the time reclaim takes to cross the inactive list. Slow VMs'
 //     pages age and go first, which slows them further: the lucky and
 //     unlucky VMs of the transition come from this feedback and from
-//     staggered starts, not from painted-on noise.
+//     staggered starts, not from painted-on noise. Reclaim visits one
+//     cgroup at a time and takes a batch a visit, a share of the VM where
+//     it falls behind (Node.ReclaimBatchShare): which VMs the batches hit
+//     is a draw.
 //   - The swap device is a closed queue: each faulting VM waits for one
 //     read at a time; while the demand stays under the device's rate a
 //     read takes its latency, beyond it the latency grows until the
@@ -119,6 +122,14 @@ type Node struct {
 	// eight seq workers on two cores: 40 µs a page, three times the CPU a
 	// page costs, while the cores were a third idle.
 	RunQueueWait []PagingCost
+	// ReclaimBatchShare is the share of a VM's pages in RAM one visit of
+	// reclaim to its cgroup takes when reclaim falls behind (0: only
+	// SWAP_CLUSTER_MAX pages a visit). Visits go to one cgroup at a time,
+	// so with large batches the deficit of a step's start lands on some
+	// VMs and misses others: measured here, a third of the workers of the
+	// first steps past RAM started with nothing out, the rest with 20-70
+	// MiB of their 256 MiB.
+	ReclaimBatchShare float64
 	// PagingStealSeconds is the CPU time the node's own host takes from
 	// its cores per page paged in from the swap device, where the node is
 	// itself a VM (its host's I/O work for the guest's swap device; the
@@ -280,6 +291,8 @@ func Validate(n Node, v VMSpec) error {
 		return fmt.Errorf("--touch-alone-speedup %s: want %s, sizes ascending", FormatTouchAloneSpeedup(n.TouchAloneSpeedup), TouchAloneSpeedupForm)
 	case !n.TouchBesidePaging.valid():
 		return fmt.Errorf("--touch-beside-paging %s: want %s", n.TouchBesidePaging, TouchBesidePagingForm)
+	case !(n.ReclaimBatchShare >= 0 && n.ReclaimBatchShare <= 1):
+		return fmt.Errorf("--reclaim-batch %g: want a share of a VM's pages from 0 to 1", n.ReclaimBatchShare)
 	case !(n.PagingStealSeconds >= 0 && n.PagingStealSeconds < 0.01):
 		return fmt.Errorf("--paging-steal %v: want a duration from 0 to 10ms a page", time.Duration(n.PagingStealSeconds*float64(time.Second)))
 	case !(n.TouchOwnBlock >= 0 && n.TouchOwnBlock <= 1):

@@ -1111,3 +1111,35 @@ func TestTierPagesCostThePagingCPU(t *testing.T) {
 		t.Errorf("%.0f pages/s from the tier on 2 cores at 50 µs a page paged, want %.0f", touches, want)
 	}
 }
+
+// With a batch a share of a VM, a deficit lands on some identical VMs and
+// misses others (a coefficient of variation of sqrt(batch × (1 − 1/N) ÷
+// each's pages): 0.83 here); with SWAP_CLUSTER_MAX pages a visit it
+// spreads evenly (0.06). All of it is taken either way.
+func TestReclaimBatchSpreadsTheDeficit(t *testing.T) {
+	for _, c := range []struct {
+		share        float64
+		minCV, maxCV float64
+	}{{0, 0, 0.1}, {0.1, 0.4, 2}} {
+		nd := smallNode()
+		nd.ReclaimBatchShare = c.share
+		n := newNode(nd, oneVM(memload.ScanRandom), 9, 0.25, 1)
+		for _, v := range n.vms {
+			v.pages /= 4 // 256 MiB
+			v.phase, v.populated, v.resident = phaseRunning, v.pages, v.pages
+		}
+		const deficit = 77000.0
+		n.capacityPages = n.usedPages() - deficit
+		n.reclaim(0.25)
+		var sum, sumSquares float64
+		for _, v := range n.vms {
+			sum += v.disk
+			sumSquares += v.disk * v.disk
+		}
+		mean := sum / 9
+		cv := math.Sqrt(max(sumSquares/9-mean*mean, 0)) / mean
+		if math.Abs(sum-deficit) > 1 || cv < c.minCV || cv > c.maxCV {
+			t.Errorf("batch share %g: %.0f pages taken (want %.0f), spread %.2f of the mean, want %.2f-%.2f", c.share, sum, deficit, cv, c.minCV, c.maxCV)
+		}
+	}
+}
