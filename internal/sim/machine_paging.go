@@ -170,10 +170,11 @@ func measurePaging(ctx context.Context, r pagingRun) (sample PagingSample, besid
 	var residents *loadWorkers
 	if r.resident > 0 {
 		beside.ResidentBlockBytes = residentWorkerBytes(r.resident, mem.TotalBytes)
-		if residents, err = startLoadWorkers(ctx, root, fmt.Sprintf("headroom-sim-resident-%d-", os.Getpid()), r.headroom, r.scan, r.resident, beside.ResidentBlockBytes, r.window); err != nil {
+		residents, err = startLoadWorkers(ctx, root, fmt.Sprintf("headroom-sim-resident-%d-", os.Getpid()), r.headroom, r.scan, r.resident, beside.ResidentBlockBytes, r.window)
+		defer residents.stop() // also those started before an error
+		if err != nil {
 			return sample, beside, err
 		}
-		defer residents.stop()
 	}
 	g, err := cgroup.Create(root, fmt.Sprintf("headroom-sim-paging-%d", os.Getpid()))
 	if err != nil {
@@ -186,9 +187,7 @@ func measurePaging(ctx context.Context, r pagingRun) (sample PagingSample, besid
 	// Each in its own cgroup under the limited one, as density's workers
 	// and libvirt's and KubeVirt's VMs are.
 	pagers, err := startLoadWorkers(ctx, g, "w", r.headroom, r.scan, workers, workerBytes, r.window)
-	if pagers != nil {
-		defer pagers.stop()
-	}
+	defer pagers.stop() // also those started before an error
 	if err != nil {
 		return sample, beside, err
 	}
