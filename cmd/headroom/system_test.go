@@ -300,6 +300,12 @@ func TestSystemSimMachineThis(t *testing.T) {
 	if steal, ok := p["paging_steal_seconds"].(float64); !ok || steal < 0 || steal > 1e-3 {
 		t.Errorf("paging_steal_seconds %v: want the steal a page paged in, 0 to 1 ms", p["paging_steal_seconds"])
 	}
+	// Workers filling together past their cgroup's limit, released
+	// nowhere: reclaim's batch a visit, as a share of a worker (single
+	// runs here 0.03-0.17).
+	if batch, ok := p["reclaim_batch"].(float64); !ok || !(batch > 0 && batch < 1) || !strings.Contains(r.stderr, "2 runs pooled") {
+		t.Errorf("reclaim_batch %v, figures %q: want reclaim's batch measured in two runs, a share of a worker above 0", p["reclaim_batch"], r.stderr)
+	}
 	// One run each: no spread printed (with more rounds, each figure is
 	// their median with its spread: TestMachineFiguresRounds).
 	if strings.Contains(r.stderr, "median of") || !strings.Contains(r.stderr, "(headroom load, a worker a core, one run") {

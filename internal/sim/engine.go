@@ -815,29 +815,55 @@ func (s *node) reclaim(dt float64) {
 		}
 		// Reclaim takes pages from one cgroup at a time, a batch a visit
 		// (reclaimBatch): which VM a batch comes from is a draw, so the
-		// shares vary around their expectation (a multinomial, here in its
-		// normal approximation: a VM's variance is its batch times its
-		// expected pages). This randomness is what lets identical VMs
-		// drift apart; with batches a share of a VM, the deficit lands on
-		// some VMs and misses others.
+		// shares vary around their expectation. Each VM's visits are a
+		// Poisson count around its expected pages over its batch, scaled
+		// together to the eviction (a multinomial's variance: a VM's is
+		// its batch times its expected pages, whatever the tick). This
+		// randomness is what lets identical VMs drift apart; with batches
+		// a share of a VM, the deficit lands on some VMs and misses others.
+		// Reclaim falls behind where it is asked to free pages faster
+		// than the device writes them: a dirty page is free only once its
+		// write completes (a fill here: 200k pages a second a core
+		// against some 150k written).
+		behind := !toTier && evict/dt > s.writePagesPerSec()
 		shares := make([]float64, len(s.vms))
-		var drawn float64
+		var drawn, largest float64 // largest: the largest batch visited
 		for i, v := range s.vms {
 			if weights[i] == 0 {
 				continue
 			}
-			q := weights[i] / sum
-			shares[i] = max(evict*q+math.Sqrt(s.reclaimBatch(v)*evict*q*(1-q))*s.rng.NormFloat64(), 0)
+			batch := s.reclaimBatch(v, behind)
+			shares[i] = batch * poissonCount(s.rng, evict*weights[i]/sum/batch)
 			drawn += shares[i]
+			if shares[i] > 0 {
+				largest = max(largest, batch)
+			}
+		}
+		if drawn <= 0 {
+			// Less than a batch to take, and no visit drawn: reclaim
+			// still visits once, a VM picked by weight.
+			pick := s.rng.Float64() * sum
+			for i, v := range s.vms {
+				if pick -= weights[i]; weights[i] > 0 && (pick < 0 || i == len(s.vms)-1) {
+					batch := s.reclaimBatch(v, behind)
+					shares[i], drawn, largest = batch, batch, batch
+					break
+				}
+			}
 		}
 		if drawn <= 0 {
 			continue
 		}
+		// Reclaim visits until it has taken enough, and a visit takes its
+		// whole batch: visits short of the eviction are scaled up to it,
+		// and past it reclaim takes at most the last visit's batch more,
+		// which stays free until the VMs fill it.
+		take := max(evict, min(drawn, largest, room))
 		for i, v := range s.vms {
 			if shares[i] == 0 {
 				continue
 			}
-			e := min(evict*shares[i]/drawn, v.resident+v.cache, v.allowance-v.swapped())
+			e := min(take*shares[i]/drawn, v.resident+v.cache, v.allowance-v.swapped())
 			if e <= 0 {
 				continue
 			}
@@ -882,12 +908,47 @@ func (s *node) reclaim(dt float64) {
 	}
 }
 
+// writePagesPerSec is the pages a second the device writes with reclaim's
+// writes alone (0: no device).
+func (s *node) writePagesPerSec() float64 {
+	d := s.n.Swap
+	if !(d.writeIOPS() > 0) {
+		return 0
+	}
+	return s.writePages / d.writeSeconds(d.writeIOPS(), s.writePages)
+}
+
+// poissonCount draws a Poisson count of the given mean: exact (Knuth's
+// product of uniforms) below poissonNormalMean, above it the normal
+// approximation, continuous and at least 0.
+func poissonCount(rng *rand.Rand, mean float64) float64 {
+	if !(mean > 0) {
+		return 0
+	}
+	if mean >= poissonNormalMean {
+		return max(mean+math.Sqrt(mean)*rng.NormFloat64(), 0)
+	}
+	limit, product, count := math.Exp(-mean), rng.Float64(), 0.0
+	for product > limit {
+		product *= rng.Float64()
+		count++
+	}
+	return count
+}
+
+// poissonNormalMean is the mean from which a Poisson count is drawn as
+// its normal approximation: beyond it the two differ by a few percent in
+// the tails, and the exact draw costs a uniform per unit of the mean.
+const poissonNormalMean = 30
+
 // reclaimBatch is the pages one visit of reclaim takes from v's cgroup:
-// SWAP_CLUSTER_MAX while reclaim keeps up; where it falls behind (a dirty
-// page is freed only once its write completes) the kernel lowers its
-// priority and a visit scans the cgroup's LRU >> priority, a share of it
-// (Node.ReclaimBatchShare).
-func (s *node) reclaimBatch(v *vmState) float64 {
+// SWAP_CLUSTER_MAX while reclaim keeps up; where it falls behind (behind)
+// the kernel lowers its priority and a visit scans the cgroup's LRU >>
+// priority, a share of it (Node.ReclaimBatchShare).
+func (s *node) reclaimBatch(v *vmState, behind bool) float64 {
+	if !behind {
+		return reclaimBatchPages
+	}
 	return max(reclaimBatchPages, s.n.ReclaimBatchShare*(v.resident+v.cache))
 }
 

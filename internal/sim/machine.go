@@ -90,6 +90,14 @@ type MachineFigures struct {
 	TouchBesidePagingPagesPerSec float64 `json:"touch_beside_paging_pages_per_sec,omitempty"`
 	TouchBesidePagingBytes       float64 `json:"touch_beside_paging_bytes,omitempty"`
 	BesidePagesInPerSec          float64 `json:"beside_pages_in_per_sec,omitempty"`
+	// ReclaimBatchPages is reclaim's batch a visit to a cgroup where it
+	// falls behind a fill, and ReclaimBatchShare that as a share of a
+	// worker's pages in RAM (MeasureRelease, ReleaseRuns runs of
+	// ReleaseWorkers workers, pooled).
+	ReclaimBatchPages float64 `json:"reclaim_batch_pages,omitempty"`
+	ReclaimBatchShare float64 `json:"reclaim_batch_share,omitempty"`
+	ReleaseWorkers    int     `json:"release_workers,omitempty"`
+	ReleaseRuns       int     `json:"release_runs,omitempty"`
 	// KSMDCPUSeconds is the CPU time ksmd has used since boot (the
 	// kernel's advisor counts it into its first scan).
 	KSMDCPUSeconds float64 `json:"ksmd_cpu_seconds"`
@@ -259,6 +267,9 @@ func (f *MachineFigures) measurePaging(ctx context.Context, o MeasureOptions) er
 	if err := f.measureBeside(ctx, o); err != nil {
 		return err
 	}
+	if err := f.measureRelease(ctx, o); err != nil {
+		return err
+	}
 	return f.measureHalfFull(ctx, o)
 }
 
@@ -277,6 +288,24 @@ func (f *MachineFigures) measureBeside(ctx context.Context, o MeasureOptions) er
 	}
 	f.PagingStealSeconds = results.Quantile(steal, 0.5)
 	f.TouchBesidePagingPagesPerSec, f.BesidePagesInPerSec = results.Quantile(touch, 0.5), results.Quantile(pagesIn, 0.5)
+	return nil
+}
+
+// measureRelease fills workers past their cgroup's limit
+// releaseRunsPerRound times a round and pools the runs' batch.
+func (f *MachineFigures) measureRelease(ctx context.Context, o MeasureOptions) error {
+	f.ReleaseWorkers = releaseWorkersPerCore * f.CPUs
+	var samples []ReleaseSample
+	for range o.rounds() * releaseRunsPerRound {
+		s, err := MeasureRelease(ctx, o.Headroom, o.Scan, f.ReleaseWorkers)
+		if err != nil {
+			return fmt.Errorf("measure reclaim's batch with %d workers filling past their limit: %w", f.ReleaseWorkers, err)
+		}
+		samples = append(samples, s)
+	}
+	pages, share := PooledBatch(samples)
+	f.ReleaseRuns = len(samples)
+	f.ReclaimBatchPages, f.ReclaimBatchShare = math.Round(pages), math.Round(share*1000)/1000
 	return nil
 }
 
@@ -471,6 +500,10 @@ func (f MachineFigures) String() string {
 		s += fmt.Sprintf("; beside %d such workers paging %s pages in a second, a worker in RAM over %s touched %s pages a second of its CPU (%.2f× the rate in RAM) and this machine's host took %.1f µs of its cores a page in (steal; %s)",
 			besideWorkersPerCore*f.CPUs, units.FormatRate(f.BesidePagesInPerSec), units.FormatBytes(uint64(f.TouchBesidePagingBytes)),
 			units.FormatRate(f.TouchBesidePagingPagesPerSec), f.TouchBesidePaging().Share, f.PagingStealSeconds*1e6, medianOf(f.Rounds, "run"))
+	}
+	if f.ReleaseWorkers > 0 {
+		s += fmt.Sprintf("; %d workers filling together %.0f%% past their cgroup's limit had reclaim take %.0f pages a visit to one (the variance over the mean of their pages out once all were full), %.3f of a worker's pages in RAM (%d runs pooled)",
+			f.ReleaseWorkers, (releaseOverfill-1)*100, f.ReclaimBatchPages, f.ReclaimBatchShare, f.ReleaseRuns)
 	}
 	if len(f.MixedCapacity) > 0 {
 		s += "; swap's reads and writes together used, of the device's capacity as its separate rates add up,"

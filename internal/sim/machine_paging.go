@@ -234,39 +234,9 @@ type loadWorkers struct {
 // block and begun its measured scan (its first interval record), or
 // within two minutes an error. Stop them with stop, also on error.
 func startLoadWorkers(ctx context.Context, parent cgroup.Group, prefix, headroom string, scan memload.Scan, n int, blockBytes uint64, window time.Duration) (*loadWorkers, error) {
-	ws := &loadWorkers{}
-	scanning := make(chan struct{}, n)
-	for i := range n {
-		w, err := cgroup.Create(parent, fmt.Sprintf("%s%d", prefix, i+1))
-		if err != nil {
-			return ws, err
-		}
-		ws.groups = append(ws.groups, w)
-		cmd := cgroup.Command(w.Path(), headroom, "load", "--size", fmt.Sprint(blockBytes), "--scan", string(scan),
-			"--duration", (window + 2*time.Minute).String(), "--interval", "100ms", "--json")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			return ws, err
-		}
-		if err := cmd.Start(); err != nil {
-			return ws, fmt.Errorf("start headroom load: %w", err)
-		}
-		ws.pids, ws.cmds = append(ws.pids, cmd.Process.Pid), append(ws.cmds, cmd)
-		go func() {
-			lines, started := bufio.NewScanner(out), false
-			for lines.Scan() {
-				var rec memload.Record
-				if json.Unmarshal(lines.Bytes(), &rec) != nil || rec.Type != "interval" {
-					continue
-				}
-				ws.touched.Add(rec.Pages)
-				if !started {
-					scanning <- struct{}{}
-					started = true
-				}
-			}
-		}()
+	ws, scanning, err := launchLoadWorkers(parent, prefix, headroom, n, func(int) []string { return loadArgs(scan, blockBytes, window) })
+	if err != nil {
+		return ws, err
 	}
 	timeout := time.After(2 * time.Minute)
 	for range n {
@@ -279,6 +249,53 @@ func startLoadWorkers(ctx context.Context, parent cgroup.Group, prefix, headroom
 		}
 	}
 	return ws, nil
+}
+
+// loadArgs are the arguments of a `headroom load` worker of a probe.
+func loadArgs(scan memload.Scan, blockBytes uint64, window time.Duration) []string {
+	return []string{"load", "--size", fmt.Sprint(blockBytes), "--scan", string(scan),
+		"--duration", (window + 2*time.Minute).String(), "--interval", "100ms", "--json"}
+}
+
+// launchLoadWorkers starts n `headroom load` workers, worker i (from 0)
+// with args(i), in cgroups prefix1..prefixN under parent, without
+// waiting for them: scanning gets a value as each reports its first
+// interval. Stop them with stop, also on error.
+func launchLoadWorkers(parent cgroup.Group, prefix, headroom string, n int, args func(i int) []string) (ws *loadWorkers, scanning <-chan struct{}, err error) {
+	ws = &loadWorkers{}
+	began := make(chan struct{}, n)
+	for i := range n {
+		w, err := cgroup.Create(parent, fmt.Sprintf("%s%d", prefix, i+1))
+		if err != nil {
+			return ws, began, err
+		}
+		ws.groups = append(ws.groups, w)
+		cmd := cgroup.Command(w.Path(), headroom, args(i)...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return ws, began, err
+		}
+		if err := cmd.Start(); err != nil {
+			return ws, began, fmt.Errorf("start headroom load: %w", err)
+		}
+		ws.pids, ws.cmds = append(ws.pids, cmd.Process.Pid), append(ws.cmds, cmd)
+		go func() {
+			lines, started := bufio.NewScanner(out), false
+			for lines.Scan() {
+				var rec memload.Record
+				if json.Unmarshal(lines.Bytes(), &rec) != nil || rec.Type != "interval" {
+					continue
+				}
+				ws.touched.Add(rec.Pages)
+				if !started {
+					began <- struct{}{}
+					started = true
+				}
+			}
+		}()
+	}
+	return ws, began, nil
 }
 
 // stop ends the workers and removes their cgroups.

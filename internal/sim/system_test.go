@@ -5,6 +5,7 @@ package sim
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -71,6 +72,13 @@ func TestSystemPagingBesideProbe(t *testing.T) {
 	case !(b.StealSecondsPerPage >= 0 && b.StealSecondsPerPage < 1e-3):
 		t.Errorf("steal %.1f µs a page", b.StealSecondsPerPage*1e6)
 	}
+	requireProbeCleanedUp(t)
+}
+
+// requireProbeCleanedUp fails where a probe left its swap file active or
+// a cgroup behind.
+func requireProbeCleanedUp(t *testing.T) {
+	t.Helper()
 	if swaps, err := host.ReadSwaps(); err != nil || len(swaps) != 0 {
 		t.Fatalf("swap areas left active: %v (%v)", swaps, err)
 	}
@@ -81,4 +89,38 @@ func TestSystemPagingBesideProbe(t *testing.T) {
 	if left, err := filepath.Glob(filepath.Join(root.Path(), "headroom-sim-*")); err != nil || len(left) > 0 {
 		t.Fatalf("cgroups left: %v (%v)", left, err)
 	}
+}
+
+// The release probe, for real: workers fill past their cgroup's limit
+// together, all have pages in RAM once full, the mean out is what the
+// overfill puts out, and the batch read is between reclaim's smallest
+// (SWAP_CLUSTER_MAX) and a whole worker. Its swap file and cgroups are
+// gone afterwards.
+func TestSystemReleaseProbe(t *testing.T) {
+	requireProbeSwap(t)
+	workers := releaseWorkersPerCore * 2
+	s, err := MeasureRelease(context.Background(), testenv.HeadroomBinary(t), memload.ScanRandom, workers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, inRAM float64
+	for i := range s.PagesOut {
+		out += s.PagesOut[i]
+		inRAM += s.PagesInRAM[i]
+	}
+	t.Logf("pages out %v; in RAM %v; batch %.0f pages, %.3f of a worker", s.PagesOut, s.PagesInRAM, s.BatchPages(), s.BatchShare())
+	// What is out is the overfill's share of the blocks, and a little
+	// more: reclaim keeps the cgroup a little under its limit.
+	wantOut := (out + inRAM) * (1 - 1/releaseOverfill)
+	switch {
+	case len(s.PagesOut) != workers || len(s.PagesInRAM) != workers:
+		t.Errorf("%d and %d readings, want %d each", len(s.PagesOut), len(s.PagesInRAM), workers)
+	case !(out > 0.8*wantOut && out < 2*wantOut):
+		t.Errorf("%.0f pages out in all, want about %.0f", out, wantOut)
+	case slices.Min(s.PagesInRAM) <= 0:
+		t.Errorf("a worker had nothing in RAM: %v", s.PagesInRAM)
+	case !(s.BatchPages() >= reclaimBatchPages && s.BatchShare() < 1):
+		t.Errorf("batch %.0f pages, %.3f of a worker", s.BatchPages(), s.BatchShare())
+	}
+	requireProbeCleanedUp(t)
 }
