@@ -110,6 +110,58 @@ func MeasurePaging(ctx context.Context, headroom string, scan memload.Scan, work
 	return sample, err
 }
 
+// probeSwap is what a probe pages to: the active swap, or where none is
+// active a swap file of its own where density puts one.
+type probeSwap struct {
+	active bool
+	// freeBytes is the active swap's free space, or pagingSwapBytes.
+	freeBytes uint64
+	mem       host.Memory
+}
+
+// readProbeSwap reads this machine's swap and memory; a probe needs root.
+func readProbeSwap() (probeSwap, error) {
+	if os.Geteuid() != 0 {
+		return probeSwap{}, ErrPagingNeedsRoot
+	}
+	swaps, err := host.ReadSwaps()
+	if err != nil {
+		return probeSwap{}, err
+	}
+	mem, err := host.ReadMemory()
+	if err != nil {
+		return probeSwap{}, err
+	}
+	sw := probeSwap{active: len(swaps) > 0, freeBytes: mem.SwapFreeBytes, mem: mem}
+	if !sw.active {
+		sw.freeBytes = pagingSwapBytes
+	}
+	return sw, nil
+}
+
+// workerBytes is each of workers' block (pagingWorkerBytes), or an
+// error where not even one fits.
+func (sw probeSwap) workerBytes(workers int) (uint64, error) {
+	b := pagingWorkerBytes(workers, sw.mem.TotalBytes, sw.freeBytes)
+	if b == 0 {
+		return 0, fmt.Errorf("%d workers: too many for %s of free swap and %s of RAM", workers, units.FormatBytes(sw.freeBytes), units.FormatBytes(sw.mem.TotalBytes))
+	}
+	return b, nil
+}
+
+// up makes the swap file of fileBytes where no swap is active; down
+// removes it (nothing where swap was active).
+func (sw probeSwap) up(fileBytes uint64) (down func() error, err error) {
+	if sw.active {
+		return func() error { return nil }, nil
+	}
+	setup, err := swaptier.Up(swaptier.Spec{File: &swaptier.FileSpec{SizeBytes: fileBytes}}, "")
+	if err != nil {
+		return nil, fmt.Errorf("swap file: %w", err)
+	}
+	return setup.Down, nil
+}
+
 // pagingRun is one paging measurement: workers paging in a memory cgroup
 // holding half their blocks, and resident workers in RAM beside them.
 type pagingRun struct {
@@ -124,44 +176,32 @@ type pagingRun struct {
 }
 
 func measurePaging(ctx context.Context, r pagingRun) (sample PagingSample, beside BesideSample, err error) {
-	if os.Geteuid() != 0 {
-		return sample, beside, ErrPagingNeedsRoot
-	}
-	swaps, err := host.ReadSwaps()
+	sw, err := readProbeSwap()
 	if err != nil {
 		return sample, beside, err
 	}
-	if r.halfFull && len(swaps) > 0 {
+	if r.halfFull && sw.active {
 		return sample, beside, ErrSwapActive
 	}
 	workers := max(r.workers, 1)
-	mem, err := host.ReadMemory()
+	workerBytes, err := sw.workerBytes(workers)
 	if err != nil {
 		return sample, beside, err
 	}
-	swapFree := mem.SwapFreeBytes
-	if len(swaps) == 0 {
-		swapFree = pagingSwapBytes
+	fileBytes := uint64(pagingSwapBytes)
+	if r.halfFull { // the half of the blocks that is out fills two thirds
+		fileBytes = uint64(workers) * workerBytes / 2 * 3 / 2
 	}
-	workerBytes := pagingWorkerBytes(workers, mem.TotalBytes, swapFree)
-	if workerBytes == 0 {
-		return sample, beside, fmt.Errorf("%d paging workers: too many for %s of free swap and %s of RAM", workers, units.FormatBytes(swapFree), units.FormatBytes(mem.TotalBytes))
+	down, err := sw.up(fileBytes)
+	if err != nil {
+		return sample, beside, err
 	}
-	if len(swaps) == 0 {
-		fileBytes := uint64(pagingSwapBytes)
-		if r.halfFull { // the half of the blocks that is out fills two thirds
-			fileBytes = uint64(workers) * workerBytes / 2 * 3 / 2
+	defer func() {
+		if derr := down(); derr != nil && err == nil {
+			err = derr
 		}
-		setup, err := swaptier.Up(swaptier.Spec{File: &swaptier.FileSpec{SizeBytes: fileBytes}}, "")
-		if err != nil {
-			return sample, beside, fmt.Errorf("swap file: %w", err)
-		}
-		defer func() {
-			if derr := setup.Down(); derr != nil && err == nil {
-				err = derr
-			}
-		}()
-	}
+	}()
+	mem := sw.mem
 	root, err := cgroup.Open("/")
 	if err != nil {
 		return sample, beside, err

@@ -9,11 +9,8 @@ import (
 	"time"
 
 	"github.com/headroom-dev/headroom/internal/cgroup"
-	"github.com/headroom-dev/headroom/internal/host"
 	"github.com/headroom-dev/headroom/internal/loadctl"
 	"github.com/headroom-dev/headroom/internal/memload"
-	"github.com/headroom-dev/headroom/internal/swaptier"
-	"github.com/headroom-dev/headroom/internal/units"
 )
 
 // The release measurement: a density step just past RAM, in small.
@@ -105,37 +102,24 @@ func PooledBatch(samples []ReleaseSample) (pages, share float64) {
 // cgroup's limit, waits until all are full, and reads what each had out.
 // With no swap active it pages to a swap file where density puts one.
 func MeasureRelease(ctx context.Context, headroom string, scan memload.Scan, workers int) (s ReleaseSample, err error) {
-	if os.Geteuid() != 0 {
-		return s, ErrPagingNeedsRoot
-	}
-	swaps, err := host.ReadSwaps()
-	if err != nil {
-		return s, err
-	}
-	mem, err := host.ReadMemory()
+	sw, err := readProbeSwap()
 	if err != nil {
 		return s, err
 	}
 	workers = max(workers, 2)
-	swapFree := mem.SwapFreeBytes
-	if len(swaps) == 0 {
-		swapFree = pagingSwapBytes
+	blockBytes, err := sw.workerBytes(workers)
+	if err != nil {
+		return s, err
 	}
-	blockBytes := pagingWorkerBytes(workers, mem.TotalBytes, swapFree)
-	if blockBytes == 0 {
-		return s, fmt.Errorf("%d workers: too many for %s of free swap and %s of RAM", workers, units.FormatBytes(swapFree), units.FormatBytes(mem.TotalBytes))
+	down, err := sw.up(pagingSwapBytes)
+	if err != nil {
+		return s, err
 	}
-	if len(swaps) == 0 {
-		setup, err := swaptier.Up(swaptier.Spec{File: &swaptier.FileSpec{SizeBytes: pagingSwapBytes}}, "")
-		if err != nil {
-			return s, fmt.Errorf("swap file: %w", err)
+	defer func() {
+		if derr := down(); derr != nil && err == nil {
+			err = derr
 		}
-		defer func() {
-			if derr := setup.Down(); derr != nil && err == nil {
-				err = derr
-			}
-		}()
-	}
+	}()
 	root, err := cgroup.Open("/")
 	if err != nil {
 		return s, err
