@@ -816,11 +816,12 @@ func (s *node) reclaim(dt float64) {
 		// Reclaim takes pages from one cgroup at a time, a batch a visit
 		// (reclaimBatch): which VM a batch comes from is a draw, so the
 		// shares vary around their expectation. Each VM's visits are a
-		// Poisson count around its expected pages over its batch, scaled
-		// together to the eviction (a multinomial's variance: a VM's is
-		// its batch times its expected pages, whatever the tick). This
-		// randomness is what lets identical VMs drift apart; with batches
-		// a share of a VM, the deficit lands on some VMs and misses others.
+		// Poisson count around its expected pages over its batch (a
+		// multinomial's variance: a VM's is its batch times its expected
+		// pages, however many ticks the eviction takes). This randomness
+		// is what lets identical VMs drift apart; with batches a share of
+		// a VM, the deficit lands on some VMs and misses others.
+		//
 		// Reclaim falls behind where it is asked to free pages faster
 		// than the device writes them: a dirty page is free only once its
 		// write completes (a fill here: 200k pages a second a core
