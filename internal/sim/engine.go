@@ -843,17 +843,9 @@ func (s *node) reclaim(dt float64) {
 		if drawn <= 0 {
 			// Less than a batch to take, and no visit drawn: reclaim
 			// still visits once, a VM picked by weight.
-			pick := s.rng.Float64() * sum
-			for i, v := range s.vms {
-				if pick -= weights[i]; weights[i] > 0 && (pick < 0 || i == len(s.vms)-1) {
-					batch := s.reclaimBatch(v, behind)
-					shares[i], drawn, largest = batch, batch, batch
-					break
-				}
-			}
-		}
-		if drawn <= 0 {
-			continue
+			i := pickByWeight(s.rng, weights, sum)
+			batch := s.reclaimBatch(s.vms[i], behind)
+			shares[i], drawn, largest = batch, batch, batch
 		}
 		// Reclaim visits until it has taken enough, and a visit takes its
 		// whole batch: visits short of the eviction are scaled up to it,
@@ -917,6 +909,22 @@ func (s *node) writePagesPerSec() float64 {
 		return 0
 	}
 	return s.writePages / d.writeSeconds(d.writeIOPS(), s.writePages)
+}
+
+// pickByWeight draws an index with probability weights[i]/sum (sum > 0:
+// some weight is positive); rounding never picks a zero weight.
+func pickByWeight(rng *rand.Rand, weights []float64, sum float64) int {
+	pick, last := rng.Float64()*sum, -1
+	for i, w := range weights {
+		if w <= 0 {
+			continue
+		}
+		if pick -= w; pick < 0 {
+			return i
+		}
+		last = i
+	}
+	return last
 }
 
 // poissonCount draws a Poisson count of the given mean: exact (Knuth's

@@ -126,3 +126,25 @@ func TestReleaseProbeReadsTheModelsBatch(t *testing.T) {
 		}
 	}
 }
+
+// Reclaim's one visit where none was drawn goes to a VM by weight, never
+// to one reclaim may not take from, even where rounding leaves the draw
+// past the last weight.
+func TestPickByWeight(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	weights := []float64{0, 1, 0, 3, 0}
+	counts := make([]float64, len(weights))
+	const draws = 40000
+	for range draws {
+		counts[pickByWeight(rng, weights, 4)]++
+	}
+	if counts[0]+counts[2]+counts[4] > 0 || math.Abs(counts[3]/draws-0.75) > 0.01 {
+		t.Errorf("picks %v of %d, want none at a zero weight and 3/4 at index 3", counts, draws)
+	}
+	// A sum a little above the weights' (rounding): the last positive.
+	for range 1000 {
+		if i := pickByWeight(rng, weights, 4.5); i != 1 && i != 3 {
+			t.Fatalf("picked %d, a zero weight", i)
+		}
+	}
+}
