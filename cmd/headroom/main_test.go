@@ -148,6 +148,7 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"sim", "--touch-beside-paging", "0.72"}, "SHARE@PAGES_PER_SEC"},
 		{[]string{"sim", "--paging-steal", "-20us"}, "--paging-steal"},
 		{[]string{"sim", "--reclaim-batch", "2"}, "--reclaim-batch 2: want a share"},
+		{[]string{"sim", "--reclaim-order", "1"}, "--reclaim-order 1: want a slope"},
 		{[]string{"sim", "--machine", "this", "--machine-rounds", "0"}, "--machine-rounds 0: want a count of at least 1"},
 		{[]string{"sim", "--balloon"}, "--balloon needs --agent"},
 		{[]string{"sim", "--agent", "--balloon", "--balloon-policy", "esx"}, "--balloon-policy"},

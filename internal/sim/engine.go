@@ -813,6 +813,14 @@ func (s *node) reclaim(dt float64) {
 			s.oomKill()
 			continue
 		}
+		// Reclaim falls behind where it is asked to free pages faster
+		// than the device writes them: a dirty page is free only once its
+		// write completes (a fill here: 200k pages a second a core
+		// against some 150k written).
+		behind := !toTier && evict/dt > s.writePagesPerSec()
+		if behind {
+			sum = s.weighByCreation(weights)
+		}
 		// Reclaim takes pages from one cgroup at a time, a batch a visit
 		// (reclaimBatch): which VM a batch comes from is a draw, so the
 		// shares vary around their expectation. Each VM's visits are a
@@ -821,12 +829,6 @@ func (s *node) reclaim(dt float64) {
 		// pages, however many ticks the eviction takes). This randomness
 		// is what lets identical VMs drift apart; with batches a share of
 		// a VM, the deficit lands on some VMs and misses others.
-		//
-		// Reclaim falls behind where it is asked to free pages faster
-		// than the device writes them: a dirty page is free only once its
-		// write completes (a fill here: 200k pages a second a core
-		// against some 150k written).
-		behind := !toTier && evict/dt > s.writePagesPerSec()
 		shares := make([]float64, len(s.vms))
 		var drawn, largest float64 // largest: the largest batch visited
 		for i, v := range s.vms {
@@ -949,6 +951,34 @@ func poissonCount(rng *rand.Rand, mean float64) float64 {
 // its normal approximation: beyond it the two differ by a few percent in
 // the tails, and the exact draw costs a uniform per unit of the mean.
 const poissonNormalMean = 30
+
+// weighByCreation scales reclaim's weights by the VMs' creation order
+// (Node.ReclaimOrderSlope): from 1 + slope for the first VM with a weight
+// to 1 − slope for the last, evenly between. The kernel's direct
+// reclaimers share one walk of the cgroups: a walk that frees too little
+// ends at the last cgroup, and the next, at a lower priority that takes
+// more a visit, starts again at the first. It returns the weights' sum.
+func (s *node) weighByCreation(weights []float64) float64 {
+	var weighted int
+	for _, w := range weights {
+		if w > 0 {
+			weighted++
+		}
+	}
+	var sum float64
+	rank := 0
+	for i, w := range weights {
+		if w <= 0 {
+			continue
+		}
+		if weighted > 1 {
+			weights[i] = w * (1 + s.n.ReclaimOrderSlope*(1-2*float64(rank)/float64(weighted-1)))
+			rank++
+		}
+		sum += weights[i]
+	}
+	return sum
+}
 
 // reclaimBatch is the pages one visit of reclaim takes from v's cgroup:
 // SWAP_CLUSTER_MAX while reclaim keeps up; where it falls behind (behind)

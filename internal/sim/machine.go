@@ -91,11 +91,13 @@ type MachineFigures struct {
 	TouchBesidePagingBytes       float64 `json:"touch_beside_paging_bytes,omitempty"`
 	BesidePagesInPerSec          float64 `json:"beside_pages_in_per_sec,omitempty"`
 	// ReclaimBatchPages is reclaim's batch a visit to a cgroup where it
-	// falls behind a fill, and ReclaimBatchShare that as a share of a
-	// worker's pages in RAM (MeasureRelease, ReleaseRuns runs of
-	// ReleaseWorkers workers, pooled).
+	// falls behind a fill, ReclaimBatchShare that as a share of a
+	// worker's pages in RAM, and ReclaimOrderSlope how much more readily
+	// it takes from the cgroups made first (MeasureRelease, ReleaseRuns
+	// runs of ReleaseWorkers workers, fitted together: PooledRelease).
 	ReclaimBatchPages float64 `json:"reclaim_batch_pages,omitempty"`
 	ReclaimBatchShare float64 `json:"reclaim_batch_share,omitempty"`
+	ReclaimOrderSlope float64 `json:"reclaim_order_slope,omitempty"`
 	ReleaseWorkers    int     `json:"release_workers,omitempty"`
 	ReleaseRuns       int     `json:"release_runs,omitempty"`
 	// KSMDCPUSeconds is the CPU time ksmd has used since boot (the
@@ -303,9 +305,10 @@ func (f *MachineFigures) measureRelease(ctx context.Context, o MeasureOptions) e
 		}
 		samples = append(samples, s)
 	}
-	pages, share := PooledBatch(samples)
+	fit := PooledRelease(samples)
 	f.ReleaseRuns = len(samples)
-	f.ReclaimBatchPages, f.ReclaimBatchShare = math.Round(pages), math.Round(share*1000)/1000
+	f.ReclaimBatchPages, f.ReclaimBatchShare = math.Round(fit.BatchPages), math.Round(fit.BatchShare*1000)/1000
+	f.ReclaimOrderSlope = math.Round(fit.OrderSlope*100) / 100
 	return nil
 }
 
@@ -502,8 +505,8 @@ func (f MachineFigures) String() string {
 			units.FormatRate(f.TouchBesidePagingPagesPerSec), f.TouchBesidePaging().Share, f.PagingStealSeconds*1e6, medianOf(f.Rounds, "run"))
 	}
 	if f.ReleaseWorkers > 0 {
-		s += fmt.Sprintf("; %d workers filling together %.0f%% past their cgroup's limit had reclaim take %.0f pages a visit to one (the variance over the mean of their pages out once all were full), %.3f of a worker's pages in RAM (%d runs pooled)",
-			f.ReleaseWorkers, (releaseOverfill-1)*100, f.ReclaimBatchPages, f.ReclaimBatchShare, f.ReleaseRuns)
+		s += fmt.Sprintf("; %d workers filling together %.0f%% past their cgroup's limit had pages out by the order their cgroups were made (the first %.2f× the mean, the last %.2f×) and beside that by batches of %.0f pages a visit of reclaim to one (the variance over the mean of what the order leaves), %.3f of a worker's pages in RAM (%d runs pooled)",
+			f.ReleaseWorkers, (releaseOverfill-1)*100, 1+f.ReclaimOrderSlope, 1-f.ReclaimOrderSlope, f.ReclaimBatchPages, f.ReclaimBatchShare, f.ReleaseRuns)
 	}
 	if len(f.MixedCapacity) > 0 {
 		s += "; swap's reads and writes together used, of the device's capacity as its separate rates add up,"

@@ -19,10 +19,11 @@ import (
 // density's workers do. Where reclaim falls behind the fill, it visits
 // one cgroup at a time and takes a share of it (its LRU >> priority), so
 // the pages out per worker by the release are a count of batches: their
-// variance over their mean is the batch (Node.ReclaimBatchShare). In two
-// density ramps here (nine workers of 256 MiB on a 2 GiB node) three of
-// nine had nothing out by then and the rest 20-70 MiB: a batch of a
-// tenth of a worker.
+// variance over their mean is the batch (Node.ReclaimBatchShare). It
+// also takes more from the cgroups made first (Node.ReclaimOrderSlope):
+// nine runs here, at 12-60% over, had the first worker at 1.2-1.9 times
+// the mean out and the last at 0-1.1; with the workers started in the
+// reverse order the first made still gave most.
 
 // releaseWorkersPerCore is the release run's workers a core: as many as
 // the density steps just past RAM measured here (nine on two cores).
@@ -47,55 +48,96 @@ type ReleaseSample struct {
 	PagesOut, PagesInRAM []float64
 }
 
-// BatchPages is reclaim's batch a visit: the variance of the pages out
-// per worker (over workers − 1, which offsets the multinomial's 1 − 1/n)
-// over their mean.
-func (s ReleaseSample) BatchPages() float64 {
-	pages, _ := PooledBatch([]ReleaseSample{s})
-	return pages
+// ReleaseFit is what release runs tell of reclaim where it falls behind:
+// how much more readily it takes from the cgroups created first
+// (OrderSlope, Node.ReclaimOrderSlope) and its batch a visit, in pages
+// and as a share of a worker's pages in RAM (Node.ReclaimBatchShare, at
+// most 1).
+type ReleaseFit struct {
+	OrderSlope, BatchPages, BatchShare float64
 }
 
-// BatchShare is the batch as a share of a worker's pages in RAM (the
-// model's Node.ReclaimBatchShare), at most 1.
-func (s ReleaseSample) BatchShare() float64 {
-	_, share := PooledBatch([]ReleaseSample{s})
-	return share
-}
+// maxOrderSlope bounds the fitted slope below 1, where the last cgroup
+// would give nothing.
+const maxOrderSlope = 0.95
 
-// PooledBatch is the batch of several runs (each of at least two
-// workers), pooled: their squared deviations from their own means over
-// their means times their workers − 1, summed; and that as a share of
-// the workers' mean pages in RAM, at most 1. Eight workers give a
-// variance to about ±50%, and single runs here read 0.03-0.17 of a
-// worker: pooling weighs every worker alike.
-func PooledBatch(samples []ReleaseSample) (pages, share float64) {
-	var squares, means, inRAM, workers float64
+// PooledRelease fits several runs (each of at least two workers, in the
+// order their cgroups were made) together. Each worker's expected pages
+// out are its run's mean times 1 + slope × its place (1 for the first,
+// −1 for the last, evenly between), the slope fitted by least squares
+// over all runs (at least 0: none measured is none). The batch is the
+// spread left: the squared deviations from that expectation over the
+// expectation's sum, less what the run's mean and a fitted slope took (a
+// multinomial's variance is its batch times its mean, over workers − 1).
+// Eight workers give a variance to about ±50%: pooling weighs every
+// worker alike.
+func PooledRelease(samples []ReleaseSample) ReleaseFit {
+	var fit ReleaseFit
+	var across, along float64 // the slope's regression sums
 	for _, s := range samples {
-		n := float64(len(s.PagesOut))
+		n := len(s.PagesOut)
 		if n < 2 {
 			continue
 		}
-		var mean float64
-		for _, p := range s.PagesOut {
-			mean += p / n
+		mean := meanOf(s.PagesOut)
+		for i, p := range s.PagesOut {
+			place := releasePlace(i, n)
+			across += (p - mean) * place
+			along += mean * place * place
 		}
-		for _, p := range s.PagesOut {
-			squares += (p - mean) * (p - mean)
+	}
+	if !(along > 0) {
+		return fit
+	}
+	fit.OrderSlope = min(max(across/along, 0), maxOrderSlope)
+	fitted := fit.OrderSlope == across/along // not held to its bounds
+	var squares, dof, means, workers, inRAM, inRAMWorkers float64
+	for _, s := range samples {
+		n := len(s.PagesOut)
+		if n < 2 {
+			continue
 		}
-		means += mean * (n - 1)
+		mean := meanOf(s.PagesOut)
+		var spread float64 // Σ (expected share − 1/n)² × n: the slope's
+		for i, p := range s.PagesOut {
+			place := fit.OrderSlope * releasePlace(i, n)
+			squares += (p - mean*(1+place)) * (p - mean*(1+place))
+			spread += place * place / float64(n)
+		}
+		dof += mean * (float64(n) - 1 - spread)
+		means += mean * float64(n)
+		workers += float64(n)
 		for _, p := range s.PagesInRAM {
 			inRAM += p
-			workers++
+			inRAMWorkers++
 		}
 	}
-	if !(means > 0) {
-		return 0, 0
+	// A fitted slope takes one degree of freedom, at the mean run's mean.
+	if fitted {
+		dof -= means / workers
 	}
-	pages = squares / means
-	if workers > 0 && inRAM > 0 {
-		share = min(pages/(inRAM/workers), 1)
+	if !(dof > 0) {
+		return fit
 	}
-	return pages, share
+	fit.BatchPages = squares / dof
+	if inRAM > 0 {
+		fit.BatchShare = min(fit.BatchPages/(inRAM/inRAMWorkers), 1)
+	}
+	return fit
+}
+
+// releasePlace is the i-th of n cgroups' place in creation order: 1 for
+// the first, −1 for the last, evenly between.
+func releasePlace(i, n int) float64 {
+	return 1 - 2*float64(i)/float64(n-1)
+}
+
+func meanOf(xs []float64) float64 {
+	var sum float64
+	for _, x := range xs {
+		sum += x
+	}
+	return sum / float64(len(xs))
 }
 
 // MeasureRelease fills workers `headroom load` blocks together past their

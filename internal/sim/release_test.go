@@ -8,98 +8,111 @@ import (
 	"github.com/headroom-dev/headroom/internal/memload"
 )
 
-func TestReleaseSampleBatch(t *testing.T) {
+func TestPooledRelease(t *testing.T) {
+	ram := []float64{1000, 1000, 1000, 1000}
 	for _, c := range []struct {
-		name             string
-		out, inRAM       []float64
-		wantPages        float64
-		wantShare        float64
-		pagesTol, shareT float64
+		name                string
+		runs                []ReleaseSample
+		slope, pages, share float64
 	}{
-		{name: "one worker tells nothing", out: []float64{100}, inRAM: []float64{1000}},
-		{name: "nothing out", out: []float64{0, 0, 0}, inRAM: []float64{1000, 1000, 1000}},
-		{name: "even: no batch", out: []float64{500, 500, 500, 500}, inRAM: []float64{1000, 1000, 1000, 1000}},
-		// Two of four with one batch of 600 each: mean 300, variance
-		// 120000 (over n − 1), over the mean 400.
-		{name: "two batches", out: []float64{600, 0, 600, 0}, inRAM: []float64{900, 1000, 900, 1000}, wantPages: 400, wantShare: 400.0 / 950, pagesTol: 1e-9, shareT: 1e-9},
-		{name: "a share above one is one", out: []float64{9000, 0}, inRAM: []float64{100, 100}, wantPages: 9000, wantShare: 1, pagesTol: 1e-9, shareT: 1e-9},
+		{name: "no runs"},
+		{name: "one worker tells nothing", runs: []ReleaseSample{{PagesOut: []float64{100}, PagesInRAM: []float64{1000}}}},
+		{name: "nothing out", runs: []ReleaseSample{{PagesOut: []float64{0, 0, 0}, PagesInRAM: ram[:3]}}},
+		{name: "even: no batch, no slope", runs: []ReleaseSample{{PagesOut: []float64{500, 500, 500, 500}, PagesInRAM: ram}}},
+		// Places 1, 1/3, −1/3, −1 around a mean of 500.
+		{name: "the order alone", runs: []ReleaseSample{{PagesOut: []float64{800, 600, 400, 200}, PagesInRAM: ram}}, slope: 0.6},
+		// Squares 360000; the mean and the fitted slope take two of four:
+		// 600 pages a batch.
+		{name: "batches out of order", runs: []ReleaseSample{{PagesOut: []float64{600, 0, 0, 600}, PagesInRAM: []float64{900, 1000, 1000, 900}}}, pages: 600, share: 600.0 / 950},
+		// A slope against the order is none (not fitted: the mean alone
+		// takes a degree of freedom): squares 200000 over 500 × 3.
+		{name: "the last made first", runs: []ReleaseSample{{PagesOut: []float64{200, 400, 600, 800}, PagesInRAM: ram}}, pages: 200000.0 / 1500, share: 200000.0 / 1500 / 1000},
+		// Runs weigh by their means: slope 0.6 and 0 over the same mean.
+		{name: "pooled", runs: []ReleaseSample{
+			{PagesOut: []float64{800, 600, 400, 200}, PagesInRAM: ram},
+			{PagesOut: []float64{500, 500, 500, 500}, PagesInRAM: ram},
+			{PagesOut: []float64{7}, PagesInRAM: []float64{5}}, // one worker: nothing to pool
+		}, slope: 0.3,
+			// Squares 2 × 500² × 0.3² × 20/9; Σ mean × (3 − 0.3² × 20/9 / 4)
+			// less one mean.
+			pages: 2 * 500 * 500 * 0.09 * 20 / 9 / (2*500*(3-0.09*20/9/4) - 500), share: 2 * 500 * 500 * 0.09 * 20 / 9 / (2*500*(3-0.09*20/9/4) - 500) / 1000},
+		{name: "a share above one is one", runs: []ReleaseSample{{PagesOut: []float64{9000, 0, 9000}, PagesInRAM: []float64{100, 100, 100}}}, share: 1, pages: -1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := ReleaseSample{PagesOut: c.out, PagesInRAM: c.inRAM}
-			if got := s.BatchPages(); math.Abs(got-c.wantPages) > c.pagesTol*max(c.wantPages, 1) {
-				t.Errorf("BatchPages %g, want %g", got, c.wantPages)
-			}
-			if got := s.BatchShare(); math.Abs(got-c.wantShare) > c.shareT*max(c.wantShare, 1) {
-				t.Errorf("BatchShare %g, want %g", got, c.wantShare)
+			fit := PooledRelease(c.runs)
+			if math.Abs(fit.OrderSlope-c.slope) > 1e-9 || (c.pages >= 0 && math.Abs(fit.BatchPages-c.pages) > 1e-9*max(c.pages, 1)) || math.Abs(fit.BatchShare-c.share) > 1e-9 {
+				t.Errorf("%+v, want slope %g, %g pages, share %g", fit, c.slope, c.pages, c.share)
 			}
 		})
 	}
 }
 
-// Pooled, each run's deviations are from its own mean, and every worker
-// weighs alike: a run whose workers all had 500 out adds no variance but
-// its mean.
-func TestPooledBatch(t *testing.T) {
-	runs := []ReleaseSample{
-		{PagesOut: []float64{600, 0, 600, 0}, PagesInRAM: []float64{900, 1000, 900, 1000}},
-		{PagesOut: []float64{500, 500, 500, 500}, PagesInRAM: []float64{800, 800, 800, 800}},
-		{PagesOut: []float64{7}, PagesInRAM: []float64{5}}, // one worker: nothing to pool
-	}
-	// Squares 360000 over (300 + 500) × 3 is 150 pages; in RAM 875 a worker.
-	pages, share := PooledBatch(runs)
-	if math.Abs(pages-150) > 1e-9 || math.Abs(share-150.0/875) > 1e-12 {
-		t.Errorf("pooled %g pages, %g of a worker; want 150 and %g", pages, share, 150.0/875)
-	}
-	if pages, share := PooledBatch(nil); pages != 0 || share != 0 {
-		t.Errorf("no runs: %g pages, %g", pages, share)
-	}
-}
-
 // Batches of a fixed size dealt to workers at random, as reclaim's visits
-// are: the estimate gives the batch back, whatever the batch and the
-// workers (within the sampling error of that many batches).
-func TestReleaseSampleBatchFromVisits(t *testing.T) {
+// are, each worker as readily as its place in creation order makes it:
+// six runs pooled (as --machine this pools them) give the slope and the
+// batch back, whatever the batch and the workers (on average over many
+// such estimates).
+func TestReleaseFitFromVisits(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, c := range []struct {
 		workers, visits int
-		batch           float64
-	}{{9, 40, 6000}, {8, 200, 32}, {4, 1000, 512}} {
-		var estimates float64
-		const trials = 400
+		batch, slope    float64
+	}{{9, 40, 6000, 0}, {8, 200, 32, 0}, {4, 1000, 512, 0}, {8, 200, 32, 0.5}, {8, 60, 2000, 0.5}, {9, 400, 300, 0.3}} {
+		var slopes, batches float64
+		const trials, runs = 300, 6
 		for range trials {
-			out := make([]float64, c.workers)
-			for range c.visits {
-				out[rng.IntN(c.workers)] += c.batch
+			samples := make([]ReleaseSample, runs)
+			for r := range samples {
+				out := make([]float64, c.workers)
+				for range c.visits {
+					// Rejection: a worker kept by its weight over the largest.
+					for {
+						i := rng.IntN(c.workers)
+						if rng.Float64()*(1+c.slope) < 1+c.slope*releasePlace(i, c.workers) {
+							out[i] += c.batch
+							break
+						}
+					}
+				}
+				samples[r] = ReleaseSample{PagesOut: out}
 			}
-			estimates += ReleaseSample{PagesOut: out}.BatchPages() / trials
+			fit := PooledRelease(samples)
+			slopes += fit.OrderSlope / trials
+			batches += fit.BatchPages / trials
 		}
-		if math.Abs(estimates/c.batch-1) > 0.05 {
-			t.Errorf("%d workers, %d visits of %g: mean estimate %.0f", c.workers, c.visits, c.batch, estimates)
+		// A true slope of 0 reads a little above it: negative fits are 0.
+		if math.Abs(slopes-c.slope) > 0.05 || math.Abs(batches/c.batch-1) > 0.06 {
+			t.Errorf("%d workers, %d visits of %g, slope %g: mean estimates slope %.3f, batch %.0f", c.workers, c.visits, c.batch, c.slope, slopes, batches)
 		}
 	}
 }
 
 // The release probe's estimate, read off the model's own fill, gives the
-// model's batch back, however many ticks the deficit comes in: a visit
-// takes its whole batch. (Drawing each VM's share as a normal around its
-// expectation, cut at 0 and scaled to the tick's eviction, gave 0.090 in
-// one tick and 0.003 in 80.)
+// model's batch and order back, however many ticks the deficit comes in:
+// a visit takes its whole batch. (Drawing each VM's share as a normal
+// around its expectation, cut at 0 and scaled to the tick's eviction,
+// gave 0.090 in one tick and 0.003 in 80.) Where reclaim keeps up, the
+// order is even.
 func TestReleaseProbeReadsTheModelsBatch(t *testing.T) {
 	for _, c := range []struct {
-		share              float64
+		share, slope       float64
+		writeIOPS          float64 // 100: 800 pages a second written, behind
 		minPages, maxPages float64
 		minShare, maxShare float64
+		minSlope, maxSlope float64
 	}{
-		{share: 0.1, minShare: 0.07, maxShare: 0.15},
-		{share: 0, minPages: reclaimBatchPages / 2, maxPages: reclaimBatchPages * 2},
+		{share: 0.1, writeIOPS: 100, minShare: 0.07, maxShare: 0.15, maxSlope: 0.1},
+		{share: 0, writeIOPS: 100, minPages: reclaimBatchPages / 2, maxPages: reclaimBatchPages * 2, maxSlope: 0.02},
+		{share: 0.05, slope: 0.5, writeIOPS: 100, minShare: 0.03, maxShare: 0.08, minSlope: 0.4, maxSlope: 0.6},
+		{share: 0, slope: 0.5, writeIOPS: 100, minPages: reclaimBatchPages / 2, maxPages: reclaimBatchPages * 2, minSlope: 0.45, maxSlope: 0.55},
+		{share: 0.1, slope: 0.5, writeIOPS: 1e9, minPages: reclaimBatchPages / 2, maxPages: reclaimBatchPages * 2, maxSlope: 0.02},
 	} {
 		for _, ticks := range []int{1, 5, 20, 80} {
 			const seeds = 100
-			var pages, share float64
+			var samples []ReleaseSample
 			for seed := range seeds {
 				nd := smallNode()
-				// 800 pages a second written: reclaim falls behind.
-				nd.ReclaimBatchShare, nd.Swap.WriteIOPS = c.share, 100
+				nd.ReclaimBatchShare, nd.ReclaimOrderSlope, nd.Swap.WriteIOPS = c.share, c.slope, c.writeIOPS
 				n := newNode(nd, oneVM(memload.ScanRandom), 9, 0.25, uint64(seed+1))
 				for _, v := range n.vms {
 					v.pages /= 4 // 256 MiB
@@ -115,13 +128,16 @@ func TestReleaseProbeReadsTheModelsBatch(t *testing.T) {
 				for _, v := range n.vms {
 					s.PagesOut, s.PagesInRAM = append(s.PagesOut, v.disk), append(s.PagesInRAM, v.resident)
 				}
-				pages, share = pages+s.BatchPages()/seeds, share+s.BatchShare()/seeds
+				samples = append(samples, s)
 			}
-			if c.share > 0 && !(share >= c.minShare && share <= c.maxShare) {
-				t.Errorf("batch %g of a VM, the deficit in %d ticks: read %.3f", c.share, ticks, share)
-			}
-			if c.share == 0 && !(pages >= c.minPages && pages <= c.maxPages) {
-				t.Errorf("batch of %g pages, the deficit in %d ticks: read %.0f pages", reclaimBatchPages, ticks, pages)
+			// Pooled, as --machine this pools its runs: a single run's
+			// slope, held at 0, reads above 0 on average where it is 0.
+			fit := PooledRelease(samples)
+			pages, share, slope := fit.BatchPages, fit.BatchShare, fit.OrderSlope
+			if c.share > 0 && c.writeIOPS < 1e9 && !(share >= c.minShare && share <= c.maxShare) ||
+				(c.share == 0 || c.writeIOPS >= 1e9) && !(pages >= c.minPages && pages <= c.maxPages) ||
+				!(slope >= c.minSlope && slope <= c.maxSlope) {
+				t.Errorf("batch %g of a VM, slope %g, %g writes a second, the deficit in %d ticks: read %.0f pages, %.3f of a VM, slope %.3f", c.share, c.slope, c.writeIOPS, ticks, pages, share, slope)
 			}
 		}
 	}

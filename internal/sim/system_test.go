@@ -108,7 +108,8 @@ func TestSystemReleaseProbe(t *testing.T) {
 		out += s.PagesOut[i]
 		inRAM += s.PagesInRAM[i]
 	}
-	t.Logf("pages out %v; in RAM %v; batch %.0f pages, %.3f of a worker", s.PagesOut, s.PagesInRAM, s.BatchPages(), s.BatchShare())
+	fit := PooledRelease([]ReleaseSample{s})
+	t.Logf("pages out %v; in RAM %v; order slope %.2f, batch %.0f pages, %.3f of a worker", s.PagesOut, s.PagesInRAM, fit.OrderSlope, fit.BatchPages, fit.BatchShare)
 	// What is out is the overfill's share of the blocks, and a little
 	// more: reclaim keeps the cgroup a little under its limit.
 	wantOut := (out + inRAM) * (1 - 1/releaseOverfill)
@@ -119,8 +120,8 @@ func TestSystemReleaseProbe(t *testing.T) {
 		t.Errorf("%.0f pages out in all, want about %.0f", out, wantOut)
 	case slices.Min(s.PagesInRAM) <= 0:
 		t.Errorf("a worker had nothing in RAM: %v", s.PagesInRAM)
-	case !(s.BatchPages() >= reclaimBatchPages && s.BatchShare() < 1):
-		t.Errorf("batch %.0f pages, %.3f of a worker", s.BatchPages(), s.BatchShare())
+	case !(fit.BatchPages >= reclaimBatchPages && fit.BatchShare < 1):
+		t.Errorf("batch %.0f pages, %.3f of a worker", fit.BatchPages, fit.BatchShare)
 	}
 	requireProbeCleanedUp(t)
 }
