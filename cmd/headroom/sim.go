@@ -131,7 +131,7 @@ func newSimCommand() *cobra.Command {
 	fl.StringVar(&f.mixedCapacity, "swap-mixed-capacity", "", "how many times the sum of reads' and writes' shares of the device's rates it serves when they mix, "+sim.MixedCapacityForm+" (default none: the sum is its capacity; --machine this measures what swap's own I/O got in its paging runs)")
 	fl.DurationVar(&f.latency, "swap-latency", f.latency, "one 4 KiB read's latency at queue depth 1")
 	fl.StringVar(&f.pagingCPU, "paging-cpu", f.pagingCPU, "CPU to page one page in from the swap device and another out (fault, reclaim, I/O), "+sim.PagingCPUForm+"; bounds paging on few cores")
-	fl.Float64Var(&f.reclaimBatch, "reclaim-batch", 0, "the share of a VM's pages in RAM one visit of reclaim to its cgroup takes when reclaim falls behind (asked to free pages faster than the swap device writes them, as while VMs fill), 0 to 1 (default 0: SWAP_CLUSTER_MAX pages, an even spread; --machine this measures it: workers filling together past their cgroup's limit)")
+	fl.Float64Var(&f.reclaimBatch, "reclaim-batch", 0, "the share of a VM's pages in RAM one visit of reclaim to its cgroup takes when reclaim falls behind (asked to free pages faster than the swap device writes them, as while VMs fill), 0 to 1 (default 0: SWAP_CLUSTER_MAX pages, an even spread; --machine this measures it, workers filling together past their cgroup's limit, but leaves it at 0: applied, the model's lucky VMs outlast the measured ones)")
 	fl.Float64Var(&f.reclaimOrder, "reclaim-order", 0, "how much more readily reclaim takes from the VMs created first where it falls behind, 0 to below 1: the first VM's pages 1 + this times as readily as the average, the last's 1 − this (default 0: alike; --machine this measures it but leaves it at 0: applied, the model's lucky VMs outlast the measured ones)")
 	fl.DurationVar(&f.pagingSteal, "paging-steal", 0, "where the node is itself a VM: the CPU time its host takes from it (steal) per page paged in from the swap device, e.g. 20us (default 0: bare metal; --machine this measures it with the cores busy)")
 	fl.StringVar(&f.touchBesidePaging, "touch-beside-paging", "0", "how fast a core touches while the swap device pages, as a share of --touch-rate: "+sim.TouchBesidePagingForm+" (--machine this measures it: a worker in RAM beside paging workers)")
@@ -266,9 +266,6 @@ func applyMachine(cmd *cobra.Command, f *simFlags) error {
 	}
 	if b := fig.TouchBesidePaging(); b != (sim.TouchBesidePaging{}) {
 		set("touch-beside-paging", b.String())
-	}
-	if fig.ReclaimBatchShare > 0 {
-		set("reclaim-batch", fmt.Sprint(fig.ReclaimBatchShare))
 	}
 	if len(fig.ReadaheadPages) > 0 {
 		set("swap-read-pages", sim.FormatIOPages(fig.ReadaheadPages))
