@@ -58,7 +58,9 @@ root, the kernel's CPU per page paged (one headroom load worker in a memory
 cgroup smaller than it, over that swap) and, with --swap-tier, the ratio
 the tier's compressor gets on the workload's content (a scratch zram
 device) — prints the figures, and uses them where neither the command line
-nor the scenario gave a value.`
+nor the scenario gave a value. Reclaim's batch and order while workers
+fill past their limit are measured and printed but not used: the model's
+lucky VMs would outlast the measured ones (docs/sim.md).`
 
 type simFlags struct {
 	rampFlags

@@ -98,7 +98,10 @@ func PooledRelease(samples []ReleaseSample) ReleaseFit {
 			continue
 		}
 		mean := meanOf(s.PagesOut)
-		var spread float64 // Σ (expected share − 1/n)² × n: the slope's
+		// A multinomial's variance over its expected shares g (here 1 +
+		// slope × place, summing to n) is the batch times mean × (n −
+		// Σg²/n), and Σg²/n is 1 + spread.
+		var spread float64
 		for i, p := range s.PagesOut {
 			place := fit.OrderSlope * releasePlace(i, n)
 			squares += (p - mean*(1+place)) * (p - mean*(1+place))
