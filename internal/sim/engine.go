@@ -972,7 +972,7 @@ func (s *node) weighByCreation(weights []float64) float64 {
 			continue
 		}
 		if weighted > 1 {
-			weights[i] = w * (1 + s.n.ReclaimOrderSlope*(1-2*float64(rank)/float64(weighted-1)))
+			weights[i] = w * (1 + s.n.ReclaimOrderSlope*releasePlace(rank, weighted))
 			rank++
 		}
 		sum += weights[i]

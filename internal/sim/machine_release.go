@@ -73,17 +73,19 @@ const maxOrderSlope = 0.95
 // worker alike.
 func PooledRelease(samples []ReleaseSample) ReleaseFit {
 	var fit ReleaseFit
-	var across, along float64 // the slope's regression sums
+	var runs []ReleaseSample
+	var means []float64
 	for _, s := range samples {
-		n := len(s.PagesOut)
-		if n < 2 {
-			continue
+		if len(s.PagesOut) >= 2 {
+			runs, means = append(runs, s), append(means, meanOf(s.PagesOut))
 		}
-		mean := meanOf(s.PagesOut)
+	}
+	var across, along float64 // the slope's regression sums
+	for r, s := range runs {
 		for i, p := range s.PagesOut {
-			place := releasePlace(i, n)
-			across += (p - mean) * place
-			along += mean * place * place
+			place := releasePlace(i, len(s.PagesOut))
+			across += (p - means[r]) * place
+			along += means[r] * place * place
 		}
 	}
 	if !(along > 0) {
@@ -91,25 +93,21 @@ func PooledRelease(samples []ReleaseSample) ReleaseFit {
 	}
 	fit.OrderSlope = min(max(across/along, 0), maxOrderSlope)
 	fitted := fit.OrderSlope == across/along // not held to its bounds
-	var squares, dof, means, workers, inRAM, inRAMWorkers float64
-	for _, s := range samples {
-		n := len(s.PagesOut)
-		if n < 2 {
-			continue
-		}
-		mean := meanOf(s.PagesOut)
+	var squares, dof, expected, workers, inRAM, inRAMWorkers float64
+	for r, s := range runs {
+		n := float64(len(s.PagesOut))
 		// A multinomial's variance over its expected shares g (here 1 +
 		// slope × place, summing to n) is the batch times mean × (n −
 		// Σg²/n), and Σg²/n is 1 + spread.
 		var spread float64
 		for i, p := range s.PagesOut {
-			place := fit.OrderSlope * releasePlace(i, n)
-			squares += (p - mean*(1+place)) * (p - mean*(1+place))
-			spread += place * place / float64(n)
+			place := fit.OrderSlope * releasePlace(i, len(s.PagesOut))
+			squares += (p - means[r]*(1+place)) * (p - means[r]*(1+place))
+			spread += place * place / n
 		}
-		dof += mean * (float64(n) - 1 - spread)
-		means += mean * float64(n)
-		workers += float64(n)
+		dof += means[r] * (n - 1 - spread)
+		expected += means[r] * n
+		workers += n
 		for _, p := range s.PagesInRAM {
 			inRAM += p
 			inRAMWorkers++
@@ -117,7 +115,7 @@ func PooledRelease(samples []ReleaseSample) ReleaseFit {
 	}
 	// A fitted slope takes one degree of freedom, at the mean run's mean.
 	if fitted {
-		dof -= means / workers
+		dof -= expected / workers
 	}
 	if !(dof > 0) {
 		return fit
