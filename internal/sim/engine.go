@@ -22,6 +22,8 @@ const (
 	// reclaimBatchPages is how many pages reclaim takes from one cgroup at
 	// a time (SWAP_CLUSTER_MAX).
 	reclaimBatchPages = 32.0
+	// maxReclaimBurstPages bounds Node.ReclaimBurstPages: a GiB a visit.
+	maxReclaimBurstPages = 1 << 18
 	// maxWaitSeconds bounds a read's modelled wait (a device that cannot
 	// keep up at all).
 	maxWaitSeconds = 10.0
@@ -981,14 +983,15 @@ func (s *node) weighByCreation(weights []float64) float64 {
 }
 
 // reclaimBatch is the pages one visit of reclaim takes from v's cgroup:
-// SWAP_CLUSTER_MAX while reclaim keeps up; where it falls behind (behind)
-// the kernel lowers its priority and a visit scans the cgroup's LRU >>
-// priority, a share of it (Node.ReclaimBatchShare).
+// its burst (Node.ReclaimBurstPages, at least SWAP_CLUSTER_MAX) while
+// reclaim keeps up; where it falls behind (behind) the kernel lowers its
+// priority and a visit scans the cgroup's LRU >> priority, a share of it
+// (Node.ReclaimBatchShare), if that is more.
 func (s *node) reclaimBatch(v *vmState, behind bool) float64 {
 	if !behind {
-		return reclaimBatchPages
+		return max(reclaimBatchPages, s.n.ReclaimBurstPages)
 	}
-	return max(reclaimBatchPages, s.n.ReclaimBatchShare*(v.resident+v.cache))
+	return max(reclaimBatchPages, s.n.ReclaimBurstPages, s.n.ReclaimBatchShare*(v.resident+v.cache))
 }
 
 // oomKill ends the live VM holding the most memory.

@@ -100,6 +100,9 @@ type MachineFigures struct {
 	ReclaimOrderSlope float64 `json:"reclaim_order_slope,omitempty"`
 	ReleaseWorkers    int     `json:"release_workers,omitempty"`
 	ReleaseRuns       int     `json:"release_runs,omitempty"`
+	// ReclaimBurstPages is the pages reclaim took from one cgroup a visit
+	// while it kept up, in the paging runs (PooledReclaimBurst).
+	ReclaimBurstPages float64 `json:"reclaim_burst_pages,omitempty"`
 	// KSMDCPUSeconds is the CPU time ksmd has used since boot (the
 	// kernel's advisor counts it into its first scan).
 	KSMDCPUSeconds float64 `json:"ksmd_cpu_seconds"`
@@ -265,6 +268,7 @@ func (f *MachineFigures) measurePaging(ctx context.Context, o MeasureOptions) er
 	}
 	p := summarizePaging(runs, f.CPUs, o.Scan)
 	f.PagingCPU, f.PagingCPUSpread, f.RunQueueWait, f.ReadaheadPages, f.WritePages = p.cpu, p.cpuSpread, p.runQueueWait, p.readahead, p.writes
+	f.ReclaimBurstPages = math.Round(p.reclaimBurstPages)
 	f.MixedCapacity = mixedCapacity(runs, taskCounts(pagingWorkersPerCore, f.CPUs), f.device())
 	if err := f.measureBeside(ctx, o); err != nil {
 		return err
@@ -411,12 +415,15 @@ type pagingFigures struct {
 	cpuSpread         []Spread
 	runQueueWait      []PagingCost
 	readahead, writes []IOPages
+	// reclaimBurstPages is reclaim's burst, all runs pooled (0: none
+	// could tell it).
+	reclaimBurstPages float64
 }
 
 // summarizePaging takes the medians of each worker count's runs: the
 // CPU a page with its spread, the wait for a core a page paged in, and
 // the I/O sizes where every run could tell them (readahead only for a
-// sequential scan).
+// sequential scan), and reclaim's burst over all runs.
 func summarizePaging(runs [][]PagingSample, cpus int, scan memload.Scan) (p pagingFigures) {
 	// each is one figure of every run; ok when all runs have it.
 	each := func(r []PagingSample, of func(PagingSample) float64) (vs []float64, ok bool) {
@@ -439,6 +446,13 @@ func summarizePaging(runs [][]PagingSample, cpus int, scan memload.Scan) (p pagi
 			p.writes = append(p.writes, IOPages{Tasks: tasks, Pages: results.Quantile(vs, 0.5)})
 		}
 	}
+	var bursts []BurstSample
+	for _, r := range runs {
+		for _, s := range r {
+			bursts = append(bursts, s.Burst)
+		}
+	}
+	p.reclaimBurstPages, _ = PooledReclaimBurst(bursts)
 	// A size by some counts and not others would be read as one count's
 	// for all: keep sizes only where every count has one.
 	if len(p.readahead) < len(runs) {
@@ -498,6 +512,9 @@ func (f MachineFigures) String() string {
 		for _, w := range f.RunQueueWait {
 			s += fmt.Sprintf(" %g: %.1f µs", w.Tasks, w.SecondsPerPage*1e6)
 		}
+	}
+	if f.ReclaimBurstPages > 0 {
+		s += fmt.Sprintf("; reclaim took their pages in bursts of %.0f pages a visit to one's cgroup (the variance over the mean of what each lost in %s, beside its own share and the span's pace)", f.ReclaimBurstPages, reclaimBurstBin)
 	}
 	if f.TouchBesidePagingPagesPerSec > 0 {
 		s += fmt.Sprintf("; beside %d such workers paging %s pages in a second, a worker in RAM over %s touched %s pages a second of its CPU (%.2f× the rate in RAM) and this machine's host took %.1f µs of its cores a page in (steal; %s)",

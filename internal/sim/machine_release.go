@@ -134,11 +134,7 @@ func releasePlace(i, n int) float64 {
 }
 
 func meanOf(xs []float64) float64 {
-	var sum float64
-	for _, x := range xs {
-		sum += x
-	}
-	return sum / float64(len(xs))
+	return sumOf(xs) / float64(len(xs))
 }
 
 // MeasureRelease fills workers `headroom load` blocks together past their

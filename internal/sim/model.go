@@ -22,9 +22,10 @@
 //     pages age and go first, which slows them further: the lucky and
 //     unlucky VMs of the transition come from this feedback and from
 //     staggered starts, not from painted-on noise. Reclaim visits one
-//     cgroup at a time and takes a batch a visit, a share of the VM where
-//     it falls behind (Node.ReclaimBatchShare): which VMs the batches hit
-//     is a draw, weighted there towards the VMs created first
+//     cgroup at a time and takes a batch a visit (Node.ReclaimBurstPages
+//     while it keeps up), a share of the VM where it falls behind
+//     (Node.ReclaimBatchShare): which VMs the batches hit is a draw,
+//     weighted there towards the VMs created first
 //     (Node.ReclaimOrderSlope).
 //   - The swap device is a closed queue: each faulting VM waits for one
 //     read at a time; while the demand stays under the device's rate a
@@ -138,6 +139,13 @@ type Node struct {
 	// eight workers filling together past their cgroup's limit: the first
 	// had 1.3-1.7 times the mean out, the last 0.5-0.6.
 	ReclaimOrderSlope float64
+	// ReclaimBurstPages is the pages one visit of reclaim to a cgroup takes
+	// while reclaim keeps up (0: SWAP_CLUSTER_MAX). Measured here, paging
+	// workers each lose pages over two seconds as a count of 380-1060-page
+	// visits, not 32-page ones: reclaim sweeps the cgroups unevenly, some
+	// for whole seconds not at all, and that spread is what lets a VM
+	// with few pages out reach RAM speed by chance.
+	ReclaimBurstPages float64
 	// PagingStealSeconds is the CPU time the node's own host takes from
 	// its cores per page paged in from the swap device, where the node is
 	// itself a VM (its host's I/O work for the guest's swap device; the
@@ -303,6 +311,8 @@ func Validate(n Node, v VMSpec) error {
 		return fmt.Errorf("--reclaim-batch %g: want a share of a VM's pages from 0 to 1", n.ReclaimBatchShare)
 	case !(n.ReclaimOrderSlope >= 0 && n.ReclaimOrderSlope < 1):
 		return fmt.Errorf("--reclaim-order %g: want a slope from 0 to below 1", n.ReclaimOrderSlope)
+	case !(n.ReclaimBurstPages >= 0 && n.ReclaimBurstPages <= maxReclaimBurstPages):
+		return fmt.Errorf("--reclaim-burst %g: want pages a visit from 0 to %d", n.ReclaimBurstPages, maxReclaimBurstPages)
 	case !(n.PagingStealSeconds >= 0 && n.PagingStealSeconds < 0.01):
 		return fmt.Errorf("--paging-steal %v: want a duration from 0 to 10ms a page", time.Duration(n.PagingStealSeconds*float64(time.Second)))
 	case !(n.TouchOwnBlock >= 0 && n.TouchOwnBlock <= 1):

@@ -281,8 +281,8 @@ func TestPagingSampleFromCounters(t *testing.T) {
 // every count could tell it.
 func TestSummarizePaging(t *testing.T) {
 	runs := [][]PagingSample{
-		{{30e-6, 4e-6, 6, 7, 0, 0, 0}, {40e-6, 2e-6, 5, 8, 0, 0, 0}, {35e-6, 0, 7, 6, 0, 0, 0}},
-		{{50e-6, 40e-6, 4, 2, 0, 0, 0}, {70e-6, 30e-6, 4.5, 3, 0, 0, 0}, {45e-6, 45e-6, 3.5, 2.5, 0, 0, 0}},
+		{{30e-6, 4e-6, 6, 7, 0, 0, 0, BurstSample{}}, {40e-6, 2e-6, 5, 8, 0, 0, 0, BurstSample{}}, {35e-6, 0, 7, 6, 0, 0, 0, BurstSample{}}},
+		{{50e-6, 40e-6, 4, 2, 0, 0, 0, BurstSample{}}, {70e-6, 30e-6, 4.5, 3, 0, 0, 0, BurstSample{}}, {45e-6, 45e-6, 3.5, 2.5, 0, 0, 0, BurstSample{}}},
 	}
 	p := summarizePaging(runs, 2, memload.ScanSeq)
 	if want := []PagingCost{{2, 35e-6}, {8, 50e-6}}; !reflect.DeepEqual(p.cpu, want) {

@@ -965,10 +965,11 @@ func TestMachineFiguresRounds(t *testing.T) {
 	f := MachineFigures{RAMBytes: 24 << 30, CPUs: 2, SwapDevice: "/dev/vdb", ReadIOPS: 30e3, WriteIOPS: 30e3,
 		PagingCPU: []PagingCost{{2, 55e-6}}, PagingCPUSpread: []Spread{{53e-6, 56e-6}},
 		TouchRate: []TouchRate{{256 << 20, 24e6}}, TouchBesidePagingPagesPerSec: 17.4e6, TouchBesidePagingBytes: 256 << 20,
-		BesidePagesInPerSec: 17.7e3, PagingStealSeconds: 20e-6, ReleaseWorkers: 8, ReclaimBatchPages: 5800, ReclaimBatchShare: 0.098, ReclaimOrderSlope: 0.47}
+		BesidePagesInPerSec: 17.7e3, PagingStealSeconds: 20e-6, ReleaseWorkers: 8, ReclaimBatchPages: 5800, ReclaimBatchShare: 0.098, ReclaimOrderSlope: 0.47, ReclaimBurstPages: 480}
 	for rounds, want := range map[int][]string{
 		3: {"0.098 of a worker's pages in RAM (6 runs pooled", "a worker a core, median of 3 runs", "/dev/vdb, median of 3 probes:", "2: 55.0 µs (53-56, median of 3 runs)",
 			"touched 17.40M pages a second of its CPU (0.73× the rate in RAM)", "20.0 µs of its cores a page in (steal; median of 3 runs)",
+			"; reclaim took their pages in bursts of 480 pages a visit to one's cgroup",
 			"8 workers filling together 12% past their cgroup's limit had pages out by the order their cgroups were made (the first 1.47× the mean, the last 0.53×) and beside that by batches of 5800 pages a visit", "(6 runs pooled; neither is applied"},
 		1: {"a worker a core, one run", "/dev/vdb, one probe:", "2: 55.0 µs;", "(steal; one run)"},
 	} {
