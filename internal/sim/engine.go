@@ -988,10 +988,11 @@ func (s *node) weighByCreation(weights []float64) float64 {
 // priority and a visit scans the cgroup's LRU >> priority, a share of it
 // (Node.ReclaimBatchShare), if that is more.
 func (s *node) reclaimBatch(v *vmState, behind bool) float64 {
-	if !behind {
-		return max(reclaimBatchPages, s.n.ReclaimBurstPages)
+	batch := max(reclaimBatchPages, s.n.ReclaimBurstPages)
+	if behind {
+		batch = max(batch, s.n.ReclaimBatchShare*(v.resident+v.cache))
 	}
-	return max(reclaimBatchPages, s.n.ReclaimBurstPages, s.n.ReclaimBatchShare*(v.resident+v.cache))
+	return batch
 }
 
 // oomKill ends the live VM holding the most memory.
