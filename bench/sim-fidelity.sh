@@ -5,7 +5,9 @@
 # sizes. Prints per step the measured and simulated aggregate pages/s and
 # their ratio, per ramp both knees, and per ramp and in total how many
 # steps in RAM (up to the measured knee) and on the plateau (from the
-# measured plateau's start) are within 15%. Targets: within 15% per step
+# measured plateau's start) are within 15%, and per step past the knee
+# how many workers still ran at RAM speed, measured and simulated (the
+# transition's lucky workers). Targets: within 15% per step
 # in RAM and on the plateau, the knee within one worker. Needs root
 # (density); removes all it made. RESULTS=dir keeps both runs per case
 # (for `headroom report`, measured solid and simulated dashed). SCANS
@@ -133,6 +135,32 @@ count_matched() {
   echo "  within 15%: in RAM (to step $2) $a of $b, plateau (from step $3) $c of $d"
 }
 
+# ram_speed DIR: "workers count" lines, per step of a run past its knee,
+# the workers still at RAM speed (report's workers_at_ram_speed).
+ram_speed() {
+  "$HEADROOM" report "$1" -o "$BENCH_TMP/r.html" --json | tr -d ' \n' |
+    grep -o '"workers":[0-9]*,"at_ram_speed":[0-9]*' | tr -c '0-9\n' ' ' | awk '{ print $1, $2 }'
+}
+
+# compare_ram_speed MEASURED_DIR SIM_DIR: per step past either knee where
+# some worker ran at RAM speed (the transition's lucky workers), the
+# measured and the simulated count, how many steps have the same count
+# and how many are within one worker. Adds to the totals.
+compare_ram_speed() {
+  local line
+  ram_speed "$1" > "$BENCH_TMP/lucky.m"
+  ram_speed "$2" > "$BENCH_TMP/lucky.s"
+  line=$(awk 'NR == FNR { m[$1] = $2; next }
+      ($1 in m) && (m[$1] > 0 || $2 > 0) {
+        list = list (n ? ", " : "") sprintf("%d: %d/%d", $1, m[$1], $2); n++
+        d = m[$1] - $2; if (d == 0) same++; if (d >= -1 && d <= 1) near++
+      }
+      END { printf "%d %d %d %s", same, near, n, list }' "$BENCH_TMP/lucky.m" "$BENCH_TMP/lucky.s")
+  read -r a b c rest <<<"$line"
+  total_lucky_same=$((total_lucky_same + a)) total_lucky_near=$((total_lucky_near + b)) total_lucky=$((total_lucky + c))
+  echo "  workers at RAM speed past the knee (workers: measured/simulated): ${rest:-none}; the same in $a of $c steps, within one worker in $b"
+}
+
 # paste_rates COLS STEPS_CSV: appends the aggregate rate column of a
 # steps.csv to COLS.
 paste_rates() {
@@ -147,7 +175,7 @@ print_ratios() {
   awk -F, '{r=($3>0)?$2/$3:0; printf "%7s %14.0f %14.0f %7.2f\n", $1, $3, $2, r}' "$1"
 }
 
-total_ram_hit=0 total_ram=0 total_plateau_hit=0 total_plateau=0
+total_ram_hit=0 total_ram=0 total_plateau_hit=0 total_plateau=0 total_lucky_same=0 total_lucky_near=0 total_lucky=0
 steady_ram_hit=0 steady_ram=0 steady_plateau_hit=0 steady_plateau=0 steady_runs=()
 for c in $CASES; do
   IFS=, read -r node swap deploy <<<"$c"
@@ -177,6 +205,7 @@ for c in $CASES; do
         read -r sk sp <<<"$(knees "$sim")"
         echo "  knee measured $mk, simulated $sk; plateau from measured $mp, simulated $sp"
         count_matched "$BENCH_TMP/cols" "$mk" "$mp"
+        compare_ram_speed "$dir" "$sim"
         if [ "$held" = yes ]; then
           steady_ram_hit=$((steady_ram_hit + last_counts[0])) steady_ram=$((steady_ram + last_counts[1]))
           steady_plateau_hit=$((steady_plateau_hit + last_counts[2])) steady_plateau=$((steady_plateau + last_counts[3]))
@@ -229,9 +258,14 @@ for c in $CASES; do
       ((p > plateau)) && plateau=$p
     done
     count_matched "$BENCH_TMP/cols" "$knee" "$plateau"
+    for f in "${measured[@]}"; do
+      echo "  ${f#"$OUT/"}:"
+      compare_ram_speed "$(dirname "$f")" "$OUT/sim-$scan-$node"
+    done
   done
 done
 echo "total within 15%: in RAM $total_ram_hit of $total_ram steps, plateau $total_plateau_hit of $total_plateau steps"
+echo "transition steps with workers at RAM speed: $total_lucky; the model had as many in $total_lucky_same, within one worker in $total_lucky_near"
 if ((${#steady_runs[@]} > 0)); then
   held=$(printf '%s\n' "${steady_runs[@]}" | grep -c yes || true)
   echo "runs the machine held steady through: $held of ${#steady_runs[@]}; their steps within 15%: in RAM $steady_ram_hit of $steady_ram, plateau $steady_plateau_hit of $steady_plateau"

@@ -42,6 +42,10 @@ type Summary struct {
 	PlateauPageInFraction float64 `json:"plateau_page_in_fraction,omitempty"`
 	// PlateauRatio is peak / plateau.
 	PlateauRatio float64 `json:"plateau_ratio,omitempty"`
+	// AtRAMSpeed is, per step past the knee, how many workers still ran
+	// at RAM speed (the lucky ones of the transition; none on the
+	// plateau).
+	AtRAMSpeed []results.AtRAMSpeed `json:"workers_at_ram_speed,omitempty"`
 }
 
 // Run is a loaded result directory.
@@ -104,6 +108,7 @@ func Summarize(runs []Run) []Summary {
 		if s.PlateauPagesPerSec > 0 {
 			s.PlateauRatio = s.PeakPagesPerSec / s.PlateauPagesPerSec
 		}
+		s.AtRAMSpeed = r.WorkersAtRAMSpeed(r.Regimes)
 		out = append(out, s)
 	}
 	return out

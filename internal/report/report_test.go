@@ -63,6 +63,11 @@ func TestSummarize(t *testing.T) {
 	if math.Abs(s.PlateauPageInFraction-0.5) > 1e-9 || math.Abs(s.PlateauRatio-400) > 1e-9 {
 		t.Fatalf("plateau page-in fraction %g, ratio %g", s.PlateauPageInFraction, s.PlateauRatio)
 	}
+	// Past the knee every worker of the synthetic run shares the fall
+	// evenly: none at RAM speed, steps 5 to 10 counted.
+	if len(s.AtRAMSpeed) != 6 || s.AtRAMSpeed[0] != (results.AtRAMSpeed{Workers: 5}) || s.AtRAMSpeed[5] != (results.AtRAMSpeed{Workers: 10}) {
+		t.Fatalf("workers at RAM speed %+v, want none in steps 5 to 10", s.AtRAMSpeed)
+	}
 }
 
 func TestWriteHTMLAndPNGs(t *testing.T) {

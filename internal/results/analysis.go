@@ -212,3 +212,38 @@ func (r *Run) Points() []Point {
 func (r *Run) Regimes() Regimes {
 	return DetectRegimes(r.Points(), r.Node.SwapReadIOPS)
 }
+
+// ramSpeedShare is the least share of its even part of the peak (the
+// peak over the step's workers) a worker's rate must reach to count as
+// running at RAM speed. A worker paging most of its touches runs at the
+// swap device's pace, hundreds of times below: measured in the
+// transition, 3-36k pages/s paging against 0.7-17M for the lucky ones.
+const ramSpeedShare = 0.1
+
+// AtRAMSpeed is how many of a step's workers ran at RAM speed: in the
+// transition, the lucky ones.
+type AtRAMSpeed struct {
+	Workers int `json:"workers"`
+	Count   int `json:"at_ram_speed"`
+}
+
+// WorkersAtRAMSpeed counts, for each successful step after the knee (the
+// transition and the plateau), the workers whose rate is at least
+// ramSpeedShare of the peak over that step's workers.
+func (r *Run) WorkersAtRAMSpeed(g Regimes) []AtRAMSpeed {
+	var out []AtRAMSpeed
+	for _, s := range r.Steps {
+		if s.Failed || s.Workers <= g.KneeWorkers || s.Workers <= 0 || len(s.PerWorker) == 0 {
+			continue
+		}
+		least := ramSpeedShare * g.PeakPagesPerSec / float64(s.Workers)
+		n := 0
+		for _, w := range s.PerWorker {
+			if w.PagesPerSec >= least {
+				n++
+			}
+		}
+		out = append(out, AtRAMSpeed{Workers: s.Workers, Count: n})
+	}
+	return out
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -236,5 +237,37 @@ func TestKneeFromPagingEvidence(t *testing.T) {
 		{Workers: 2, PagesPerSec: 1.9e7, MinWorkerPagesPerSec: 5e5, MaxWorkerPagesPerSec: 1.85e7, PageInsPerSec: 200}}
 	if r := DetectRegimes(spread, 0); r.KneeWorkers != 1 || !strings.Contains(r.KneeEvidence, "37x slower") {
 		t.Fatalf("spread: %+v", r)
+	}
+}
+
+// The lucky workers of a measured transition (random, 256 MiB workers, a
+// 2 GiB node, 2026-11-28): the step's rates per worker, in the order the
+// workers were made, and how many ran at RAM speed.
+func TestWorkersAtRAMSpeed(t *testing.T) {
+	steps := []struct {
+		rates []float64
+		want  int
+	}{
+		{[]float64{3.67e6, 3.29e4, 2.28e6, 5.87e6, 4.81e6, 4.46e6, 3.75e6, 2.53e6}, 7},
+		{[]float64{8.97e3, 1.23e4, 1.43e4, 7e6, 7.01e6, 1.79e4, 1.7e4, 3.58e4, 2.24e5}, 2},
+		{[]float64{6.2e3, 6.56e3, 7.12e3, 2.07e4, 9.21e3, 8.93e3, 1.08e4, 6.8e5, 1.37e4, 8.05e6}, 1},
+		{[]float64{4.94e3, 4.55e3, 5.92e3, 6.3e3, 9.21e3, 6.8e3, 8.84e3, 1.17e4, 1.79e6, 1.58e6, 3.59e6}, 3},
+		{[]float64{4.83e3, 4.4e3, 4.92e3, 5.13e3, 5.43e3, 6.54e3, 1.14e4, 5.69e3, 1.09e4, 1.16e4, 1.12e4, 1.14e4}, 0},
+	}
+	r := &Run{}
+	// A step in RAM (the knee's) and a failed one are not counted.
+	r.Steps = append(r.Steps, Step{Workers: 7, PerWorker: []WorkerResult{{PagesPerSec: 6e6}}}, Step{Workers: 13, Failed: true})
+	var want []AtRAMSpeed
+	for _, s := range steps {
+		st := Step{Workers: len(s.rates)}
+		for _, rate := range s.rates {
+			st.PerWorker = append(st.PerWorker, WorkerResult{PagesPerSec: rate})
+		}
+		r.Steps = append(r.Steps, st)
+		want = append(want, AtRAMSpeed{Workers: len(s.rates), Count: s.want})
+	}
+	got := r.WorkersAtRAMSpeed(Regimes{PeakPagesPerSec: 68.5e6, KneeWorkers: 7})
+	if !slices.Equal(got, want) {
+		t.Fatalf("WorkersAtRAMSpeed = %v, want %v", got, want)
 	}
 }
