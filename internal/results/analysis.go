@@ -217,7 +217,8 @@ func (r *Run) Regimes() Regimes {
 // peak over the step's workers) a worker's rate must reach to count as
 // running at RAM speed. A worker paging most of its touches runs at the
 // swap device's pace, hundreds of times below: measured in the
-// transition, 3-36k pages/s paging against 0.7-17M for the lucky ones.
+// transition, 3-36k pages/s paging, 0.2-0.7M for workers half way back,
+// 1.6-17M for the lucky ones.
 const ramSpeedShare = 0.1
 
 // AtRAMSpeed is how many of a step's workers ran at RAM speed: in the
