@@ -57,10 +57,18 @@ if [ -n "${TIER:-}" ]; then
 fi
 [ -n "${CONTENT:-}" ] && content+=(--content "$CONTENT")
 
+# summary DIR: report's summary of one run, on one line; each run is
+# summarized once (report draws every chart), its ramp finished before.
+summary() {
+  local f="$BENCH_TMP/summary${1//\//_}"
+  [ -s "$f" ] || "$HEADROOM" report "$1" -o "$BENCH_TMP/r.html" --json | tr -d ' \n' > "$f"
+  cat "$f"
+}
+
 # knees DIR: the knee and the plateau's first step of one run (0: none).
 knees() {
   local j k p
-  j=$("$HEADROOM" report "$1" -o "$BENCH_TMP/r.html" --json | tr -d ' \n')
+  j=$(summary "$1")
   k=$(json_field "$j" knee_workers) p=$(json_field "$j" plateau_start_workers)
   echo "${k:-0} ${p:-0}"
 }
@@ -138,8 +146,7 @@ count_matched() {
 # ram_speed DIR: "workers count" lines, per step of a run past its knee,
 # the workers still at RAM speed (report's workers_at_ram_speed).
 ram_speed() {
-  "$HEADROOM" report "$1" -o "$BENCH_TMP/r.html" --json | tr -d ' \n' |
-    grep -o '"workers":[0-9]*,"at_ram_speed":[0-9]*' | tr -c '0-9\n' ' ' | awk '{ print $1, $2 }'
+  summary "$1" | grep -o '"workers":[0-9]*,"at_ram_speed":[0-9]*' | tr -c '0-9\n' ' ' | awk '{ print $1, $2 }'
 }
 
 # compare_ram_speed MEASURED_DIR SIM_DIR: per step past either knee where

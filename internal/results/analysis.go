@@ -234,7 +234,7 @@ type AtRAMSpeed struct {
 func (r *Run) WorkersAtRAMSpeed(g Regimes) []AtRAMSpeed {
 	var out []AtRAMSpeed
 	for _, s := range r.Steps {
-		if s.Failed || s.Workers <= g.KneeWorkers || s.Workers <= 0 || len(s.PerWorker) == 0 {
+		if s.Failed || s.Workers <= g.KneeWorkers || len(s.PerWorker) == 0 {
 			continue
 		}
 		least := ramSpeedShare * g.PeakPagesPerSec / float64(s.Workers)
