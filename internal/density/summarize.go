@@ -34,10 +34,16 @@ func (h *Harness) summarize(step *results.Step, res []loadctl.Result, workers []
 			first = r.StartedAt
 		}
 	}
+	var firstCreated time.Time
+	for _, w := range workers {
+		if firstCreated.IsZero() || w.created.Before(firstCreated) {
+			firstCreated = w.created
+		}
+	}
 	var create []float64
 	for _, w := range workers {
 		r, ok := byName[w.Name()]
-		wr := results.WorkerResult{Name: w.Name()}
+		wr := results.WorkerResult{Name: w.Name(), CreateOffsetSeconds: w.created.Sub(firstCreated).Seconds()}
 		if ok && !r.ReadyAt.IsZero() {
 			wr.CreateToReadySeconds = r.ReadyAt.Sub(w.created).Seconds()
 			create = append(create, wr.CreateToReadySeconds)

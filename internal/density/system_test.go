@@ -76,6 +76,12 @@ func TestSystemShortRampWithAgent(t *testing.T) {
 		if s.Failed || s.AggregatePagesPerSec <= 0 || len(s.PerWorker) != s.Workers || s.CreateP50Seconds <= 0 {
 			t.Fatalf("step %+v", s)
 		}
+		// The harness creates the workers one after another.
+		for i, w := range s.PerWorker {
+			if first := i == 0; first != (w.CreateOffsetSeconds == 0) || (!first && w.CreateOffsetSeconds <= s.PerWorker[i-1].CreateOffsetSeconds) {
+				t.Errorf("step %d: worker %s created %.4f s after the first", s.Index, w.Name, w.CreateOffsetSeconds)
+			}
+		}
 		// Its workers touch memory flat out: at least one core busy.
 		if s.CPUBusyCores < 0.5 || s.CPUBusyCores > float64(runtime.NumCPU())+0.1 {
 			t.Errorf("step %d: %.2f CPU cores busy on a node of %d", s.Index, s.CPUBusyCores, runtime.NumCPU())

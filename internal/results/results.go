@@ -155,9 +155,12 @@ type WorkerResult struct {
 	CreateToReadySeconds float64 `json:"create_to_ready_seconds"`
 	PopulateSeconds      float64 `json:"populate_seconds"`
 	StartOffsetSeconds   float64 `json:"start_offset_seconds"`
-	OOMKilled            bool    `json:"oom_killed,omitempty"`
-	Evicted              bool    `json:"evicted,omitempty"`
-	Error                string  `json:"error,omitempty"`
+	// CreateOffsetSeconds is when the worker was created, in seconds after
+	// the step's first: the harness creates them one after another.
+	CreateOffsetSeconds float64 `json:"create_offset_seconds,omitempty"`
+	OOMKilled           bool    `json:"oom_killed,omitempty"`
+	Evicted             bool    `json:"evicted,omitempty"`
+	Error               string  `json:"error,omitempty"`
 	// ClockOffsetSeconds is the worker's clock minus the controller's (a
 	// guest's clock is set from its RTC).
 	ClockOffsetSeconds float64 `json:"clock_offset_seconds,omitempty"`
