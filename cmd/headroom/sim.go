@@ -134,8 +134,8 @@ func newSimCommand() *cobra.Command {
 	fl.StringVar(&f.mixedCapacity, "swap-mixed-capacity", "", "how many times the sum of reads' and writes' shares of the device's rates it serves when they mix, "+sim.MixedCapacityForm+" (default none: the sum is its capacity; --machine this measures what swap's own I/O got in its paging runs)")
 	fl.DurationVar(&f.latency, "swap-latency", f.latency, "one 4 KiB read's latency at queue depth 1")
 	fl.StringVar(&f.pagingCPU, "paging-cpu", f.pagingCPU, "CPU to page one page in from the swap device and another out (fault, reclaim, I/O), "+sim.PagingCPUForm+"; bounds paging on few cores")
-	fl.Float64Var(&f.reclaimBatch, "reclaim-batch", 0, "the share of a VM's pages in RAM one visit of reclaim to its cgroup takes when reclaim falls behind (asked to free pages faster than the swap device writes them, as while VMs fill), 0 to 1 (default 0: SWAP_CLUSTER_MAX pages, an even spread; --machine this measures it, workers filling together past their cgroup's limit, but leaves it at 0: applied, the model's lucky VMs outlast the measured ones)")
-	fl.Float64Var(&f.reclaimOrder, "reclaim-order", 0, "how much more readily reclaim takes from the VMs created first where it falls behind, 0 to below 1: the first VM's pages 1 + this times as readily as the average, the last's 1 − this (default 0: alike; --machine this measures it but leaves it at 0: applied, the model's lucky VMs outlast the measured ones)")
+	fl.Float64Var(&f.reclaimBatch, "reclaim-batch", 0, "the share of a VM's pages in RAM one visit of reclaim to its cgroup takes when reclaim falls behind (asked to free pages faster than the swap device writes them, as while VMs fill), 0 to 1 (default 0: SWAP_CLUSTER_MAX pages, an even spread; --machine this measures it, workers filling together past their cgroup's limit, but leaves it at 0: applied beside the order, it moved the model's lucky VMs no closer to the measured ones)")
+	fl.Float64Var(&f.reclaimOrder, "reclaim-order", 0, "how much more readily reclaim takes from the VMs created first where it falls behind, 0 to below 1: the first VM's pages 1 + this times as readily as the average, the last's 1 − this (default 0: alike; --machine this measures and applies it)")
 	fl.Float64Var(&f.reclaimBurst, "reclaim-burst", 0, "the pages one visit of reclaim to a VM's cgroup takes while reclaim keeps up: how unevenly the VMs paging lose pages second by second, which lets one with few out reach RAM speed by chance (default 0: SWAP_CLUSTER_MAX, 32; --machine this measures it: the variance over the mean of what each paging worker lost in two seconds)")
 	fl.DurationVar(&f.pagingSteal, "paging-steal", 0, "where the node is itself a VM: the CPU time its host takes from it (steal) per page paged in from the swap device, e.g. 20us (default 0: bare metal; --machine this measures it with the cores busy)")
 	fl.StringVar(&f.touchBesidePaging, "touch-beside-paging", "0", "how fast a core touches while the swap device pages, as a share of --touch-rate: "+sim.TouchBesidePagingForm+" (--machine this measures it: a worker in RAM beside paging workers)")
@@ -147,7 +147,7 @@ func newSimCommand() *cobra.Command {
 	fl.StringVar(&f.swapDepths, "swap-depths", "", "the swap device's rates by queue depth, "+sim.DepthsForm+"; replaces --swap-read-iops and --swap-write-iops as its capacity")
 	fl.StringVar(&f.swapTier, "swap-tier", "", "compressed tier in front of the device: "+sim.TierForm+" (ratio: --swap-tier-ratio unless given)")
 	fl.Float64Var(&f.tierRatio, "swap-tier-ratio", 0, "how many bytes of the workload's pages the tier stores in a byte of RAM, at least 1 (default: the ratio --content names; --machine this measures it with the tier's compressor)")
-	fl.StringVar(&f.workerKind, "worker-kind", "vm", "what runs each workload: vm (a guest: its pages are scattered in the host's address space, so each page of a sequential readahead window is its own read) or process (as density's cgroup backend runs it: a window is one read)")
+	fl.StringVar(&f.workerKind, "worker-kind", "vm", "what runs each workload: vm (a guest: its pages are scattered in the host's address space, so each page of a sequential readahead window is its own read) or process (as density's cgroup backend runs it: a window is one read, and no boot: the workers fill together)")
 	fl.BoolVar(&f.agent, "agent", false, "run the agent's policy on the node (calibrated to half the device's rates)")
 	fl.BoolVar(&f.balloon, "balloon", false, "with --agent: the agent also drives the guests' balloons")
 	fl.StringVar(&f.ksm, "ksm", f.ksm, "with --agent: off, governor (the agent paces ksmd by the profit per ksmd CPU-second) or advisor (the kernel's scan-time advisor paces it); --content dup=F gives the mergeable pages")
@@ -267,6 +267,9 @@ func applyMachine(cmd *cobra.Command, f *simFlags) error {
 	}
 	if fig.ReclaimBurstPages > 0 {
 		set("reclaim-burst", fmt.Sprint(fig.ReclaimBurstPages))
+	}
+	if fig.ReclaimOrderSlope > 0 {
+		set("reclaim-order", fmt.Sprint(fig.ReclaimOrderSlope))
 	}
 	if fig.PagingStealSeconds > 0 {
 		set("paging-steal", time.Duration(fig.PagingStealSeconds*float64(time.Second)).String())

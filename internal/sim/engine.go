@@ -25,6 +25,17 @@ const (
 	// minPages is the least page count that counts as some (the model's
 	// pages are fractional).
 	minPages = 1e-6
+	// vmCreateGapSeconds is how long after the one before a VM is
+	// created, and vmBootSeconds how long it takes, give or take a fifth,
+	// until its workload starts.
+	vmCreateGapSeconds, vmBootSeconds = 0.05, 2.0
+	// processCreateGapSeconds is how long after the one before a worker
+	// process is created (its cgroup made, the process started), and
+	// processStartSeconds how long it takes until it populates: measured
+	// here in density's cgroup backend (4, 8 and 16 workers), 0.6-19 ms
+	// apart (median 3.2) and populating 31-213 ms after (50 ms with four,
+	// later the more workers already fill the cores).
+	processCreateGapSeconds, processStartSeconds = 0.003, 0.05
 )
 
 type phase int
@@ -40,11 +51,12 @@ const (
 // vmState is one VM's pages, in pages (fractional: a group of pages,
 // never a page).
 type vmState struct {
-	name     string
-	startAt  float64 // when its workload starts populating
-	phase    phase
-	pages    float64 // the workload's pages
-	overhead float64 // pages always resident (guest and host overhead)
+	name      string
+	createdAt float64 // when it was created, from the step's start
+	startAt   float64 // when its workload starts populating
+	phase     phase
+	pages     float64 // the workload's pages
+	overhead  float64 // pages always resident (guest and host overhead)
 	// guestOverhead is the guest's part of overhead.
 	guestOverhead float64
 	// cache is the guest's idle page cache in RAM; cacheTier and cacheDisk
@@ -172,8 +184,15 @@ func newNode(nd Node, spec VMSpec, count int, dt float64, seed uint64) *node {
 	for i := range count {
 		// VMs are created one after another and boot in 2 s give or take
 		// a fifth: their workloads start populating at different times.
-		start := 2.0*(0.8+0.4*s.rng.Float64()) + 0.05*float64(i)
-		s.vms = append(s.vms, &vmState{name: workerName(i), startAt: start, pages: pagesOf(spec.Workload.SizeBytes),
+		// Processes (density's cgroup workers) start at once, one after
+		// another: they populate together.
+		created := vmCreateGapSeconds * float64(i)
+		start := created + vmBootSeconds*(0.8+0.4*s.rng.Float64())
+		if spec.Process {
+			created = processCreateGapSeconds * float64(i)
+			start = created + processStartSeconds
+		}
+		s.vms = append(s.vms, &vmState{name: workerName(i), createdAt: created, startAt: start, pages: pagesOf(spec.Workload.SizeBytes),
 			overhead: pagesOf(spec.GuestOverheadBytes + spec.HostOverheadBytes), guestOverhead: pagesOf(spec.GuestOverheadBytes),
 			cacheGoal: pagesOf(spec.GuestCacheBytes), memPages: pagesOf(spec.MemoryBytes), maxPages: pagesOf(spec.MemoryBytes),
 			dupShare: spec.Workload.DupFraction, allowance: math.Inf(1), balloonCost: spec.BalloonCPUSecondsPerPage})
@@ -642,6 +661,7 @@ func (s *node) tick(now float64, measuring bool) {
 	share := s.cpuShare()
 	s.readWait = s.solveReadWait(share)
 	s.vmCPUSeconds += min(s.coresUsed(share), s.n.CPUs) * dt
+	fill := s.fillShare(share, dt)
 	var stalledAll, anyStalled = 1.0, 0.0
 	var devicePagesIn float64
 	running := 0
@@ -655,11 +675,8 @@ func (s *node) tick(now float64, measuring bool) {
 				v.phase = phasePopulating
 			}
 		case phasePopulating:
-			rate := s.n.PopulateRatePerCore * share
-			if rate <= 0 {
-				rate = s.n.TouchRate[0].PagesPerSec * share / populateCost
-			}
-			budget := rate * (dt - v.balloonWork(dt))
+			rate := s.populateRate(share)
+			budget := rate * (dt - v.balloonWork(dt)) * fill
 			// The guest fills its cache at boot, before its workload,
 			// as far as its balloon leaves it room.
 			if c := min(v.cacheGoal-v.cacheFilled, budget, max(v.memPages-v.guestUsed()-v.cacheHeld(), 0)); c > 0 {
@@ -671,7 +688,7 @@ func (s *node) tick(now float64, measuring bool) {
 			v.populated += n
 			v.resident += n
 			v.setBalloon(v.memPages) // a growing guest takes back its balloon
-			v.rate = rate
+			v.rate = rate * fill
 			if v.populated >= v.pages {
 				v.phase, v.readyAt, v.rate = phaseReady, now, 0
 			}
@@ -739,6 +756,39 @@ func (s *node) tick(now float64, measuring bool) {
 	if s.n.Tier.isZswap() && s.writebackLeft <= 0 && s.tierRoomPages() <= minPages {
 		s.writebackLeft = (1 - zswapAcceptShare) * zswapWritebackMultiple * s.tierCapPages
 	}
+}
+
+// fillShare is the share of their populate rate the filling VMs get this
+// tick at a CPU share. Past the node's RAM a new page waits for reclaim,
+// which frees dirty pages only as fast as the device writes them: the
+// fill slows to the room left plus the device's writes (measured here:
+// ten 256 MiB workers filling a 1 GiB node in 6-8.5 s, about the device's
+// write rate, where four filled it in 0.6-0.8 s). A compressed tier with
+// room takes the pages at the CPU's pace.
+func (s *node) fillShare(cpuShare, dt float64) float64 {
+	writes := s.writePagesPerSec()
+	if s.tierRoomShare() > 0 || !(writes > 0) {
+		return 1
+	}
+	var want float64
+	for _, v := range s.vms {
+		if v.phase == phasePopulating {
+			want += min(s.populateRate(cpuShare)*dt, v.pages-v.populated+max(v.cacheGoal-v.cacheFilled, 0))
+		}
+	}
+	room := max(s.capacityPages-s.usedPages(), 0) + writes*dt
+	if want <= room {
+		return 1
+	}
+	return room / want
+}
+
+// populateRate is the pages a second a VM fills at a CPU share.
+func (s *node) populateRate(cpuShare float64) float64 {
+	if s.n.PopulateRatePerCore > 0 {
+		return s.n.PopulateRatePerCore * cpuShare
+	}
+	return s.n.TouchRate[0].PagesPerSec * cpuShare / populateCost
 }
 
 // usedPages is what the VMs hold in RAM: resident pages, overheads, and

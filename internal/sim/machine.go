@@ -522,7 +522,7 @@ func (f MachineFigures) String() string {
 			units.FormatRate(f.TouchBesidePagingPagesPerSec), f.TouchBesidePaging().Share, f.PagingStealSeconds*1e6, medianOf(f.Rounds, "run"))
 	}
 	if f.ReleaseWorkers > 0 {
-		s += fmt.Sprintf("; %d workers filling together %.0f%% past their cgroup's limit had pages out by the order their cgroups were made (the first %.2f× the mean, the last %.2f×) and beside that by batches of %.0f pages a visit of reclaim to one (the variance over the mean of what the order leaves), %.3f of a worker's pages in RAM (%d runs pooled; neither is applied: the model's lucky VMs then outlast the measured ones)",
+		s += fmt.Sprintf("; %d workers filling together %.0f%% past their cgroup's limit had pages out by the order their cgroups were made (the first %.2f× the mean, the last %.2f×) and beside that by batches of %.0f pages a visit of reclaim to one (the variance over the mean of what the order leaves), %.3f of a worker's pages in RAM (%d runs pooled; the order is applied, the batch is not)",
 			f.ReleaseWorkers, (releaseOverfill-1)*100, 1+f.ReclaimOrderSlope, 1-f.ReclaimOrderSlope, f.ReclaimBatchPages, f.ReclaimBatchShare, f.ReleaseRuns)
 	}
 	if len(f.MixedCapacity) > 0 {

@@ -277,7 +277,8 @@ type VMSpec struct {
 	Workload     Workload
 	// Process: the workload runs as a host process, not in a guest (as
 	// density's cgroup backend runs it), so its pages are adjacent in the
-	// host's address space and a sequential readahead window is one read.
+	// host's address space and a sequential readahead window is one read,
+	// and it starts at once, with no boot: a step's workers fill together.
 	Process bool
 }
 

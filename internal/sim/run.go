@@ -171,11 +171,11 @@ func (s *node) counters() counters {
 func summarizeStep(step *results.Step, s *node, before counters, now, measureFrom, runtime float64) {
 	var create []float64
 	for _, v := range s.vms {
-		w := results.WorkerResult{Name: v.name}
+		w := results.WorkerResult{Name: v.name, CreateOffsetSeconds: v.createdAt}
 		if v.readyAt > 0 {
-			w.CreateToReadySeconds = v.readyAt
+			w.CreateToReadySeconds = v.readyAt - v.createdAt
 			w.PopulateSeconds = v.readyAt - v.startAt
-			create = append(create, v.readyAt)
+			create = append(create, w.CreateToReadySeconds)
 		}
 		if measureFrom >= 0 {
 			w.PagesPerSec = v.touches / runtime
