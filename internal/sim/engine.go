@@ -762,9 +762,10 @@ func (s *node) tick(now float64, measuring bool) {
 // tick at a CPU share. Past the node's RAM a new page waits for reclaim,
 // which frees dirty pages only as fast as the device writes them: the
 // fill slows to the room left plus the device's writes (measured here:
-// ten 256 MiB workers filling a 1 GiB node in 6-8.5 s, about the device's
-// write rate, where four filled it in 0.6-0.8 s). A compressed tier with
-// room takes the pages at the CPU's pace.
+// ten 256 MiB workers filled a 1 GiB node in 1.7-8.6 s each, most in
+// 6-8.6 s, about the deficit at the device's write rate, where four
+// filled it in 0.6-0.8 s). A compressed tier with room takes the pages
+// at the CPU's pace.
 func (s *node) fillShare(cpuShare, dt float64) float64 {
 	writes := s.writePagesPerSec()
 	if s.tierRoomShare() > 0 || !(writes > 0) {
