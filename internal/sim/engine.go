@@ -767,15 +767,20 @@ func (s *node) tick(now float64, measuring bool) {
 // filled it in 0.6-0.8 s). A compressed tier with room takes the pages
 // at the CPU's pace.
 func (s *node) fillShare(cpuShare, dt float64) float64 {
-	writes := s.writePagesPerSec()
-	if s.tierRoomShare() > 0 || !(writes > 0) {
-		return 1
-	}
+	// Most ticks fill nothing: those return before the node's sums.
+	perVM := s.populateRate(cpuShare) * dt
 	var want float64
 	for _, v := range s.vms {
 		if v.phase == phasePopulating {
-			want += min(s.populateRate(cpuShare)*dt, v.pages-v.populated+max(v.cacheGoal-v.cacheFilled, 0))
+			want += min(perVM, v.pages-v.populated+max(v.cacheGoal-v.cacheFilled, 0))
 		}
+	}
+	if want <= 0 {
+		return 1
+	}
+	writes := s.writePagesPerSec()
+	if s.tierRoomShare() > 0 || !(writes > 0) {
+		return 1
 	}
 	room := max(s.capacityPages-s.usedPages(), 0) + writes*dt
 	if want <= room {
