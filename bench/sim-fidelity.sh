@@ -7,8 +7,10 @@
 # steps in RAM (up to the measured knee) and on the plateau (from the
 # measured plateau's start) are within 15%, and per step past the knee
 # how many workers still ran at RAM speed, measured and simulated (the
-# transition's lucky workers). Targets: within 15% per step
-# in RAM and on the plateau, the knee within one worker. Needs root
+# transition's lucky workers), and on the plateau how the workers' rates
+# ran with the order they were made (report's plateau_creation_slope).
+# Targets: within 15% per step in RAM and on the plateau, the knee
+# within one worker. Needs root
 # (density); removes all it made. RESULTS=dir keeps both runs per case
 # (for `headroom report`, measured solid and simulated dashed). SCANS
 # picks the scans (default "seq random"); TIER=zram:SIZE or
@@ -168,6 +170,22 @@ compare_ram_speed() {
   echo "  workers at RAM speed past the knee (workers: measured/simulated): ${rest:-none}; the same in $a of $c steps, within one worker in $b"
 }
 
+# compare_creation MEASURED_DIR SIM_DIR: on each run's plateau, how the
+# workers' rates ran with the order they were made (report's
+# plateau_creation_slope: + where the last made ran fastest, 0 where all
+# ran alike; measured here random plateaus read about +0.2, seq ones
+# about -0.2).
+compare_creation() {
+  local m s
+  # A run with no plateau has no slope: json_field finds nothing.
+  m=$(json_field "$(summary "$1")" plateau_creation_slope || true)
+  s=$(json_field "$(summary "$2")" plateau_creation_slope || true)
+  awk -v m="$m" -v s="$s" 'BEGIN {
+      printf "  plateau rate by creation order (slope, + where the last made ran fastest): measured %s, simulated %s\n",
+        (m == "") ? "none" : sprintf("%+.2f", m), (s == "") ? "none" : sprintf("%+.2f", s)
+    }'
+}
+
 # paste_rates COLS STEPS_CSV: appends the aggregate rate column of a
 # steps.csv to COLS.
 paste_rates() {
@@ -213,6 +231,7 @@ for c in $CASES; do
         echo "  knee measured $mk, simulated $sk; plateau from measured $mp, simulated $sp"
         count_matched "$BENCH_TMP/cols" "$mk" "$mp"
         compare_ram_speed "$dir" "$sim"
+        compare_creation "$dir" "$sim"
         if [ "$held" = yes ]; then
           steady_ram_hit=$((steady_ram_hit + last_counts[0])) steady_ram=$((steady_ram + last_counts[1]))
           steady_plateau_hit=$((steady_plateau_hit + last_counts[2])) steady_plateau=$((steady_plateau + last_counts[3]))
@@ -268,6 +287,7 @@ for c in $CASES; do
     for f in "${measured[@]}"; do
       echo "  ${f#"$OUT/"}:"
       compare_ram_speed "$(dirname "$f")" "$OUT/sim-$scan-$node"
+      compare_creation "$(dirname "$f")" "$OUT/sim-$scan-$node"
     done
   done
 done

@@ -46,6 +46,11 @@ type Summary struct {
 	// at RAM speed (the lucky ones of the transition; none on the
 	// plateau).
 	AtRAMSpeed []results.AtRAMSpeed `json:"workers_at_ram_speed,omitempty"`
+	// CreationSlopes is, per plateau step, how the workers' rates ran
+	// with the order they were made (positive: the last made fastest),
+	// and PlateauCreationSlope their mean (nil: no plateau step had one).
+	CreationSlopes       []results.CreationSlope `json:"creation_slopes,omitempty"`
+	PlateauCreationSlope *float64                `json:"plateau_creation_slope,omitempty"`
 }
 
 // Run is a loaded result directory.
@@ -109,6 +114,10 @@ func Summarize(runs []Run) []Summary {
 			s.PlateauRatio = s.PeakPagesPerSec / s.PlateauPagesPerSec
 		}
 		s.AtRAMSpeed = r.WorkersAtRAMSpeed(r.Regimes)
+		if s.CreationSlopes = r.CreationSlopes(r.Regimes); len(s.CreationSlopes) > 0 {
+			mean := results.MeanCreationSlope(s.CreationSlopes)
+			s.PlateauCreationSlope = &mean
+		}
 		out = append(out, s)
 	}
 	return out
@@ -177,10 +186,16 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 	"rate": units.FormatRate,
 	"pct":  func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) },
 	"f1":   func(v float64) string { return fmt.Sprintf("%.1f", v) },
-	"f2":   func(v float64) string { return fmt.Sprintf("%.2f", v) },
-	"f3":   func(v float64) string { return fmt.Sprintf("%.3f", v) },
-	"ms":   func(v float64) string { return fmt.Sprintf("%.3f", v*1e3) },
-	"gib":  func(v uint64) string { return fmt.Sprintf("%.2f GiB", float64(v)/(1<<30)) },
+	"slope": func(v *float64) string {
+		if v == nil {
+			return "–"
+		}
+		return fmt.Sprintf("%+.2f", *v)
+	},
+	"f2":  func(v float64) string { return fmt.Sprintf("%.2f", v) },
+	"f3":  func(v float64) string { return fmt.Sprintf("%.3f", v) },
+	"ms":  func(v float64) string { return fmt.Sprintf("%.3f", v*1e3) },
+	"gib": func(v uint64) string { return fmt.Sprintf("%.2f GiB", float64(v)/(1<<30)) },
 }).Parse(pageTemplate))
 
 const pageTemplate = `<!DOCTYPE html>
@@ -198,12 +213,13 @@ random-read rate, or its slowest worker 10× slower than its fastest) or its agg
 evidence shows on the knee's cell. Regime boundaries are marked on the aggregate chart; the dotted line is the swap
 device's measured 4 KiB random-read rate, the physical limit of page-ins.</p>
 <table id="summary"><tr><th class="l">run</th><th>peak pages/s</th><th>at workers</th><th>last step in RAM</th>
-<th>plateau pages/s</th><th>from workers</th><th>peak / plateau</th><th>plateau page-ins / device read rate</th><th class="l">stopped</th></tr>
+<th>plateau pages/s</th><th>from workers</th><th>peak / plateau</th><th>plateau page-ins / device read rate</th>
+<th title="the slope of the plateau workers' rates against the order they were made: + where the last made ran fastest">plateau rate by creation order</th><th class="l">stopped</th></tr>
 {{range .Summaries}}<tr><td class="l">{{.Label}} ({{.Kind}})</td><td>{{rate .PeakPagesPerSec}}</td><td>{{.PeakWorkers}}</td><td title="{{.KneeEvidence}}">{{.KneeWorkers}}</td>
 <td>{{if .PlateauStartWorkers}}{{rate .PlateauPagesPerSec}}{{else}}–{{end}}</td><td>{{if .PlateauStartWorkers}}{{.PlateauStartWorkers}}{{else}}–{{end}}</td>
 <td>{{if .PlateauRatio}}{{f1 .PlateauRatio}}×{{else}}–{{end}}</td>
 <td>{{if .PlateauPageInFraction}}{{rate .PlateauPageInsPerSec}} / {{rate .SwapReadIOPS}} = {{pct .PlateauPageInFraction}}{{else}}–{{end}}</td>
-<td class="l">{{.StopReason}}</td></tr>
+<td>{{slope .PlateauCreationSlope}}</td><td class="l">{{.StopReason}}</td></tr>
 {{end}}</table>
 {{range .Charts}}<h2>{{.Title}}</h2><div class="chart" id="chart-{{.Name}}"><img alt="{{.Title}}" src="{{.Image}}"></div>
 {{end}}

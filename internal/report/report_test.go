@@ -68,6 +68,22 @@ func TestSummarize(t *testing.T) {
 	if len(s.AtRAMSpeed) != 6 || s.AtRAMSpeed[0] != (results.AtRAMSpeed{Workers: 5}) || s.AtRAMSpeed[5] != (results.AtRAMSpeed{Workers: 10}) {
 		t.Fatalf("workers at RAM speed %+v, want none in steps 5 to 10", s.AtRAMSpeed)
 	}
+	// Its worker w of n runs at 0.5 + w/n of an even share: on the
+	// plateau (7 to 10) a slope of (n − 1)/(2n + 1) against creation.
+	if len(s.CreationSlopes) != 4 || s.PlateauCreationSlope == nil {
+		t.Fatalf("creation slopes %+v, mean %v; want steps 7 to 10", s.CreationSlopes, s.PlateauCreationSlope)
+	}
+	var sum float64
+	for i, c := range s.CreationSlopes {
+		n := 7 + i
+		if want := float64(n-1) / float64(2*n+1); c.Workers != n || math.Abs(c.Slope-want) > 1e-9 {
+			t.Errorf("creation slope %+v, want %d workers at %.4f", c, n, want)
+		}
+		sum += c.Slope
+	}
+	if math.Abs(*s.PlateauCreationSlope-sum/4) > 1e-12 {
+		t.Errorf("plateau creation slope %v, want the steps' mean %v", *s.PlateauCreationSlope, sum/4)
+	}
 }
 
 func TestWriteHTMLAndPNGs(t *testing.T) {
@@ -84,7 +100,7 @@ func TestWriteHTMLAndPNGs(t *testing.T) {
 	page := string(html)
 	for _, want := range []string{"data:image/png;base64,", `id="chart-aggregate"`, `id="chart-per-worker"`, `id="chart-swap"`, `id="chart-psi"`,
 		`id="chart-cpu"`, "2.70", `id="chart-latency"`, "seq-run", "random-run", "worker w3 OOM-killed",
-		`id="headroom-summary"`, "80.00M", "50.0%"} {
+		`id="headroom-summary"`, "80.00M", "50.0%", "&#43;0.42"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("report lacks %q", want)
 		}
