@@ -149,6 +149,7 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"sim", "--paging-steal", "-20us"}, "--paging-steal"},
 		{[]string{"sim", "--reclaim-batch", "2"}, "--reclaim-batch 2: want a share"},
 		{[]string{"sim", "--reclaim-order", "1"}, "--reclaim-order 1: want a slope"},
+		{[]string{"sim", "--fill-out", "-5"}, "--fill-out -5: want pages a second"},
 		{[]string{"sim", "--machine", "this", "--machine-rounds", "0"}, "--machine-rounds 0: want a count of at least 1"},
 		{[]string{"sim", "--balloon"}, "--balloon needs --agent"},
 		{[]string{"sim", "--agent", "--balloon", "--balloon-policy", "esx"}, "--balloon-policy"},

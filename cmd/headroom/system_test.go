@@ -24,6 +24,7 @@ import (
 	"github.com/headroom-dev/headroom/internal/results"
 	"github.com/headroom-dev/headroom/internal/sim"
 	"github.com/headroom-dev/headroom/internal/testenv"
+	"github.com/headroom-dev/headroom/internal/units"
 )
 
 // A 512 MiB block in a 256 MiB memory cgroup with a swap file must page:
@@ -319,6 +320,13 @@ func TestSystemSimMachineThis(t *testing.T) {
 	if batchPages < 32 || !strings.Contains(r.stderr, "2 runs pooled; the order is applied, the batch is not") || p["reclaim_batch"] != 0.0 ||
 		math.Abs(order-(first-1)) > 0.005 || math.Abs(order-(1-last)) > 0.005 {
 		t.Errorf("figures %q, reclaim_batch %v, reclaim_order %v: want reclaim's batch measured in two runs, at least 32 pages, not applied, and its order applied", r.stderr, p["reclaim_batch"], p["reclaim_order"])
+	}
+	// The same runs' pace of the fill's pages out past the limit (32.6-
+	// 32.8k pages a second here, where the device takes 28k writes a
+	// second of 4-6 pages at depth four): printed and applied.
+	fillOut, _ := p["fill_out"].(float64)
+	if !(fillOut > 100) || !strings.Contains(r.stderr, "reclaim swapped their fill out at "+units.FormatRate(fillOut)+" pages a second") {
+		t.Errorf("fill_out %v, figures %q: want the pace of the release runs' fill out, printed and applied", p["fill_out"], r.stderr)
 	}
 	// The paging runs' workers, each in its own cgroup, lose pages second
 	// by second as a count of reclaim's visits: some 700 pages here, 27 on

@@ -782,6 +782,9 @@ func (s *node) fillShare(cpuShare, dt float64) float64 {
 	if s.tierRoomShare() > 0 || !(writes > 0) {
 		return 1
 	}
+	if s.n.FillOutPagesPerSec > 0 {
+		writes = min(writes, s.n.FillOutPagesPerSec)
+	}
 	room := max(s.capacityPages-s.usedPages(), 0) + writes*dt
 	if want <= room {
 		return 1

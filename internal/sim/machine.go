@@ -99,7 +99,11 @@ type MachineFigures struct {
 	ReclaimBatchShare float64 `json:"reclaim_batch_share,omitempty"`
 	ReclaimOrderSlope float64 `json:"reclaim_order_slope,omitempty"`
 	ReleaseWorkers    int     `json:"release_workers,omitempty"`
-	ReleaseRuns       int     `json:"release_runs,omitempty"`
+	// FillOutPagesPerSec is the pace reclaim swapped the release runs'
+	// fill out at, past their limit (the median of the runs that told
+	// it): a fill past RAM waits for it (Node.FillOutPagesPerSec).
+	FillOutPagesPerSec float64 `json:"fill_out_pages_per_sec,omitempty"`
+	ReleaseRuns        int     `json:"release_runs,omitempty"`
 	// ReclaimBurstPages is the pages reclaim took from one cgroup a visit
 	// while it kept up, in the paging runs (PooledReclaimBurst).
 	ReclaimBurstPages float64 `json:"reclaim_burst_pages,omitempty"`
@@ -302,12 +306,19 @@ func (f *MachineFigures) measureBeside(ctx context.Context, o MeasureOptions) er
 func (f *MachineFigures) measureRelease(ctx context.Context, o MeasureOptions) error {
 	f.ReleaseWorkers = releaseWorkersPerCore * f.CPUs
 	var samples []ReleaseSample
+	var paces []float64
 	for range o.rounds() * releaseRunsPerRound {
 		s, err := MeasureRelease(ctx, o.Headroom, o.Scan, f.ReleaseWorkers)
 		if err != nil {
 			return fmt.Errorf("measure reclaim's batch with %d workers filling past their limit: %w", f.ReleaseWorkers, err)
 		}
 		samples = append(samples, s)
+		if s.FillOutPagesPerSec > 0 {
+			paces = append(paces, s.FillOutPagesPerSec)
+		}
+	}
+	if len(paces) > 0 {
+		f.FillOutPagesPerSec = math.Round(results.Quantile(paces, 0.5))
 	}
 	fit := PooledRelease(samples)
 	f.ReleaseRuns = len(samples)
@@ -524,6 +535,9 @@ func (f MachineFigures) String() string {
 	if f.ReleaseWorkers > 0 {
 		s += fmt.Sprintf("; %d workers filling together %.0f%% past their cgroup's limit had pages out by the order their cgroups were made (the first %.2f× the mean, the last %.2f×) and beside that by batches of %.0f pages a visit of reclaim to one (the variance over the mean of what the order leaves), %.3f of a worker's pages in RAM (%d runs pooled; the order is applied, the batch is not)",
 			f.ReleaseWorkers, (releaseOverfill-1)*100, 1+f.ReclaimOrderSlope, 1-f.ReclaimOrderSlope, f.ReclaimBatchPages, f.ReclaimBatchShare, f.ReleaseRuns)
+		if f.FillOutPagesPerSec > 0 {
+			s += fmt.Sprintf("; reclaim swapped their fill out at %s pages a second (from the first page out to the last, the runs' median; a fill past RAM waits for it)", units.FormatRate(f.FillOutPagesPerSec))
+		}
 	}
 	if len(f.MixedCapacity) > 0 {
 		s += "; swap's reads and writes together used, of the device's capacity as its separate rates add up,"

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/headroom-dev/headroom/internal/cgroup"
+	"github.com/headroom-dev/headroom/internal/host"
 	"github.com/headroom-dev/headroom/internal/loadctl"
 	"github.com/headroom-dev/headroom/internal/memload"
 )
@@ -43,9 +44,76 @@ const releaseRunsPerRound = 2
 const releaseMinPagesOut = 256
 
 // ReleaseSample is one release run: the pages each worker had out and in
-// RAM once all had filled their blocks.
+// RAM once all had filled their blocks, and the pace reclaim swapped the
+// fill's pages out at (FillOutPagesPerSec, 0: not told).
 type ReleaseSample struct {
 	PagesOut, PagesInRAM []float64
+	FillOutPagesPerSec   float64
+}
+
+// swapOutReading is the host's pages swapped out (pswpout) at a time.
+type swapOutReading struct {
+	Seconds, Pages float64
+}
+
+// minFillOutSeconds is the least time the fill's pages must take going
+// out to give a pace.
+const minFillOutSeconds = 0.2
+
+// fillOutPace is the pages a second swapped out while a fill's pages went
+// out: from the last reading before they began to the first reading after
+// they ended, readings in time order (0: too short or none).
+func fillOutPace(readings []swapOutReading) float64 {
+	if len(readings) < 2 {
+		return 0
+	}
+	first, last := -1, -1
+	for i := 1; i < len(readings); i++ {
+		if readings[i].Pages > readings[i-1].Pages {
+			if first < 0 {
+				first = i - 1
+			}
+			last = i
+		}
+	}
+	if first < 0 {
+		return 0
+	}
+	seconds := readings[last].Seconds - readings[first].Seconds
+	if seconds < minFillOutSeconds {
+		return 0
+	}
+	return (readings[last].Pages - readings[first].Pages) / seconds
+}
+
+// fillOutEvery is how often the release run reads the host's pages out.
+const fillOutEvery = 20 * time.Millisecond
+
+// readSwapOuts reads the host's pages out every fillOutEvery until stop
+// is closed, then sends what it read (nothing where a read failed).
+func readSwapOuts(stop <-chan struct{}) <-chan []swapOutReading {
+	done := make(chan []swapOutReading, 1)
+	go func() {
+		var readings []swapOutReading
+		start := time.Now()
+		tick := time.NewTicker(fillOutEvery)
+		defer tick.Stop()
+		for {
+			vm, err := host.ReadVMStat()
+			if err != nil {
+				done <- nil
+				return
+			}
+			readings = append(readings, swapOutReading{Seconds: time.Since(start).Seconds(), Pages: float64(vm.PswpOut)})
+			select {
+			case <-stop:
+				done <- readings
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return done
 }
 
 // ReleaseFit is what release runs tell of reclaim where it falls behind:
@@ -181,16 +249,22 @@ func MeasureRelease(ctx context.Context, headroom string, scan memload.Scan, wor
 	args := func(i int) []string {
 		return append(loadArgs(scan, blockBytes, time.Second), "--controller", ctl.Addr(), "--worker-id", fmt.Sprintf("w%d", i+1))
 	}
+	stopReading := make(chan struct{})
+	readings := readSwapOuts(stopReading)
 	ws, _, err := launchLoadWorkers(g, "w", headroom, workers, args)
 	defer ws.stop() // also those started before an error
 	if err != nil {
+		close(stopReading)
 		return s, err
 	}
 	readyCtx, cancel := context.WithTimeoutCause(ctx, 2*time.Minute, fmt.Errorf("%d workers not full within two minutes", workers))
 	defer cancel()
-	if err := ctl.AwaitReady(readyCtx, workers); err != nil {
+	err = ctl.AwaitReady(readyCtx, workers)
+	close(stopReading)
+	if err != nil {
 		return s, err
 	}
+	s.FillOutPagesPerSec = fillOutPace(<-readings)
 	for _, w := range ws.groups {
 		u, err := w.Usage()
 		if err != nil {

@@ -109,7 +109,7 @@ func TestSystemReleaseProbe(t *testing.T) {
 		inRAM += s.PagesInRAM[i]
 	}
 	fit := PooledRelease([]ReleaseSample{s})
-	t.Logf("pages out %v; in RAM %v; order slope %.2f, batch %.0f pages, %.3f of a worker", s.PagesOut, s.PagesInRAM, fit.OrderSlope, fit.BatchPages, fit.BatchShare)
+	t.Logf("pages out %v; in RAM %v; order slope %.2f, batch %.0f pages, %.3f of a worker; out at %.0f pages a second", s.PagesOut, s.PagesInRAM, fit.OrderSlope, fit.BatchPages, fit.BatchShare, s.FillOutPagesPerSec)
 	// What is out is the overfill's share of the blocks, and a little
 	// more: reclaim keeps the cgroup a little under its limit.
 	wantOut := (out + inRAM) * (1 - 1/releaseOverfill)
@@ -122,6 +122,8 @@ func TestSystemReleaseProbe(t *testing.T) {
 		t.Errorf("a worker had nothing in RAM: %v", s.PagesInRAM)
 	case !(fit.BatchPages >= reclaimBatchPages && fit.BatchShare < 1):
 		t.Errorf("batch %.0f pages, %.3f of a worker", fit.BatchPages, fit.BatchShare)
+	case !(s.FillOutPagesPerSec > 100):
+		t.Errorf("the fill went out at %.0f pages a second: want its pace read", s.FillOutPagesPerSec)
 	}
 	requireProbeCleanedUp(t)
 }
