@@ -26,10 +26,10 @@ type CreationSlope struct {
 // CreationSlopes gives the slope of each successful plateau step (from
 // g.PlateauStartWorkers) that has one.
 func (r *Run) CreationSlopes(g Regimes) []CreationSlope {
-	var out []CreationSlope
 	if g.PlateauStartWorkers == 0 {
 		return nil
 	}
+	var out []CreationSlope
 	for _, s := range r.Steps {
 		if s.Failed || s.Workers < g.PlateauStartWorkers {
 			continue

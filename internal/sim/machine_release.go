@@ -89,9 +89,11 @@ func fillOutPace(readings []swapOutReading) float64 {
 // fillOutEvery is how often the release run reads the host's pages out.
 const fillOutEvery = 20 * time.Millisecond
 
-// readSwapOuts reads the host's pages out every fillOutEvery until stop
-// is closed, then sends what it read (nothing where a read failed).
-func readSwapOuts(stop <-chan struct{}) <-chan []swapOutReading {
+// readSwapOuts reads the host's pages out every fillOutEvery until the
+// stop it returns is called (once), which gives what it read (nothing
+// where a read failed).
+func readSwapOuts() (stop func() []swapOutReading) {
+	stopped := make(chan struct{})
 	done := make(chan []swapOutReading, 1)
 	go func() {
 		var readings []swapOutReading
@@ -106,14 +108,17 @@ func readSwapOuts(stop <-chan struct{}) <-chan []swapOutReading {
 			}
 			readings = append(readings, swapOutReading{Seconds: time.Since(start).Seconds(), Pages: float64(vm.PswpOut)})
 			select {
-			case <-stop:
+			case <-stopped:
 				done <- readings
 				return
 			case <-tick.C:
 			}
 		}
 	}()
-	return done
+	return func() []swapOutReading {
+		close(stopped)
+		return <-done
+	}
 }
 
 // ReleaseFit is what release runs tell of reclaim where it falls behind:
@@ -249,22 +254,21 @@ func MeasureRelease(ctx context.Context, headroom string, scan memload.Scan, wor
 	args := func(i int) []string {
 		return append(loadArgs(scan, blockBytes, time.Second), "--controller", ctl.Addr(), "--worker-id", fmt.Sprintf("w%d", i+1))
 	}
-	stopReading := make(chan struct{})
-	readings := readSwapOuts(stopReading)
+	stopReading := readSwapOuts()
 	ws, _, err := launchLoadWorkers(g, "w", headroom, workers, args)
 	defer ws.stop() // also those started before an error
 	if err != nil {
-		close(stopReading)
+		stopReading()
 		return s, err
 	}
 	readyCtx, cancel := context.WithTimeoutCause(ctx, 2*time.Minute, fmt.Errorf("%d workers not full within two minutes", workers))
 	defer cancel()
 	err = ctl.AwaitReady(readyCtx, workers)
-	close(stopReading)
+	readings := stopReading()
 	if err != nil {
 		return s, err
 	}
-	s.FillOutPagesPerSec = fillOutPace(<-readings)
+	s.FillOutPagesPerSec = fillOutPace(readings)
 	for _, w := range ws.groups {
 		u, err := w.Usage()
 		if err != nil {
