@@ -246,6 +246,9 @@ func runVM(cmd *cobra.Command, f *vmRunFlags, args []string) error {
 		vm.Stop(f.grace + 5*time.Second)
 	}
 	exit := vm.Exit()
+	if exit.Ended != "" {
+		fmt.Fprintf(cmd.ErrOrStderr(), "headroom vm: %s\n", exit.Ended)
+	}
 	if exit.Status < 0 {
 		msg := exit.Reason
 		if tail := vm.ConsoleTail(15); tail != "" {

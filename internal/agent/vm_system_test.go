@@ -335,8 +335,13 @@ func TestSystemVMConnReadsGuestAndPowersDown(t *testing.T) {
 	if err := v.Powerdown(); err != nil {
 		t.Fatal(err)
 	}
-	if e := wait(t, vm, 30*time.Second); e.Status != 0 || !strings.Contains(out.String(), `"type":"summary"`) {
+	e := wait(t, vm, 30*time.Second)
+	if e.Status != 0 || !strings.Contains(out.String(), `"type":"summary"`) {
 		t.Fatalf("exit %+v; output %s", e, out.String())
+	}
+	if e.Ended != "" {
+		// The guest powered off but QEMU did not exit (seen once in CI).
+		t.Logf("%s", e.Ended)
 	}
 }
 

@@ -73,7 +73,16 @@ type Config struct {
 	// GraceSeconds is how long the guest command gets between SIGTERM
 	// (on power-down) and SIGKILL inside the guest.
 	GraceSeconds int
+	// PowerOffWait is how long QEMU may run on once the guest has
+	// reported its command's end (default DefaultPowerOffWait); then
+	// headroom ends QEMU itself and says so in Exit.Ended.
+	PowerOffWait time.Duration
 }
+
+// DefaultPowerOffWait: /init's power-off takes about 2 s (a second for
+// its processes to leave, another for the stragglers, a sync); a guest
+// that has not powered off well after that will not.
+const DefaultPowerOffWait = 10 * time.Second
 
 // SwapDisk is a guest swap disk backed by a host file.
 type SwapDisk struct {

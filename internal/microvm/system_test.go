@@ -132,6 +132,24 @@ func TestSystemPowerdownIsGraceful(t *testing.T) {
 	}
 }
 
+// A guest whose power-off does not end QEMU (here QEMU is told to pause
+// on a guest shutdown instead of exiting) is ended by headroom once its
+// command's status is in: the status is kept and Exit.Ended says so.
+func TestSystemGuestThatDoesNotPowerOffIsEnded(t *testing.T) {
+	const powerOffWait = 2 * time.Second
+	vm := startVM(t, microvm.Config{Args: []string{"/bin/sh", "-c", "sleep 2; exit 4"}, PowerOffWait: powerOffWait})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := vm.QMP().Execute(ctx, "set-action", map[string]string{"shutdown": "pause"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	e := wait(t, vm, 60*time.Second)
+	if console := vm.ConsoleTail(20); e.Status != 4 || !strings.Contains(e.Ended, "SIGTERM") || !strings.Contains(console, "Power down") {
+		t.Fatalf("exit %+v, want status 4 and QEMU ended with SIGTERM after the guest's power-off; console:\n%s", e, console)
+	}
+	t.Logf("%s", e.Ended)
+}
+
 // waitFor polls cond (guest output or host state has no event to wait on)
 // until it holds or d passes.
 func waitFor(t *testing.T, d time.Duration, cond func() bool) {

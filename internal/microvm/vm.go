@@ -46,6 +46,9 @@ type Exit struct {
 	Reason string
 	// QEMUErr is QEMU's own exit error, if any.
 	QEMUErr error
+	// Ended says why headroom ended QEMU itself after the guest had
+	// reported its command's end ("": QEMU exited on its own).
+	Ended string
 }
 
 // VM is a running micro-VM.
@@ -139,13 +142,49 @@ func (vm *VM) readControl(conn net.Conn) {
 			vm.mu.Lock()
 			vm.exit.Status, vm.gotStatus = *ev.ExitStatus, true
 			vm.mu.Unlock()
+			vm.endAfterPowerOffWait()
 		case guest.EventFailed:
 			vm.mu.Lock()
 			vm.exit.Reason = "guest /init: " + ev.Error
 			vm.mu.Unlock()
+			vm.endAfterPowerOffWait()
 		}
 	}
 }
+
+// endAfterPowerOffWait ends QEMU if it still runs PowerOffWait after the
+// guest reported its command's end: /init powers off next, and a guest
+// whose power-off does not reach QEMU would otherwise hold its memory
+// (and whoever waits for it) forever. SIGTERM lets QEMU exit cleanly;
+// SIGKILL follows if that does not end it either.
+func (vm *VM) endAfterPowerOffWait() {
+	wait := vm.cfg.PowerOffWait
+	if wait <= 0 {
+		wait = DefaultPowerOffWait
+	}
+	go func() {
+		select {
+		case <-vm.exited:
+			return
+		case <-time.After(wait):
+		}
+		vm.mu.Lock()
+		vm.exit.Ended = fmt.Sprintf("QEMU still ran %s after the guest command ended: sent SIGTERM", wait)
+		vm.mu.Unlock()
+		vm.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-vm.exited:
+		case <-time.After(killAfterTerm):
+			vm.mu.Lock()
+			vm.exit.Ended += fmt.Sprintf(", SIGKILL %s later", killAfterTerm)
+			vm.mu.Unlock()
+			vm.Kill()
+		}
+	}()
+}
+
+// killAfterTerm is how long QEMU gets to exit on SIGTERM.
+const killAfterTerm = 3 * time.Second
 
 // copyOutput copies a guest output port to w (the console log if nil).
 func (vm *VM) copyOutput(conn net.Conn, w io.Writer) {

@@ -367,9 +367,38 @@ func WaitVM(t testing.TB, vm *microvm.VM, d time.Duration) microvm.Exit {
 	defer cancel()
 	e, err := vm.Wait(ctx)
 	if err != nil {
-		t.Fatalf("VM still running after %s; console:\n%s", d, vm.ConsoleTail(20))
+		t.Fatalf("VM still running after %s; %s; console:\n%s", d, qemuState(vm), vm.ConsoleTail(20))
 	}
 	return e
+}
+
+// qemuState describes a QEMU that has not exited: what QMP says of the
+// guest and where each of its threads waits in the host kernel.
+func qemuState(vm *microvm.VM) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	status := "QMP status: "
+	if st, err := vm.QMP().QueryStatus(ctx); err != nil {
+		status += err.Error()
+	} else {
+		status += fmt.Sprintf("%+v", st)
+	}
+	dir := fmt.Sprintf("/proc/%d/task", vm.PID())
+	tasks, _ := os.ReadDir(dir)
+	var threads []string
+	for _, task := range tasks {
+		stat, _ := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
+		wchan, _ := os.ReadFile(filepath.Join(dir, task.Name(), "wchan"))
+		// stat: "pid (comm) state ..."; comm may hold spaces.
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		state := "?"
+		if len(fields) > 0 {
+			state = fields[0]
+		}
+		comm, _ := os.ReadFile(filepath.Join(dir, task.Name(), "comm"))
+		threads = append(threads, fmt.Sprintf("%s %s %s", strings.TrimSpace(string(comm)), state, wchan))
+	}
+	return fmt.Sprintf("%s; QEMU threads (name state wchan): %s", status, strings.Join(threads, ", "))
 }
 
 // StartLoad runs `headroom load ARGS...` in the cgroup and returns once it
