@@ -389,14 +389,15 @@ func qemuState(vm *microvm.VM) string {
 	for _, task := range tasks {
 		stat, _ := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
 		wchan, _ := os.ReadFile(filepath.Join(dir, task.Name(), "wchan"))
-		// stat: "pid (comm) state ..."; comm may hold spaces.
-		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		state := "?"
-		if len(fields) > 0 {
-			state = fields[0]
+		// stat: "pid (name) state ..."; the name may hold spaces.
+		name, state := "?", "?"
+		if open, end := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')'); open >= 0 && end > open {
+			name = string(stat[open+1 : end])
+			if fields := strings.Fields(string(stat[end+1:])); len(fields) > 0 {
+				state = fields[0]
+			}
 		}
-		comm, _ := os.ReadFile(filepath.Join(dir, task.Name(), "comm"))
-		threads = append(threads, fmt.Sprintf("%s %s %s", strings.TrimSpace(string(comm)), state, wchan))
+		threads = append(threads, fmt.Sprintf("%s %s %s", name, state, wchan))
 	}
 	return fmt.Sprintf("%s; QEMU threads (name state wchan): %s", status, strings.Join(threads, ", "))
 }
