@@ -33,7 +33,15 @@
 # those two and the model's step 1 are within 15% of each other the
 # machine held steady, and the steps of those runs are counted apart too
 # (on 2026-11-27 the model's lone worker and the ramp's step 1 minutes
-# later read 0.59-1.86 of each other).
+# later read 0.59-1.86 of each other). A lone worker only touches RAM and
+# cannot see paging's cost move, so PAIRED also measures that (headroom
+# sim paging: four workers a core, half out, 6 s) right before and after
+# each ramp: where it and the model's own figure at that count are
+# within 15% the paging held steady, and those runs' plateau steps are
+# counted apart. Each ramp is then simulated once more with the model's
+# paging CPU and wait scaled to what the probe after the ramp read (the
+# machine's other figures unchanged, from the model's --save-machine
+# scenario): the model fed the paging cost of the ramp's end.
 source "$(dirname "$0")/lib.sh"
 [ "$(id -u)" = 0 ] || { echo "sim-fidelity.sh needs root" >&2; exit 2; }
 OUT=${RESULTS:-$BENCH_TMP/results}
@@ -87,10 +95,49 @@ settle() { sleep "${SETTLE:-60}"; }
 # page cache the workers share). The model holds --overhead resident and
 # also adds it to the request: 3Mi admits more than density's 16Mi
 # request, but every step of these ramps fits under both.
+# The figures it measured are kept as a scenario in OUT_DIR/machine.yaml.
+sim_node=(--worker-kind process --system-reserve 0 --guest-overhead 0 --overhead 3Mi)
 simulate() {
   settle
-  "$HEADROOM" sim "${common[@]}" "${sim_extra[@]}" --machine this --worker-kind process --system-reserve 0 --guest-overhead 0 --overhead 3Mi \
+  mkdir -p "$1"
+  "$HEADROOM" sim "${common[@]}" "${sim_extra[@]}" --machine this --save-machine "$1/machine.yaml" "${sim_node[@]}" \
     --label "sim $scan $node" --out "$1" > "$BENCH_TMP/s.log" 2> "$BENCH_TMP/s.err" || { cat "$BENCH_TMP/s.err"; return 1; }
+}
+
+# resimulate MODEL_DIR OUT_DIR CPU_FACTOR WAIT_FACTOR: the model of
+# MODEL_DIR again from its saved figures, its paging CPU and run-queue
+# wait at every worker count times the factors.
+resimulate() {
+  local cpu wait
+  cpu=$(scale_costs "$(scenario_value "$1/machine.yaml" paging-cpu)" "$3")
+  wait=$(scale_costs "$(scenario_value "$1/machine.yaml" run-queue-wait)" "$4")
+  "$HEADROOM" sim "${common[@]}" "${sim_extra[@]}" --scenario "$1/machine.yaml" "${sim_node[@]}" --paging-cpu "$cpu" --run-queue-wait "$wait" \
+    --label "sim $scan $node, paging as after the ramp" --out "$2" > "$BENCH_TMP/s2.log" 2>&1 || { tail -3 "$BENCH_TMP/s2.log"; return 1; }
+}
+
+# scenario_value FILE KEY: KEY's value in a saved scenario, unquoted.
+scenario_value() {
+  sed -n "s/^$2: *//p" "$1" | tr -d "\"'"
+}
+
+# awk's us(d): a Go duration (ns, us or µs, ms, s) in microseconds.
+AWK_US='function us(d) { v = d + 0; if (d ~ /ns$/) return v / 1000; if (d ~ /(us|µs)$/) return v; if (d ~ /ms$/) return v * 1000; if (d ~ /s$/) return v * 1e6; return v }'
+
+# cost_at LIST TASKS: from a paging cost list (TASKS:DURATION,...), the
+# microseconds at TASKS (empty where it has none).
+cost_at() {
+  awk -v list="$1" -v t="$2" "$AWK_US"' BEGIN {
+      n = split(list, parts, ",")
+      for (i = 1; i <= n; i++) { split(parts[i], kv, ":"); if (kv[1] + 0 == t + 0) printf "%.1f", us(kv[2]) }
+    }'
+}
+
+# scale_costs LIST FACTOR: the list with every cost times FACTOR.
+scale_costs() {
+  awk -v list="$1" -v f="$2" "$AWK_US"' BEGIN {
+      n = split(list, parts, ",")
+      for (i = 1; i <= n; i++) { split(parts[i], kv, ":"); printf "%s%s:%.3fus", (i > 1) ? "," : "", kv[1], us(kv[2]) * f }
+    }'
 }
 
 # measure OUT_DIR: one measured ramp; its steps.csv is appended to measured.
@@ -115,6 +162,25 @@ witness() {
   echo "${rate:-0}"
 }
 
+# PAGING_WORKERS: the paging witness's workers, four a core as on a
+# density plateau (and as among the model's own paging counts).
+PAGING_WORKERS=$((4 * $(nproc)))
+
+# paging_witness: "CPU WAIT SLOPE", the microseconds a page paged that
+# PAGING_WORKERS workers of the ramp's scan, half out, cost now in CPU
+# and in wait for a core, and how their rates ran with the order they
+# were made (headroom sim paging: a plateau in small). No rest first: it
+# follows the lone witness, which pages nothing. A failed run reads
+# "0 0 none".
+paging_witness() {
+  local j cpu wait slope
+  j=$("$HEADROOM" sim paging --workers "$PAGING_WORKERS" --memory-scan "$scan" --window 6s --json 2> "$BENCH_TMP/p.err" | tr -d ' \n') || true
+  cpu=$(json_field "$j" cpu_seconds_per_page) || true
+  wait=$(json_field "$j" run_queue_seconds_per_page_in) || true
+  slope=$(json_field "$j" creation_slope) || true
+  awk -v c="${cpu:-0}" -v w="${wait:-0}" -v s="$slope" 'BEGIN { printf "%.1f %.1f %s", c * 1e6, w * 1e6, (s == "") ? "none" : sprintf("%+.2f", s) }'
+}
+
 # steady MODEL_STEP1 BEFORE AFTER: "yes" when the three one-worker rates
 # are within 15% of each other (the machine held still from the model's
 # probe to the ramp's end), else "no".
@@ -127,19 +193,24 @@ steady() {
     }'
 }
 
-# count_matched COLS KNEE PLATEAU_START: from lines "workers,simulated,
+# matched_counts COLS KNEE PLATEAU_START: from lines "workers,simulated,
 # measured..." (a step matched when the simulated rate is within 15% of
-# some measured one), prints "in RAM a/b plateau c/d" and adds them to the
-# totals.
-count_matched() {
-  local counts a b c d
-  counts=$(awk -F, -v knee="$2" -v plat="$3" '{
+# some measured one), "a b c d": a of b steps in RAM matched, c of d on
+# the plateau.
+matched_counts() {
+  awk -F, -v knee="$2" -v plat="$3" '{
       hit = 0
       for (i = 3; i <= NF; i++) if ($i != "" && $i > 0 && $2 >= 0.85 * $i && $2 <= 1.15 * $i) hit = 1
       if (knee > 0 && $1 <= knee) { ram++; ramHit += hit }
       if (plat > 0 && $1 >= plat) { pl++; plHit += hit }
-    } END { printf "%d %d %d %d", ramHit, ram, plHit, pl }' "$1")
-  read -r a b c d <<<"$counts"
+    } END { printf "%d %d %d %d", ramHit, ram, plHit, pl }' "$1"
+}
+
+# count_matched COLS KNEE PLATEAU_START: prints matched_counts as "in RAM
+# a/b plateau c/d" and adds them to the totals.
+count_matched() {
+  local a b c d
+  read -r a b c d <<<"$(matched_counts "$@")"
   total_ram_hit=$((total_ram_hit + a)) total_ram=$((total_ram + b)) total_plateau_hit=$((total_plateau_hit + c)) total_plateau=$((total_plateau + d))
   last_counts=("$a" "$b" "$c" "$d")
   echo "  within 15%: in RAM (to step $2) $a of $b, plateau (from step $3) $c of $d"
@@ -202,6 +273,7 @@ print_ratios() {
 
 total_ram_hit=0 total_ram=0 total_plateau_hit=0 total_plateau=0 total_lucky_same=0 total_lucky_near=0 total_lucky=0
 steady_ram_hit=0 steady_ram=0 steady_plateau_hit=0 steady_plateau=0 steady_runs=()
+paging_plateau_hit=0 paging_plateau=0 paging_runs=() after_plateau_hit=0 after_plateau=0
 for c in $CASES; do
   IFS=, read -r node swap deploy <<<"$c"
   for scan in ${SCANS:-seq random}; do
@@ -214,15 +286,23 @@ for c in $CASES; do
         simulate "$sim" || continue
         figures=$(cat "$BENCH_TMP/s.err")
         before=$(witness)
+        read -r cpu_before wait_before slope_before <<<"$(paging_witness)"
         measure "$dir"
         [ -f "$dir/steps.csv" ] || continue
         after=$(witness)
+        read -r cpu_after wait_after slope_after <<<"$(paging_witness)"
         model=$(sed -n 2p "$sim/steps.csv" | cut -d, -f6)
         held=$(steady "$model" "$before" "$after")
+        cpu_model=$(cost_at "$(scenario_value "$sim/machine.yaml" paging-cpu)" "$PAGING_WORKERS")
+        wait_model=$(cost_at "$(scenario_value "$sim/machine.yaml" run-queue-wait)" "$PAGING_WORKERS")
+        # CPU and wait add up to a page's cost to the worker paging it.
+        paging_held=$(steady "$(awk -v a="${cpu_model:-0}" -v b="${wait_model:-0}" 'BEGIN { print a + b }')" \
+          "$(awk -v a="$cpu_before" -v b="$wait_before" 'BEGIN { print a + b }')" "$(awk -v a="$cpu_after" -v b="$wait_after" 'BEGIN { print a + b }')")
         echo "== $scan, $node node, $swap swap, run $r, its model probed just before it: $figures"
         awk -v m="$model" -v b="$before" -v a="$after" -v held="$held" 'BEGIN {
             printf "  one worker alone: model %.1fM, measured %.1fM before the ramp and %.1fM after it; machine steady: %s\n", m / 1e6, b / 1e6, a / 1e6, held
           }'
+        echo "  paging, $PAGING_WORKERS $scan workers half out, CPU + wait for a core µs a page: model ${cpu_model:-?} + ${wait_model:-?}, before the ramp $cpu_before + $wait_before, after it $cpu_after + $wait_after; paging steady: $paging_held"
         tail -n +2 "$sim/steps.csv" | cut -d, -f2,6 > "$BENCH_TMP/cols"
         paste_rates "$BENCH_TMP/cols" "$dir/steps.csv"
         print_ratios "$BENCH_TMP/cols"
@@ -232,11 +312,26 @@ for c in $CASES; do
         count_matched "$BENCH_TMP/cols" "$mk" "$mp"
         compare_ram_speed "$dir" "$sim"
         compare_creation "$dir" "$sim"
+        echo "  the paging witness's rate by creation order: $slope_before before the ramp, $slope_after after it"
         if [ "$held" = yes ]; then
           steady_ram_hit=$((steady_ram_hit + last_counts[0])) steady_ram=$((steady_ram + last_counts[1]))
           steady_plateau_hit=$((steady_plateau_hit + last_counts[2])) steady_plateau=$((steady_plateau + last_counts[3]))
         fi
         steady_runs+=("$held")
+        if [ "$paging_held" = yes ]; then
+          paging_plateau_hit=$((paging_plateau_hit + last_counts[2])) paging_plateau=$((paging_plateau + last_counts[3]))
+        fi
+        paging_runs+=("$paging_held")
+        # The model again with the paging cost the probe after the ramp read.
+        if awk -v c="$cpu_after" -v w="$wait_after" -v mc="${cpu_model:-0}" -v mw="${wait_model:-0}" 'BEGIN { exit !(c > 0 && w > 0 && mc > 0 && mw > 0) }' &&
+          resimulate "$sim" "$sim-paging-after" "$(awk -v a="$cpu_after" -v m="$cpu_model" 'BEGIN { print a / m }')" \
+            "$(awk -v a="$wait_after" -v m="$wait_model" 'BEGIN { print a / m }')"; then
+          tail -n +2 "$sim-paging-after/steps.csv" | cut -d, -f2,6 > "$BENCH_TMP/cols2"
+          paste_rates "$BENCH_TMP/cols2" "$dir/steps.csv"
+          read -r a b c d <<<"$(matched_counts "$BENCH_TMP/cols2" "$mk" "$mp")"
+          after_plateau_hit=$((after_plateau_hit + c)) after_plateau=$((after_plateau + d))
+          echo "  with the paging cost read after the ramp: plateau ratios $(awk -F, -v p="$mp" 'p > 0 && $1 >= p && $3 > 0 { printf "%s%.2f", n++ ? " " : "", $2 / $3 }' "$BENCH_TMP/cols2"); within 15%: plateau $c of $d"
+        fi
       done
       continue
     fi
@@ -296,5 +391,8 @@ echo "transition steps with workers at RAM speed: $total_lucky; the model had as
 if ((${#steady_runs[@]} > 0)); then
   held=$(printf '%s\n' "${steady_runs[@]}" | grep -c yes || true)
   echo "runs the machine held steady through: $held of ${#steady_runs[@]}; their steps within 15%: in RAM $steady_ram_hit of $steady_ram, plateau $steady_plateau_hit of $steady_plateau"
+  held=$(printf '%s\n' "${paging_runs[@]}" | grep -c yes || true)
+  echo "runs whose paging cost held steady: $held of ${#paging_runs[@]}; their plateau steps within 15%: $paging_plateau_hit of $paging_plateau"
+  echo "the model with the paging cost read after each ramp: plateau steps within 15%: $after_plateau_hit of $after_plateau"
 fi
 echo "results: $OUT"

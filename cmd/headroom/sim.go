@@ -90,7 +90,7 @@ type simFlags struct {
 	pagingSteal                          time.Duration
 	readPages, writePages, mixedCapacity string
 	halfFullWritePages, halfFullCapacity string
-	machine                              string
+	machine, saveMachine                 string
 	machineRounds                        int
 	minPerVM, maxSwapUtil                float64
 	seed                                 uint64
@@ -113,9 +113,11 @@ func newSimCommand() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runSim(cmd, f) },
 	}
+	cmd.AddCommand(newSimPagingCommand())
 	fl := cmd.Flags()
 	fl.StringVar(&f.scenario, "scenario", "", "YAML file of these flags' values (keys: flag names); flags given override it")
 	fl.StringVar(&f.machine, "machine", "", "this: measure this machine's RAM, cores, touch rate and swap device for the node's figures (flags and the scenario override them)")
+	fl.StringVar(&f.saveMachine, "save-machine", "", "with --machine this: also write the measured figures to this file as a scenario (reuse them with --scenario FILE; the flags given still win)")
 	fl.IntVar(&f.machineRounds, "machine-rounds", sim.DefaultMachineRounds, "with --machine this: how often each figure is measured, the median kept (1: a third of the time, noisier on a shared machine)")
 	f.rampFlags.register(fl, "VM", "host memory per VM beyond its guest RAM (QEMU), also added to its request")
 	fl.Var(&f.guestOverhead, "guest-overhead", "guest memory besides the workload that stays resident (kernel, caches)")
@@ -213,7 +215,7 @@ func applyScenario(fl *pflag.FlagSet, path string) error {
 
 // applyMachine measures this machine and fills the node's figures the
 // command line and the scenario left unset.
-func applyMachine(cmd *cobra.Command, f *simFlags) error {
+func applyMachine(cmd *cobra.Command, f *simFlags) (err error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -230,11 +232,18 @@ func applyMachine(cmd *cobra.Command, f *simFlags) error {
 	}
 	fmt.Fprintln(cmd.ErrOrStderr(), fig)
 	fl := cmd.Flags()
+	measured := map[string]string{}
 	set := func(name, value string) {
+		measured[name] = value
 		if !fl.Changed(name) {
 			fl.Set(name, value)
 		}
 	}
+	defer func() {
+		if err == nil && f.saveMachine != "" {
+			err = saveMachineScenario(f.saveMachine, fig, measured)
+		}
+	}()
 	set("node-memory", fmt.Sprint(fig.RAMBytes))
 	set("cpus", fmt.Sprint(fig.CPUs))
 	set("touch-rate", sim.FormatTouchRate(fig.TouchRate))
@@ -299,6 +308,21 @@ func applyMachine(cmd *cobra.Command, f *simFlags) error {
 	set("ksmd-cpu", (time.Duration(math.Round(fig.KSMDCPUSeconds*1e3)) * time.Millisecond).String())
 	if r := fig.TierRatio(); r > 0 {
 		set("swap-tier-ratio", fmt.Sprint(r))
+	}
+	return nil
+}
+
+// saveMachineScenario writes the figures --machine this measured as a
+// scenario: measuring takes minutes, and --scenario FILE reuses them.
+func saveMachineScenario(path string, fig sim.MachineFigures, measured map[string]string) error {
+	body, err := yaml.Marshal(measured)
+	if err != nil {
+		return err
+	}
+	header := fmt.Sprintf("# headroom sim --machine this, %s (use: headroom sim --scenario %s):\n# %s\n",
+		time.Now().Format(time.RFC3339), filepath.Base(path), fig)
+	if err := os.WriteFile(path, append([]byte(header), body...), 0o644); err != nil {
+		return fmt.Errorf("--save-machine: %w", err)
 	}
 	return nil
 }
@@ -451,6 +475,14 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 	if f.scenario != "" {
 		if err := applyScenario(cmd.Flags(), f.scenario); err != nil {
 			return err
+		}
+	}
+	if f.saveMachine != "" {
+		if f.machine != "this" {
+			return usagef("--save-machine %s: only with --machine this (it saves what that measures)", f.saveMachine)
+		}
+		if st, err := os.Stat(filepath.Dir(f.saveMachine)); err != nil || !st.IsDir() {
+			return usagef("--save-machine %s: its directory does not exist", f.saveMachine)
 		}
 	}
 	switch f.machine {

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -26,6 +27,71 @@ import (
 	"github.com/headroom-dev/headroom/internal/testenv"
 	"github.com/headroom-dev/headroom/internal/units"
 )
+
+// requireSavedMachineReplays: the scenario --save-machine wrote, given to
+// sim with the same ramp and no --machine, gives the first run's figures
+// and its steps exactly (measuring takes minutes; the file saves them).
+func requireSavedMachineReplays(t *testing.T, saved, measuredDir string, ramp []string) {
+	first, err := results.ReadRun(measuredDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	r := runHeadroom(t, append([]string{"sim", "--scenario", saved, "--out", dir}, ramp...)...)
+	if r.code != 0 {
+		t.Fatalf("sim --scenario %s: exit %d: %s", saved, r.code, r.stderr)
+	}
+	again, err := results.ReadRun(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"touch_rate", "paging_cpu", "run_queue_wait", "swap_depths", "swap_read_iops", "fill_out", "reclaim_burst", "swap_tier_ratio", "node_memory_bytes", "cpus"} {
+		if fmt.Sprint(first.Params[key]) != fmt.Sprint(again.Params[key]) {
+			t.Errorf("%s: %v measured, %v from the saved scenario", key, first.Params[key], again.Params[key])
+		}
+	}
+	if len(first.Steps) != len(again.Steps) || len(again.Steps) == 0 || first.Steps[0].AggregatePagesPerSec != again.Steps[0].AggregatePagesPerSec {
+		t.Errorf("steps %+v from the saved scenario, %+v measured: want the same", again.Steps, first.Steps)
+	}
+}
+
+// sim paging, for real: four random workers, half of each out over a
+// swap file, each read in the order made; the CPU and wait a page within
+// reason; its cgroups and swap file gone after.
+func TestSystemSimPaging(t *testing.T) {
+	testenv.RequireNoSwap(t)
+	r := runHeadroom(t, "sim", "paging", "--workers", "4", "--memory-scan", "random", "--window", "2s", "--json")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	var got struct {
+		CPU               float64   `json:"cpu_seconds_per_page"`
+		Wait              float64   `json:"run_queue_seconds_per_page_in"`
+		PagesIn           float64   `json:"pages_in_per_sec"`
+		WorkerBytes       uint64    `json:"worker_bytes"`
+		WorkerPagesPerSec []float64 `json:"worker_pages_per_sec"`
+		CreationSlope     *float64  `json:"creation_slope"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("%v: %s", err, r.stdout)
+	}
+	t.Logf("%s", r.stdout)
+	switch {
+	case !(got.CPU > 1e-6 && got.CPU < 1e-3):
+		t.Errorf("CPU %.1f µs a page, want 1 µs to 1 ms", got.CPU*1e6)
+	case !(got.Wait >= 0 && got.Wait < 10e-3):
+		t.Errorf("wait %.1f µs a page in, want under 10 ms", got.Wait*1e6)
+	case !(got.PagesIn > 1000):
+		t.Errorf("%.0f pages in a second: the workers did not page", got.PagesIn)
+	case got.WorkerBytes < 64<<20:
+		t.Errorf("worker block %d bytes, want at least 64 MiB", got.WorkerBytes)
+	case len(got.WorkerPagesPerSec) != 4 || slices.Min(got.WorkerPagesPerSec) <= 0:
+		t.Errorf("workers' rates %v: want four, each touching", got.WorkerPagesPerSec)
+	case got.CreationSlope == nil || !(*got.CreationSlope > -2 && *got.CreationSlope < 2):
+		t.Errorf("creation slope %v: want one, within ±2", got.CreationSlope)
+	}
+	testenv.RequireProbeCleanedUp(t, "headroom-sim-*")
+}
 
 // A 512 MiB block in a 256 MiB memory cgroup with a swap file must page:
 // the run sees major faults, the process has swap, the cgroup never exceeds
@@ -210,12 +276,15 @@ func TestSystemSimMachineThis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := runHeadroom(t, "sim", "--machine", "this", "--cpus", "3", "--vm-memory", "320Mi", "--memory-size", "256Mi",
-		"--guest-overhead", "0", "--system-reserve", "0", "--deployments", "1", "--workload-runtime", "2s", "--json", "--out", dir, "--machine-rounds", "1",
-		"--swap-tier", "zswap:64Mi", "--content", "compress=2")
+	ramp := []string{"--cpus", "3", "--vm-memory", "320Mi", "--memory-size", "256Mi",
+		"--guest-overhead", "0", "--system-reserve", "0", "--deployments", "1", "--workload-runtime", "2s", "--json",
+		"--swap-tier", "zswap:64Mi", "--content", "compress=2"}
+	saved := filepath.Join(t.TempDir(), "machine.yaml")
+	r := runHeadroom(t, append([]string{"sim", "--machine", "this", "--machine-rounds", "1", "--save-machine", saved, "--out", dir}, ramp...)...)
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
+	t.Run("saved figures replay as a scenario", func(t *testing.T) { requireSavedMachineReplays(t, saved, dir, ramp) })
 	if !strings.Contains(r.stderr, "this machine: ") || !strings.Contains(r.stderr, swap+", one probe:") {
 		t.Fatalf("figures line %q: want the swap file %s probed once (--machine-rounds 1)", r.stderr, swap)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/headroom-dev/headroom/internal/cgroup"
 	"github.com/headroom-dev/headroom/internal/host"
 	"github.com/headroom-dev/headroom/internal/memload"
+	"github.com/headroom-dev/headroom/internal/results"
 	"github.com/headroom-dev/headroom/internal/swaptier"
 	"github.com/headroom-dev/headroom/internal/units"
 )
@@ -75,17 +77,54 @@ var ErrSwapActive = errors.New("a swap area is active")
 // and the pages one read and one write to the swap device carried (0:
 // the device's I/O could not be told apart).
 type PagingSample struct {
-	SecondsPerPage              float64
-	RunQueueSecondsPerPage      float64
-	PagesPerRead, PagesPerWrite float64
+	SecondsPerPage         float64 `json:"cpu_seconds_per_page"`
+	RunQueueSecondsPerPage float64 `json:"run_queue_seconds_per_page_in"`
+	PagesPerRead           float64 `json:"pages_per_read"`
+	PagesPerWrite          float64 `json:"pages_per_write"`
 	// ReadsPerSec and WritesPerSec are the I/Os the swap device completed
 	// a second (0: its I/O could not be seen).
-	ReadsPerSec, WritesPerSec float64
+	ReadsPerSec  float64 `json:"reads_per_sec"`
+	WritesPerSec float64 `json:"writes_per_sec"`
 	// SwapUsedShare is the share of the swap in use at the window's end.
-	SwapUsedShare float64
+	SwapUsedShare float64 `json:"swap_used_share"`
 	// Burst is the pages reclaim took from each worker in each
 	// reclaimBurstBin of the window.
-	Burst BurstSample
+	Burst BurstSample `json:"-"`
+	// PagesInPerSec is the pages swapped in a second.
+	PagesInPerSec float64 `json:"pages_in_per_sec"`
+	// WorkerBytes is each worker's block, half of it out.
+	WorkerBytes uint64 `json:"worker_bytes"`
+	// WorkerPagesPerSec is each worker's pages touched a second, in the
+	// order they were made: a plateau in small (how evenly paging
+	// workers share the device, and whether the first made fare better).
+	WorkerPagesPerSec []float64 `json:"worker_pages_per_sec"`
+}
+
+// CreationSlope is how the workers' rates ran with the order they were
+// made, as results.RateCreationSlope reads a density step (ok false
+// with fewer than two workers).
+func (s PagingSample) CreationSlope() (slope float64, ok bool) {
+	workers := make([]results.WorkerResult, len(s.WorkerPagesPerSec))
+	for i, r := range s.WorkerPagesPerSec {
+		workers[i] = results.WorkerResult{CreateOffsetSeconds: float64(i), PagesPerSec: r}
+	}
+	return results.RateCreationSlope(workers)
+}
+
+// String is the account `headroom sim paging` prints.
+func (s PagingSample) String() string {
+	rates := make([]string, len(s.WorkerPagesPerSec))
+	for i, r := range s.WorkerPagesPerSec {
+		rates[i] = units.FormatRate(r)
+	}
+	line := fmt.Sprintf("%d workers of %s, half of each out: CPU %.1f µs a page paged in and out, wait for a core %.1f µs a page in; %s pages in a second, %.2f pages a read, %.2f a write; swap %.0f%% used",
+		len(s.WorkerPagesPerSec), units.FormatBytes(s.WorkerBytes), s.SecondsPerPage*1e6, s.RunQueueSecondsPerPage*1e6, units.FormatRate(s.PagesInPerSec),
+		s.PagesPerRead, s.PagesPerWrite, s.SwapUsedShare*100)
+	line += "; pages/s each worker touched, in the order made: " + strings.Join(rates, " ")
+	if slope, ok := s.CreationSlope(); ok {
+		line += fmt.Sprintf(" (creation slope %+.2f)", slope)
+	}
+	return line
 }
 
 // MeasurePaging measures the CPU per page paged on this machine by
@@ -234,7 +273,7 @@ func measurePaging(ctx context.Context, r pagingRun) (sample PagingSample, besid
 	if err != nil {
 		return sample, beside, err
 	}
-	before, err := readPagingCounters(pagers.pids, residents)
+	before, err := readPagingCounters(pagers, residents)
 	if err != nil {
 		return sample, beside, err
 	}
@@ -242,14 +281,14 @@ func measurePaging(ctx context.Context, r pagingRun) (sample PagingSample, besid
 	if err != nil {
 		return sample, beside, err
 	}
-	after, err := readPagingCounters(pagers.pids, residents)
+	after, err := readPagingCounters(pagers, residents)
 	if err != nil {
 		return sample, beside, err
 	}
 	if sample, err = after.sub(before, r.window); err != nil {
 		return sample, beside, err
 	}
-	sample.Burst = burst
+	sample.Burst, sample.WorkerBytes = burst, workerBytes
 	if residents != nil {
 		after.besideSub(before, r.window, &beside)
 	}
@@ -263,18 +302,35 @@ func measurePaging(ctx context.Context, r pagingRun) (sample PagingSample, besid
 }
 
 // loadWorkers are `headroom load` workers, each in a cgroup of its own,
-// scanning: pids their processes, touched the pages their interval
+// scanning: pids their processes, touched each one's pages its interval
 // records have reported so far.
 type loadWorkers struct {
 	pids    []int
 	groups  []cgroup.Group
 	cmds    []*exec.Cmd
-	touched atomic.Uint64
+	touched []atomic.Uint64
 	// pagesOut is each worker's pages reclaim has taken from it by its
 	// last interval record: its swap entries plus the pages it faulted
 	// back (a swapped-in page leaves its entry; it comes back by a major
 	// fault, or a minor one from the swap cache).
 	pagesOut []atomic.Uint64
+}
+
+// touchedNow is each worker's touched pages.
+func (ws *loadWorkers) touchedNow() []uint64 {
+	out := make([]uint64, len(ws.touched))
+	for i := range ws.touched {
+		out[i] = ws.touched[i].Load()
+	}
+	return out
+}
+
+// touchedTotal is all the workers' touched pages.
+func (ws *loadWorkers) touchedTotal() (sum uint64) {
+	for i := range ws.touched {
+		sum += ws.touched[i].Load()
+	}
+	return sum
 }
 
 // pagesOutNow is each worker's pagesOut.
@@ -319,7 +375,7 @@ func loadArgs(scan memload.Scan, blockBytes uint64, window time.Duration) []stri
 // waiting for them: scanning gets a value as each reports its first
 // interval. Stop them with stop, also on error.
 func launchLoadWorkers(parent cgroup.Group, prefix, headroom string, n int, args func(i int) []string) (ws *loadWorkers, scanning <-chan struct{}, err error) {
-	ws = &loadWorkers{pagesOut: make([]atomic.Uint64, n)}
+	ws = &loadWorkers{pagesOut: make([]atomic.Uint64, n), touched: make([]atomic.Uint64, n)}
 	began := make(chan struct{}, n)
 	for i := range n {
 		w, err := cgroup.Create(parent, fmt.Sprintf("%s%d", prefix, i+1))
@@ -345,7 +401,7 @@ func launchLoadWorkers(parent cgroup.Group, prefix, headroom string, n int, args
 				if json.Unmarshal(lines.Bytes(), &rec) != nil || rec.Type != "interval" {
 					continue
 				}
-				ws.touched.Add(rec.Pages)
+				ws.touched[i].Add(rec.Pages)
 				faults += rec.MajorFaults + rec.MinorFaults
 				ws.pagesOut[i].Store(rec.SwapBytes/PageBytes + faults)
 				if !started {
@@ -419,18 +475,21 @@ type pagingCounters struct {
 	// touches and CPU time.
 	residentTouched    uint64
 	residentCPUSeconds float64
+	// workerTouched is each paging worker's touches.
+	workerTouched []uint64
 }
 
 // readPagingCounters reads the node's counters, the paging workers' and
 // the resident workers' (nil: none).
-func readPagingCounters(workerPIDs []int, residents *loadWorkers) (pagingCounters, error) {
+func readPagingCounters(pagers, residents *loadWorkers) (pagingCounters, error) {
 	var c pagingCounters
 	var err error
 	if c.busyCPUSeconds, c.stealCPUSeconds, err = host.BusyAndStealCPUSeconds(); err != nil {
 		return c, err
 	}
+	c.workerTouched = pagers.touchedNow()
 	if residents != nil {
-		c.residentTouched = residents.touched.Load()
+		c.residentTouched = residents.touchedTotal()
 		for _, pid := range residents.pids {
 			cpu, err := host.ProcessCPUSeconds(pid)
 			if err != nil {
@@ -439,7 +498,7 @@ func readPagingCounters(workerPIDs []int, residents *loadWorkers) (pagingCounter
 			c.residentCPUSeconds += cpu
 		}
 	}
-	for _, pid := range workerPIDs {
+	for _, pid := range pagers.pids {
 		wait, err := host.RunQueueWaitSeconds(pid)
 		if err != nil {
 			return c, err
@@ -460,7 +519,12 @@ func (c pagingCounters) sub(before pagingCounters, window time.Duration) (Paging
 	if pages < pagingMinPages {
 		return PagingSample{}, fmt.Errorf("only %.0f pages paged in %s: too few to measure", pages, window)
 	}
-	s := PagingSample{SecondsPerPage: (c.busyCPUSeconds - before.busyCPUSeconds) / pages}
+	s := PagingSample{SecondsPerPage: (c.busyCPUSeconds - before.busyCPUSeconds) / pages, PagesInPerSec: in / window.Seconds()}
+	if len(c.workerTouched) == len(before.workerTouched) {
+		for i, n := range c.workerTouched {
+			s.WorkerPagesPerSec = append(s.WorkerPagesPerSec, float64(n-min(n, before.workerTouched[i]))/window.Seconds())
+		}
+	}
 	if in > 0 {
 		s.RunQueueSecondsPerPage = max(c.runQueueSeconds-before.runQueueSeconds, 0) / in
 	}

@@ -3,6 +3,7 @@ package sim
 import (
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -251,13 +252,21 @@ func TestTransferRate(t *testing.T) {
 // pages in and out halved, and the I/O sizes the pages over the device's
 // reads and writes, never below a page (a device with other work done).
 func TestPagingSampleFromCounters(t *testing.T) {
-	before := pagingCounters{vm: host.VMStat{PswpIn: 1000, PswpOut: 2000}, busyCPUSeconds: 10, runQueueSeconds: 3, io: host.BlockIO{Reads: 50, Writes: 70}}
-	after := pagingCounters{vm: host.VMStat{PswpIn: 41000, PswpOut: 42000}, busyCPUSeconds: 12, runQueueSeconds: 4.6, io: host.BlockIO{Reads: 10050, Writes: 16070}}
+	before := pagingCounters{vm: host.VMStat{PswpIn: 1000, PswpOut: 2000}, busyCPUSeconds: 10, runQueueSeconds: 3, io: host.BlockIO{Reads: 50, Writes: 70},
+		workerTouched: []uint64{100, 200}}
+	after := pagingCounters{vm: host.VMStat{PswpIn: 41000, PswpOut: 42000}, busyCPUSeconds: 12, runQueueSeconds: 4.6, io: host.BlockIO{Reads: 10050, Writes: 16070},
+		workerTouched: []uint64{8100, 4200}}
 	got, err := after.sub(before, 4*time.Second)
 	want := PagingSample{SecondsPerPage: 2.0 / 40000, RunQueueSecondsPerPage: 1.6 / 40000, PagesPerRead: 4, PagesPerWrite: 2.5}
 	if err != nil || math.Abs(got.SecondsPerPage-want.SecondsPerPage) > 1e-12 || math.Abs(got.RunQueueSecondsPerPage-want.RunQueueSecondsPerPage) > 1e-12 ||
-		got.PagesPerRead != 4 || got.PagesPerWrite != 2.5 || got.ReadsPerSec != 2500 || got.WritesPerSec != 4000 {
+		got.PagesPerRead != 4 || got.PagesPerWrite != 2.5 || got.ReadsPerSec != 2500 || got.WritesPerSec != 4000 ||
+		got.PagesInPerSec != 10000 || !slices.Equal(got.WorkerPagesPerSec, []float64{2000, 1000}) {
 		t.Errorf("got %+v, %v; want %+v", got, err, want)
+	}
+	// The first made touched twice the second's pages: the slope across
+	// two workers (ends at −1 and +1) is (1000−2000)/1500 ÷ 2.
+	if slope, ok := got.CreationSlope(); !ok || math.Abs(slope-(-1.0/3)) > 1e-9 {
+		t.Errorf("creation slope %g, %v; want -1/3", slope, ok)
 	}
 	busy := after
 	busy.io.Reads = 100050 // ten times the swap-ins: other reads too
@@ -281,8 +290,8 @@ func TestPagingSampleFromCounters(t *testing.T) {
 // every count could tell it.
 func TestSummarizePaging(t *testing.T) {
 	runs := [][]PagingSample{
-		{{30e-6, 4e-6, 6, 7, 0, 0, 0, BurstSample{}}, {40e-6, 2e-6, 5, 8, 0, 0, 0, BurstSample{}}, {35e-6, 0, 7, 6, 0, 0, 0, BurstSample{}}},
-		{{50e-6, 40e-6, 4, 2, 0, 0, 0, BurstSample{}}, {70e-6, 30e-6, 4.5, 3, 0, 0, 0, BurstSample{}}, {45e-6, 45e-6, 3.5, 2.5, 0, 0, 0, BurstSample{}}},
+		{{SecondsPerPage: 30e-6, RunQueueSecondsPerPage: 4e-6, PagesPerRead: 6, PagesPerWrite: 7}, {SecondsPerPage: 40e-6, RunQueueSecondsPerPage: 2e-6, PagesPerRead: 5, PagesPerWrite: 8}, {SecondsPerPage: 35e-6, RunQueueSecondsPerPage: 0, PagesPerRead: 7, PagesPerWrite: 6}},
+		{{SecondsPerPage: 50e-6, RunQueueSecondsPerPage: 40e-6, PagesPerRead: 4, PagesPerWrite: 2}, {SecondsPerPage: 70e-6, RunQueueSecondsPerPage: 30e-6, PagesPerRead: 4.5, PagesPerWrite: 3}, {SecondsPerPage: 45e-6, RunQueueSecondsPerPage: 45e-6, PagesPerRead: 3.5, PagesPerWrite: 2.5}},
 	}
 	p := summarizePaging(runs, 2, memload.ScanSeq)
 	if want := []PagingCost{{2, 35e-6}, {8, 50e-6}}; !reflect.DeepEqual(p.cpu, want) {

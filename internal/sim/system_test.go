@@ -4,35 +4,21 @@ package sim
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/headroom-dev/headroom/internal/cgroup"
 	"github.com/headroom-dev/headroom/internal/host"
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/testenv"
 )
-
-// requireProbeSwap: root, and no swap area active (the paging probe makes
-// its own swap file).
-func requireProbeSwap(t *testing.T) {
-	t.Helper()
-	testenv.RequireRoot(t)
-	swaps, err := host.ReadSwaps()
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.Require(t, len(swaps) == 0, "no swap area active (the probe makes its own swap file)")
-}
 
 // The paging probe's two swap files, for real: the usual one stays under
 // half full through the window, though every page swapped in keeps its
 // slot; the half-full run's is more than half full at its end. Both are
 // removed afterwards.
 func TestSystemPagingProbeSwapFiles(t *testing.T) {
-	requireProbeSwap(t)
+	testenv.RequireNoSwap(t)
 	workers := pagingHalfFullWorkersPerCore[0] * 2
 	for _, halfFull := range []bool{false, true} {
 		s, err := MeasurePaging(context.Background(), testenv.HeadroomBinary(t), memload.ScanRandom, workers, 2*time.Second, halfFull)
@@ -53,7 +39,7 @@ func TestSystemPagingProbeSwapFiles(t *testing.T) {
 // touches, with the cores it got, and sees the paging; the figures are
 // within reason; its cgroups, processes and swap file are gone after.
 func TestSystemPagingBesideProbe(t *testing.T) {
-	requireProbeSwap(t)
+	testenv.RequireNoSwap(t)
 	b, err := MeasurePagingBeside(context.Background(), testenv.HeadroomBinary(t), memload.ScanRandom, besideWorkersPerCore*2, 1, 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -72,23 +58,7 @@ func TestSystemPagingBesideProbe(t *testing.T) {
 	case !(b.StealSecondsPerPage >= 0 && b.StealSecondsPerPage < 1e-3):
 		t.Errorf("steal %.1f µs a page", b.StealSecondsPerPage*1e6)
 	}
-	requireProbeCleanedUp(t)
-}
-
-// requireProbeCleanedUp fails where a probe left its swap file active or
-// a cgroup behind.
-func requireProbeCleanedUp(t *testing.T) {
-	t.Helper()
-	if swaps, err := host.ReadSwaps(); err != nil || len(swaps) != 0 {
-		t.Fatalf("swap areas left active: %v (%v)", swaps, err)
-	}
-	root, err := cgroup.Open("/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if left, err := filepath.Glob(filepath.Join(root.Path(), "headroom-sim-*")); err != nil || len(left) > 0 {
-		t.Fatalf("cgroups left: %v (%v)", left, err)
-	}
+	testenv.RequireProbeCleanedUp(t, "headroom-sim-*")
 }
 
 // The release probe, for real: workers fill past their cgroup's limit
@@ -97,7 +67,7 @@ func requireProbeCleanedUp(t *testing.T) {
 // (SWAP_CLUSTER_MAX) and a whole worker. Its swap file and cgroups are
 // gone afterwards.
 func TestSystemReleaseProbe(t *testing.T) {
-	requireProbeSwap(t)
+	testenv.RequireNoSwap(t)
 	workers := releaseWorkersPerCore * 2
 	s, err := MeasureRelease(context.Background(), testenv.HeadroomBinary(t), memload.ScanRandom, workers)
 	if err != nil {
@@ -125,5 +95,5 @@ func TestSystemReleaseProbe(t *testing.T) {
 	case !(s.FillOutPagesPerSec > 100):
 		t.Errorf("the fill went out at %.0f pages a second: want its pace read", s.FillOutPagesPerSec)
 	}
-	requireProbeCleanedUp(t)
+	testenv.RequireProbeCleanedUp(t, "headroom-sim-*")
 }
