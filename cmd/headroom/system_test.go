@@ -70,6 +70,7 @@ func TestSystemSimPaging(t *testing.T) {
 		PagesIn           float64   `json:"pages_in_per_sec"`
 		WorkerBytes       uint64    `json:"worker_bytes"`
 		WorkerPagesPerSec []float64 `json:"worker_pages_per_sec"`
+		WorkerMajorFaults []float64 `json:"worker_major_faults_per_sec"`
 		CreationSlope     *float64  `json:"creation_slope"`
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
@@ -87,6 +88,8 @@ func TestSystemSimPaging(t *testing.T) {
 		t.Errorf("worker block %d bytes, want at least 64 MiB", got.WorkerBytes)
 	case len(got.WorkerPagesPerSec) != 4 || slices.Min(got.WorkerPagesPerSec) <= 0:
 		t.Errorf("workers' rates %v: want four, each touching", got.WorkerPagesPerSec)
+	case len(got.WorkerMajorFaults) != 4 || slices.Min(got.WorkerMajorFaults) <= 0:
+		t.Errorf("workers' major faults a second %v: want four, each paging in", got.WorkerMajorFaults)
 	case got.CreationSlope == nil || !(*got.CreationSlope > -2 && *got.CreationSlope < 2):
 		t.Errorf("creation slope %v: want one, within ±2", got.CreationSlope)
 	}

@@ -98,6 +98,9 @@ type PagingSample struct {
 	// order they were made: a plateau in small (how evenly paging
 	// workers share the device, and whether the first made fare better).
 	WorkerPagesPerSec []float64 `json:"worker_pages_per_sec"`
+	// WorkerMajorFaultsPerSec is each worker's major faults a second, in
+	// the same order: its pages a fault brought in are its rate over these.
+	WorkerMajorFaultsPerSec []float64 `json:"worker_major_faults_per_sec"`
 }
 
 // CreationSlope is how the workers' rates ran with the order they were
@@ -123,6 +126,16 @@ func (s PagingSample) String() string {
 	line += "; pages/s each worker touched, in the order made: " + strings.Join(rates, " ")
 	if slope, ok := s.CreationSlope(); ok {
 		line += fmt.Sprintf(" (creation slope %+.2f)", slope)
+	}
+	if len(s.WorkerMajorFaultsPerSec) == len(s.WorkerPagesPerSec) && len(rates) > 0 {
+		perFault := make([]string, len(rates))
+		for i, f := range s.WorkerMajorFaultsPerSec {
+			perFault[i] = "-"
+			if f > 0 {
+				perFault[i] = fmt.Sprintf("%.1f", s.WorkerPagesPerSec[i]/f)
+			}
+		}
+		line += "; pages touched a major fault, in the same order: " + strings.Join(perFault, " ")
 	}
 	return line
 }
@@ -309,6 +322,9 @@ type loadWorkers struct {
 	groups  []cgroup.Group
 	cmds    []*exec.Cmd
 	touched []atomic.Uint64
+	// majorFaults is each one's major faults so far: with touched, how
+	// many of its pages each fault brought in (readahead).
+	majorFaults []atomic.Uint64
 	// pagesOut is each worker's pages reclaim has taken from it by its
 	// last interval record: its swap entries plus the pages it faulted
 	// back (a swapped-in page leaves its entry; it comes back by a major
@@ -321,6 +337,15 @@ func (ws *loadWorkers) touchedNow() []uint64 {
 	out := make([]uint64, len(ws.touched))
 	for i := range ws.touched {
 		out[i] = ws.touched[i].Load()
+	}
+	return out
+}
+
+// majorFaultsNow is each worker's major faults.
+func (ws *loadWorkers) majorFaultsNow() []uint64 {
+	out := make([]uint64, len(ws.majorFaults))
+	for i := range ws.majorFaults {
+		out[i] = ws.majorFaults[i].Load()
 	}
 	return out
 }
@@ -375,7 +400,7 @@ func loadArgs(scan memload.Scan, blockBytes uint64, window time.Duration) []stri
 // waiting for them: scanning gets a value as each reports its first
 // interval. Stop them with stop, also on error.
 func launchLoadWorkers(parent cgroup.Group, prefix, headroom string, n int, args func(i int) []string) (ws *loadWorkers, scanning <-chan struct{}, err error) {
-	ws = &loadWorkers{pagesOut: make([]atomic.Uint64, n), touched: make([]atomic.Uint64, n)}
+	ws = &loadWorkers{pagesOut: make([]atomic.Uint64, n), touched: make([]atomic.Uint64, n), majorFaults: make([]atomic.Uint64, n)}
 	began := make(chan struct{}, n)
 	for i := range n {
 		w, err := cgroup.Create(parent, fmt.Sprintf("%s%d", prefix, i+1))
@@ -403,6 +428,7 @@ func launchLoadWorkers(parent cgroup.Group, prefix, headroom string, n int, args
 				}
 				ws.touched[i].Add(rec.Pages)
 				faults += rec.MajorFaults + rec.MinorFaults
+				ws.majorFaults[i].Add(rec.MajorFaults)
 				ws.pagesOut[i].Store(rec.SwapBytes/PageBytes + faults)
 				if !started {
 					began <- struct{}{}
@@ -475,8 +501,9 @@ type pagingCounters struct {
 	// touches and CPU time.
 	residentTouched    uint64
 	residentCPUSeconds float64
-	// workerTouched is each paging worker's touches.
-	workerTouched []uint64
+	// workerTouched and workerMajorFaults are each paging worker's
+	// touches and major faults.
+	workerTouched, workerMajorFaults []uint64
 }
 
 // readPagingCounters reads the node's counters, the paging workers' and
@@ -487,7 +514,7 @@ func readPagingCounters(pagers, residents *loadWorkers) (pagingCounters, error) 
 	if c.busyCPUSeconds, c.stealCPUSeconds, err = host.BusyAndStealCPUSeconds(); err != nil {
 		return c, err
 	}
-	c.workerTouched = pagers.touchedNow()
+	c.workerTouched, c.workerMajorFaults = pagers.touchedNow(), pagers.majorFaultsNow()
 	if residents != nil {
 		c.residentTouched = residents.touchedTotal()
 		for _, pid := range residents.pids {
@@ -523,6 +550,11 @@ func (c pagingCounters) sub(before pagingCounters, window time.Duration) (Paging
 	if len(c.workerTouched) == len(before.workerTouched) {
 		for i, n := range c.workerTouched {
 			s.WorkerPagesPerSec = append(s.WorkerPagesPerSec, float64(n-min(n, before.workerTouched[i]))/window.Seconds())
+		}
+	}
+	if len(c.workerMajorFaults) == len(before.workerMajorFaults) {
+		for i, n := range c.workerMajorFaults {
+			s.WorkerMajorFaultsPerSec = append(s.WorkerMajorFaultsPerSec, float64(n-min(n, before.workerMajorFaults[i]))/window.Seconds())
 		}
 	}
 	if in > 0 {

@@ -253,20 +253,23 @@ func TestTransferRate(t *testing.T) {
 // reads and writes, never below a page (a device with other work done).
 func TestPagingSampleFromCounters(t *testing.T) {
 	before := pagingCounters{vm: host.VMStat{PswpIn: 1000, PswpOut: 2000}, busyCPUSeconds: 10, runQueueSeconds: 3, io: host.BlockIO{Reads: 50, Writes: 70},
-		workerTouched: []uint64{100, 200}}
+		workerTouched: []uint64{100, 200}, workerMajorFaults: []uint64{10, 20}}
 	after := pagingCounters{vm: host.VMStat{PswpIn: 41000, PswpOut: 42000}, busyCPUSeconds: 12, runQueueSeconds: 4.6, io: host.BlockIO{Reads: 10050, Writes: 16070},
-		workerTouched: []uint64{8100, 4200}}
+		workerTouched: []uint64{8100, 4200}, workerMajorFaults: []uint64{2010, 2020}}
 	got, err := after.sub(before, 4*time.Second)
 	want := PagingSample{SecondsPerPage: 2.0 / 40000, RunQueueSecondsPerPage: 1.6 / 40000, PagesPerRead: 4, PagesPerWrite: 2.5}
 	if err != nil || math.Abs(got.SecondsPerPage-want.SecondsPerPage) > 1e-12 || math.Abs(got.RunQueueSecondsPerPage-want.RunQueueSecondsPerPage) > 1e-12 ||
 		got.PagesPerRead != 4 || got.PagesPerWrite != 2.5 || got.ReadsPerSec != 2500 || got.WritesPerSec != 4000 ||
-		got.PagesInPerSec != 10000 || !slices.Equal(got.WorkerPagesPerSec, []float64{2000, 1000}) {
+		got.PagesInPerSec != 10000 || !slices.Equal(got.WorkerPagesPerSec, []float64{2000, 1000}) || !slices.Equal(got.WorkerMajorFaultsPerSec, []float64{500, 500}) {
 		t.Errorf("got %+v, %v; want %+v", got, err, want)
 	}
 	// The first made touched twice the second's pages: the slope across
 	// two workers (ends at −1 and +1) is (1000−2000)/1500 ÷ 2.
 	if slope, ok := got.CreationSlope(); !ok || math.Abs(slope-(-1.0/3)) > 1e-9 {
 		t.Errorf("creation slope %g, %v; want -1/3", slope, ok)
+	}
+	if line := got.String(); !strings.Contains(line, "(creation slope -0.33)") || !strings.Contains(line, "pages touched a major fault, in the same order: 4.0 2.0") {
+		t.Errorf("account %q: want the slope and each worker's pages a fault", line)
 	}
 	busy := after
 	busy.io.Reads = 100050 // ten times the swap-ins: other reads too
