@@ -20,8 +20,9 @@ headroom load workers, each in a cgroup of its own under a memory cgroup
 that holds half their blocks, scan over the active swap (or, with none
 active, a swap file where density puts one). Prints the CPU per page paged
 in and out, the workers' wait for a core per page paged in, the pages in
-a second, the swap I/O sizes, and each worker's pages/s in the order they
-were made (a density plateau in small).
+a second, the swap I/O sizes, and each worker's pages/s and pages touched
+a major fault in the order they were made (a density plateau in small:
+with seq, readahead serves the workers made first best).
 
 Run it before and after a measured ramp to tell whether the figures the
 model was given still held (bench/sim-fidelity.sh does). Needs root.`
@@ -44,7 +45,7 @@ func newSimPagingCommand() *cobra.Command {
 		RunE:    func(cmd *cobra.Command, _ []string) error { return runSimPaging(cmd, f) },
 	}
 	fl := cmd.Flags()
-	fl.IntVar(&f.workers, "workers", f.workers, "headroom load workers paging at once (default four a core, as on a density plateau)")
+	fl.IntVar(&f.workers, "workers", f.workers, "headroom load workers paging at once; unless given, four a core, as on a density plateau")
 	fl.Var(&f.scan, "memory-scan", "how the workers touch their blocks: seq or random")
 	fl.DurationVar(&f.window, "window", f.window, "how long the paging is measured, once every worker scans")
 	fl.BoolVar(&f.json, "json", false, "print the measurement as JSON")
@@ -64,6 +65,9 @@ func runSimPaging(cmd *cobra.Command, f *simPagingFlags) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
+	}
+	if !f.json {
+		fmt.Fprintf(cmd.ErrOrStderr(), "paging %d %s workers, half of each out, for %s once all scan (some 20 s)...\n", f.workers, f.scan.String(), f.window)
 	}
 	sample, err := sim.MeasurePaging(cmd.Context(), exe, memload.Scan(f.scan), f.workers, f.window, false)
 	if errors.Is(err, sim.ErrPagingNeedsRoot) {
