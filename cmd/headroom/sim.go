@@ -215,7 +215,7 @@ func applyScenario(fl *pflag.FlagSet, path string) error {
 
 // applyMachine measures this machine and fills the node's figures the
 // command line and the scenario left unset.
-func applyMachine(cmd *cobra.Command, f *simFlags) (err error) {
+func applyMachine(cmd *cobra.Command, f *simFlags) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -239,11 +239,6 @@ func applyMachine(cmd *cobra.Command, f *simFlags) (err error) {
 			fl.Set(name, value)
 		}
 	}
-	defer func() {
-		if err == nil && f.saveMachine != "" {
-			err = saveMachineScenario(f.saveMachine, fig, measured)
-		}
-	}()
 	set("node-memory", fmt.Sprint(fig.RAMBytes))
 	set("cpus", fmt.Sprint(fig.CPUs))
 	set("touch-rate", sim.FormatTouchRate(fig.TouchRate))
@@ -308,6 +303,9 @@ func applyMachine(cmd *cobra.Command, f *simFlags) (err error) {
 	set("ksmd-cpu", (time.Duration(math.Round(fig.KSMDCPUSeconds*1e3)) * time.Millisecond).String())
 	if r := fig.TierRatio(); r > 0 {
 		set("swap-tier-ratio", fmt.Sprint(r))
+	}
+	if f.saveMachine != "" {
+		return saveMachineScenario(f.saveMachine, fig, measured)
 	}
 	return nil
 }

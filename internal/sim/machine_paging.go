@@ -332,28 +332,19 @@ type loadWorkers struct {
 	pagesOut []atomic.Uint64
 }
 
-// touchedNow is each worker's touched pages.
-func (ws *loadWorkers) touchedNow() []uint64 {
-	out := make([]uint64, len(ws.touched))
-	for i := range ws.touched {
-		out[i] = ws.touched[i].Load()
-	}
-	return out
-}
-
-// majorFaultsNow is each worker's major faults.
-func (ws *loadWorkers) majorFaultsNow() []uint64 {
-	out := make([]uint64, len(ws.majorFaults))
-	for i := range ws.majorFaults {
-		out[i] = ws.majorFaults[i].Load()
+// loadEach reads each of counters.
+func loadEach(counters []atomic.Uint64) []uint64 {
+	out := make([]uint64, len(counters))
+	for i := range counters {
+		out[i] = counters[i].Load()
 	}
 	return out
 }
 
 // touchedTotal is all the workers' touched pages.
 func (ws *loadWorkers) touchedTotal() (sum uint64) {
-	for i := range ws.touched {
-		sum += ws.touched[i].Load()
+	for _, n := range loadEach(ws.touched) {
+		sum += n
 	}
 	return sum
 }
@@ -361,8 +352,8 @@ func (ws *loadWorkers) touchedTotal() (sum uint64) {
 // pagesOutNow is each worker's pagesOut.
 func (ws *loadWorkers) pagesOutNow() []float64 {
 	out := make([]float64, len(ws.pagesOut))
-	for i := range ws.pagesOut {
-		out[i] = float64(ws.pagesOut[i].Load())
+	for i, n := range loadEach(ws.pagesOut) {
+		out[i] = float64(n)
 	}
 	return out
 }
@@ -514,7 +505,7 @@ func readPagingCounters(pagers, residents *loadWorkers) (pagingCounters, error) 
 	if c.busyCPUSeconds, c.stealCPUSeconds, err = host.BusyAndStealCPUSeconds(); err != nil {
 		return c, err
 	}
-	c.workerTouched, c.workerMajorFaults = pagers.touchedNow(), pagers.majorFaultsNow()
+	c.workerTouched, c.workerMajorFaults = loadEach(pagers.touched), loadEach(pagers.majorFaults)
 	if residents != nil {
 		c.residentTouched = residents.touchedTotal()
 		for _, pid := range residents.pids {
@@ -539,6 +530,20 @@ func readPagingCounters(pagers, residents *loadWorkers) (pagingCounters, error) 
 	return c, err
 }
 
+// perSecond is each counter's growth from before to after over window
+// (nil where the two readings differ in length; a counter that went back
+// grew 0).
+func perSecond(after, before []uint64, window time.Duration) []float64 {
+	if len(after) != len(before) {
+		return nil
+	}
+	var rates []float64
+	for i, n := range after {
+		rates = append(rates, float64(n-min(n, before[i]))/window.Seconds())
+	}
+	return rates
+}
+
 // sub is the paging measured between two readings window apart.
 func (c pagingCounters) sub(before pagingCounters, window time.Duration) (PagingSample, error) {
 	in, out := float64(c.vm.PswpIn-before.vm.PswpIn), float64(c.vm.PswpOut-before.vm.PswpOut)
@@ -547,16 +552,8 @@ func (c pagingCounters) sub(before pagingCounters, window time.Duration) (Paging
 		return PagingSample{}, fmt.Errorf("only %.0f pages paged in %s: too few to measure", pages, window)
 	}
 	s := PagingSample{SecondsPerPage: (c.busyCPUSeconds - before.busyCPUSeconds) / pages, PagesInPerSec: in / window.Seconds()}
-	if len(c.workerTouched) == len(before.workerTouched) {
-		for i, n := range c.workerTouched {
-			s.WorkerPagesPerSec = append(s.WorkerPagesPerSec, float64(n-min(n, before.workerTouched[i]))/window.Seconds())
-		}
-	}
-	if len(c.workerMajorFaults) == len(before.workerMajorFaults) {
-		for i, n := range c.workerMajorFaults {
-			s.WorkerMajorFaultsPerSec = append(s.WorkerMajorFaultsPerSec, float64(n-min(n, before.workerMajorFaults[i]))/window.Seconds())
-		}
-	}
+	s.WorkerPagesPerSec = perSecond(c.workerTouched, before.workerTouched, window)
+	s.WorkerMajorFaultsPerSec = perSecond(c.workerMajorFaults, before.workerMajorFaults, window)
 	if in > 0 {
 		s.RunQueueSecondsPerPage = max(c.runQueueSeconds-before.runQueueSeconds, 0) / in
 	}
