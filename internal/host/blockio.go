@@ -23,13 +23,9 @@ func SwapBlockIO() (BlockIO, error) {
 	}
 	devices := map[uint64]bool{}
 	for _, s := range swaps {
-		var st unix.Stat_t
-		if err := unix.Stat(s.Path, &st); err != nil {
-			return BlockIO{}, fmt.Errorf("stat swap area %s: %w", s.Path, err)
-		}
-		dev := st.Dev // a file: the device its file system is on
-		if st.Mode&unix.S_IFMT == unix.S_IFBLK {
-			dev = st.Rdev
+		dev, err := blockDeviceOf(s.Path)
+		if err != nil {
+			return BlockIO{}, fmt.Errorf("swap area: %w", err)
 		}
 		devices[dev] = true
 	}

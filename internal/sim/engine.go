@@ -53,10 +53,13 @@ const (
 type vmState struct {
 	name      string
 	createdAt float64 // when it was created, from the step's start
-	startAt   float64 // when its workload starts populating
-	phase     phase
-	pages     float64 // the workload's pages
-	overhead  float64 // pages always resident (guest and host overhead)
+	// creationPlace is its place among the step's VMs in creation order:
+	// 1 for the first, −1 for the last (0 alone).
+	creationPlace float64
+	startAt       float64 // when its workload starts populating
+	phase         phase
+	pages         float64 // the workload's pages
+	overhead      float64 // pages always resident (guest and host overhead)
 	// guestOverhead is the guest's part of overhead.
 	guestOverhead float64
 	// cache is the guest's idle page cache in RAM; cacheTier and cacheDisk
@@ -192,7 +195,11 @@ func newNode(nd Node, spec VMSpec, count int, dt float64, seed uint64) *node {
 			created = processCreateGapSeconds * float64(i)
 			start = created + processStartSeconds
 		}
-		s.vms = append(s.vms, &vmState{name: workerName(i), createdAt: created, startAt: start, pages: pagesOf(spec.Workload.SizeBytes),
+		place := 0.0
+		if count > 1 {
+			place = releasePlace(i, count)
+		}
+		s.vms = append(s.vms, &vmState{name: workerName(i), createdAt: created, creationPlace: place, startAt: start, pages: pagesOf(spec.Workload.SizeBytes),
 			overhead: pagesOf(spec.GuestOverheadBytes + spec.HostOverheadBytes), guestOverhead: pagesOf(spec.GuestOverheadBytes),
 			cacheGoal: pagesOf(spec.GuestCacheBytes), memPages: pagesOf(spec.MemoryBytes), maxPages: pagesOf(spec.MemoryBytes),
 			dupShare: spec.Workload.DupFraction, allowance: math.Inf(1), balloonCost: spec.BalloonCPUSecondsPerPage})
@@ -200,12 +207,19 @@ func newNode(nd Node, spec VMSpec, count int, dt float64, seed uint64) *node {
 	return s
 }
 
-// readahead is the pages one swap-in fault brings for this scan.
-func (s *node) readahead() float64 {
-	if s.w.Scan == memload.ScanSeq {
+// readahead is the pages of its own one of v's swap-in faults brings
+// for this scan: the window (by the VMs faulting) where the kernel reads
+// ahead by address; by swap offset, the window scaled by how much more
+// reclaim takes from v a visit than from the average VM
+// (Node.ReadaheadByOffset), within one page and the whole window.
+func (s *node) readahead(v *vmState) float64 {
+	if s.w.Scan != memload.ScanSeq {
+		return 1
+	}
+	if !s.n.ReadaheadByOffset {
 		return s.readaheadPages
 	}
-	return 1
+	return min(max(s.readaheadPages*(1+s.n.ReclaimOrderSlope*v.creationPlace), 1), math.Pow(2, float64(s.n.PageCluster)))
 }
 
 // setIOFigures sets this tick's I/O sizes and the device's mixed
@@ -294,8 +308,8 @@ func (s *node) writeBack(dt float64) {
 // address space by the guest's allocator: the host reads a sequential
 // window's pages in parallel, each its own I/O.
 func (s *node) pagesPerRead() float64 {
-	if s.process {
-		return s.readahead()
+	if s.process && s.w.Scan == memload.ScanSeq {
+		return s.readaheadPages
 	}
 	return 1
 }
@@ -438,9 +452,16 @@ func (s *node) touchTimeMissing(v *vmState, cpuShare, readWait, miss float64) (t
 	// for a core: the measured run-queue wait, or the fair share's
 	// stretch where the cores are oversubscribed (the two are one wait,
 	// seen from the machine and from the fluid share).
-	waiting = miss * (1 - z) / s.readahead() * readWait
+	waiting = miss * (1 - z) / s.readahead(v) * readWait
 	cpu += miss * (s.pagingCPU + z*2*tierCPU)
-	onCore := max(cpu/cpuShare, cpu+miss*(1-z)*s.runQueueWait)
+	// The run-queue wait comes once a read (the read's completion wakes
+	// the VM): measured a page in at the node's pages a read, it is more a
+	// page for a VM whose reads bring fewer of its own pages.
+	runQueueWait := s.runQueueWait
+	if s.w.Scan == memload.ScanSeq {
+		runQueueWait *= s.readaheadPages / s.readahead(v)
+	}
+	onCore := max(cpu/cpuShare, cpu+miss*(1-z)*runQueueWait)
 	return onCore + waiting, waiting, cpu
 }
 
@@ -732,7 +753,7 @@ func (s *node) tick(now float64, measuring bool) {
 					v.clean += in - fromTier
 				}
 			}
-			faults := miss * (z + (1-z)/s.readahead())
+			faults := miss * (z + (1-z)/s.readahead(v))
 			devicePagesIn += in - fromTier
 			s.swapIns += blockReads
 			s.majorFaults += faults

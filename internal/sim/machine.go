@@ -41,11 +41,14 @@ type MachineFigures struct {
 	// SwapDevice is the active swap area probed, or the directory where
 	// `density --swap SIZE` puts its swap file when none is active;
 	// SwapSizeBytes is the active area's size (0: none active).
-	SwapDevice     string  `json:"swap_device"`
-	SwapSizeBytes  uint64  `json:"swap_size_bytes"`
-	ReadIOPS       float64 `json:"swap_read_iops"`
-	WriteIOPS      float64 `json:"swap_write_iops"`
-	LatencySeconds float64 `json:"swap_latency_seconds"`
+	SwapDevice    string `json:"swap_device"`
+	SwapSizeBytes uint64 `json:"swap_size_bytes"`
+	// ReadaheadByOffset: the kernel reads that swap ahead by swap offset
+	// (Node.ReadaheadByOffset), as it does over a rotational device.
+	ReadaheadByOffset bool    `json:"swap_readahead_by_offset"`
+	ReadIOPS          float64 `json:"swap_read_iops"`
+	WriteIOPS         float64 `json:"swap_write_iops"`
+	LatencySeconds    float64 `json:"swap_latency_seconds"`
 	// ReadBytesPerSec and WriteBytesPerSec are the rates an I/O's bytes
 	// beyond its first page move at: probeLargeBlockBytes I/Os' time less
 	// 4 KiB ones', at probeJobs (writes only where a scratch file could
@@ -178,6 +181,15 @@ const probeLargeBlockBytes = 128 << 10
 // model: one faulting VM up to many.
 var probeDepths = []int{1, 2, 4, 8, 16}
 
+// SwapReadahead is how the kernel reads the swap ahead, as the sim's
+// --swap-readahead names it: offset or address.
+func (f MachineFigures) SwapReadahead() string {
+	if f.ReadaheadByOffset {
+		return "offset"
+	}
+	return "address"
+}
+
 // MeasureMachine measures RAM, cores, the swap device as the agent's
 // calibration does, the paging CPU, and last the touch rate of
 // `headroom load`.
@@ -207,6 +219,13 @@ func MeasureMachine(ctx context.Context, o MeasureOptions) (MachineFigures, erro
 			return f, fmt.Errorf("probe %s: %w", o.SwapFileDir, err)
 		}
 		f.SwapDevice = o.SwapFileDir + " (no swap active: where density puts its swap file)"
+	}
+	var swapFileDir []string
+	if f.SwapSizeBytes == 0 {
+		swapFileDir = []string{o.SwapFileDir}
+	}
+	if f.ReadaheadByOffset, err = host.SwapReadaheadByOffset(swapFileDir...); err != nil {
+		return f, err
 	}
 	f.ReadIOPS, f.WriteIOPS, f.LatencySeconds = res.ReadIOPS, res.WriteIOPS, res.ReadLatencyUs/1e6
 	f.ReadBytesPerSec = transferRate(res.ReadIOPS, res.LargeReadIOPS, res.LargeBlockBytes)
@@ -496,6 +515,10 @@ func (f MachineFigures) String() string {
 	s := fmt.Sprintf("this machine: %s RAM, %d cores, pages/s a core touches %s and fills %s (headroom load, a worker a core, %s%s); swap %s, %s: 4 KiB random read %s IOPS, write %s IOPS at queue depth %d, %.0f µs a read alone",
 		units.FormatBytes(f.RAMBytes), f.CPUs, strings.Join(touch, ", "), units.FormatRate(f.PopulateRatePerCore), medianOf(f.Rounds, "run"), alone, f.SwapDevice, medianOf(f.Rounds, "probe"),
 		units.FormatRate(f.ReadIOPS), units.FormatRate(f.WriteIOPS), probeJobs, f.LatencySeconds*1e6)
+	s += "; the kernel reads it ahead by " + f.SwapReadahead()
+	if f.ReadaheadByOffset {
+		s += " (a rotational swap device, or vma_ra_enabled off)"
+	}
 	if f.ReadBytesPerSec > 0 {
 		s += fmt.Sprintf("; an I/O's bytes beyond its first page move at %s/s read", units.FormatBytes(uint64(f.ReadBytesPerSec)))
 		if f.WriteBytesPerSec > 0 {

@@ -110,6 +110,18 @@ type Node struct {
 	Swap                Device
 	// Tier is a compressed tier in front of the device (nil: none).
 	Tier *Tier
+	// ReadaheadByOffset: the kernel reads swap ahead by swap offset (the
+	// slots around the fault) rather than by address (the faulting
+	// VM's neighbouring pages). It does while any rotational swap area is
+	// active, or with /sys/kernel/mm/swap/vma_ra_enabled off. Reclaim
+	// fills the slots a visit at a time, one cgroup's pages a visit, so a
+	// window holds as many of the faulting VM's own pages as reclaim took
+	// from it a visit: more for the VMs made first, which it visits at
+	// larger scans (ReclaimOrderSlope). Measured here (8 seq workers,
+	// half out): by offset 6.5-7.4 pages of their own a fault for the
+	// first made down to 2.9-3.1 for the last; by address 8.7-9.1 for
+	// all.
+	ReadaheadByOffset bool
 	// PageCluster is log2 of the pages a sequential swap-in reads at once
 	// (vm.page-cluster, 3: 8 pages).
 	PageCluster int

@@ -1211,3 +1211,63 @@ func TestFillPastRAMWaitsForTheDevicesWrites(t *testing.T) {
 		}
 	}
 }
+
+// Where the kernel reads swap ahead by offset, a sequential fault brings
+// as many of the VM's own pages as reclaim took from it a visit: the
+// readahead scaled by its place in reclaim's order, within a page and the
+// window. By address every VM gets the window.
+func TestOffsetReadaheadServesTheFirstMadeMost(t *testing.T) {
+	for _, c := range []struct {
+		byOffset          bool
+		slope             float64
+		firstYield, lastY float64
+	}{{false, 0.5, 4, 4}, {true, 0, 4, 4}, {true, 0.5, 6, 2}, {true, 0.9, 7.6, 1}} {
+		nd := smallNode()
+		nd.ReadaheadByOffset, nd.ReclaimOrderSlope = c.byOffset, c.slope
+		nd.ReadaheadPages = []IOPages{{Tasks: 1, Pages: 4}}
+		spec := oneVM(memload.ScanSeq)
+		spec.Process = true
+		n := newNode(nd, spec, 5, 1, 1)
+		running(n, 0.5)
+		n.capacityPages = 1e12
+		n.tick(0, true)
+		yields := make([]float64, len(n.vms))
+		for i, v := range n.vms {
+			yields[i] = v.touches / v.faults
+			if i > 0 && (yields[i] > yields[i-1]+1e-9 || v.touches > n.vms[i-1].touches+1e-6) {
+				t.Errorf("offset %v, slope %g: VM %d got %.2f pages a fault and %.0f touches, more than the one made before it (%.2f, %.0f)",
+					c.byOffset, c.slope, i, yields[i], v.touches, yields[i-1], n.vms[i-1].touches)
+			}
+		}
+		first, last := yields[0], yields[len(yields)-1]
+		if math.Abs(first-c.firstYield) > 0.01*c.firstYield || math.Abs(last-c.lastY) > 0.01*c.lastY {
+			t.Errorf("offset %v, slope %g: pages a fault %.2f for the first made, %.2f for the last, want %.2f and %.2f", c.byOffset, c.slope, first, last, c.firstYield, c.lastY)
+		}
+	}
+}
+
+// The run-queue wait comes once a read: measured a page in at the node's
+// pages a read, a VM whose reads bring a third as many of its own pages
+// as another's waits three times as long a page, and where that wait is
+// most of a page's time, touches a third as fast.
+func TestRunQueueWaitComesOnceARead(t *testing.T) {
+	for _, byOffset := range []bool{false, true} {
+		nd := smallNode()
+		nd.ReadaheadByOffset, nd.ReclaimOrderSlope = byOffset, 0.5
+		nd.ReadaheadPages = []IOPages{{Tasks: 1, Pages: 4}}
+		nd.RunQueueWait = []PagingCost{{Tasks: 1, SecondsPerPage: 10e-3}}
+		spec := oneVM(memload.ScanSeq)
+		spec.Process = true
+		n := newNode(nd, spec, 5, 1, 1)
+		running(n, 0.5)
+		n.capacityPages = 1e12
+		n.tick(0, true)
+		ratio, want := n.vms[0].touches/n.vms[4].touches, 1.0
+		if byOffset {
+			want = 3 // 6 pages a read against 2
+		}
+		if math.Abs(ratio-want) > 0.05*want {
+			t.Errorf("offset %v: the first made touched %.2f times as many pages as the last, want %.1f", byOffset, ratio, want)
+		}
+	}
+}
