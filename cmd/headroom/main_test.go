@@ -144,6 +144,7 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"sim", "--swap-tier", "zram:1Gi", "--swap-tier-ratio", "0.5"}, "--swap-tier-ratio 0.5: want a ratio of at least 1"},
 		{[]string{"sim", "--swap-tier", "zswap:1Gi"}, "zswap needs a swap device (--swap)"},
 		{[]string{"sim", "--swap-readahead", "cluster"}, "--swap-readahead \"cluster\": want address or offset"},
+		{[]string{"sim", "--readahead-order", "1.5"}, "--readahead-order 1.5: want a slope from -0.9 to 0.9"},
 		{[]string{"sim", "--save-machine", "/tmp/m.yaml"}, "only with --machine this"},
 		{[]string{"sim", "--machine", "this", "--save-machine", "/nonexistent/m.yaml"}, "its directory does not exist"},
 		{[]string{"sim", "paging", "--workers", "0"}, "--workers 0: want a count of at least 1"},

@@ -86,6 +86,7 @@ type simFlags struct {
 	pagingCPU, runQueueWait               string
 	touchBesidePaging                     string
 	reclaimBatch, reclaimOrder            float64
+	readaheadOrder                        float64
 	reclaimBurst, fillOut                 float64
 	pagingSteal                           time.Duration
 	readPages, writePages, mixedCapacity  string
@@ -151,6 +152,7 @@ func newSimCommand() *cobra.Command {
 	fl.StringVar(&f.swapTier, "swap-tier", "", "compressed tier in front of the device: "+sim.TierForm+" (ratio: --swap-tier-ratio unless given)")
 	fl.Float64Var(&f.tierRatio, "swap-tier-ratio", 0, "how many bytes of the workload's pages the tier stores in a byte of RAM, at least 1 (default: the ratio --content names; --machine this measures it with the tier's compressor)")
 	fl.StringVar(&f.swapReadahead, "swap-readahead", "address", "how the kernel reads swap ahead for a sequential fault: address (the faulting VM's neighbouring pages: the kernel's way on SSDs) or offset (the neighbouring swap slots, as while any rotational swap is active: a VM gets as many of its own pages a read as reclaim took from it a visit, more for the VMs made first, by --reclaim-order); --machine this reads which from the kernel")
+	fl.Float64Var(&f.readaheadOrder, "readahead-order", 0, "with --swap-readahead offset, how many more of its own pages a sequential fault brings the VM made first, -0.9 to 0.9: 1 + this times --swap-read-pages for the first, 1 − this for the last (default 0: alike; --machine this measures it from its paging workers' pages a major fault by the order they were made)")
 	fl.StringVar(&f.workerKind, "worker-kind", "vm", "what runs each workload: vm (a guest: its pages are scattered in the host's address space, so each page of a sequential readahead window is its own read) or process (as density's cgroup backend runs it: a window is one read, and no boot: the workers fill together)")
 	fl.BoolVar(&f.agent, "agent", false, "run the agent's policy on the node (calibrated to half the device's rates)")
 	fl.BoolVar(&f.balloon, "balloon", false, "with --agent: the agent also drives the guests' balloons")
@@ -278,6 +280,9 @@ func applyMachine(cmd *cobra.Command, f *simFlags) error {
 		set("reclaim-order", fmt.Sprint(fig.ReclaimOrderSlope))
 	}
 	set("swap-readahead", fig.SwapReadahead())
+	if fig.ReadaheadOrderSlope != 0 {
+		set("readahead-order", fmt.Sprint(fig.ReadaheadOrderSlope))
+	}
 	if fig.FillOutPagesPerSec > 0 {
 		set("fill-out", fmt.Sprint(fig.FillOutPagesPerSec))
 	}
@@ -411,7 +416,7 @@ func simParams(f *simFlags) (sim.Params, error) {
 	if f.swapReadahead != "address" && f.swapReadahead != "offset" {
 		return sim.Params{}, usagef("--swap-readahead %q: want address or offset", f.swapReadahead)
 	}
-	node.ReadaheadByOffset = f.swapReadahead == "offset"
+	node.ReadaheadByOffset, node.ReadaheadOrderSlope = f.swapReadahead == "offset", f.readaheadOrder
 	if f.workerKind != "vm" && f.workerKind != "process" {
 		return sim.Params{}, usagef("--worker-kind %q: want vm or process", f.workerKind)
 	}
@@ -566,7 +571,7 @@ func simParamsMap(f *simFlags) map[string]any {
 		"content": memload.Content(f.content).String(), "workload_runtime_seconds": f.runtime.Seconds(), "overcommit_percent": f.overcommit,
 		"overhead_bytes": uint64(f.overhead), "guest_overhead_bytes": uint64(f.guestOverhead), "node_memory_bytes": uint64(f.nodeMemory),
 		"system_reserve_bytes": uint64(f.systemReserve), "cpus": f.cpus, "touch_rate": f.touchRate, "touch_alone_speedup": f.touchAloneSpeedup, "touch_own_block": f.touchOwnBlock, "populate_rate": f.populateRate, "swap_bytes": uint64(f.swap),
-		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(), "swap_read_bandwidth": uint64(f.readBandwidth), "swap_write_bandwidth": uint64(f.writeBandwidth), "swap_mixed_capacity": f.mixedCapacity, "swap_depths": f.swapDepths, "paging_cpu": f.pagingCPU, "run_queue_wait": f.runQueueWait, "paging_steal_seconds": f.pagingSteal.Seconds(), "reclaim_batch": f.reclaimBatch, "reclaim_order": f.reclaimOrder, "reclaim_burst": f.reclaimBurst, "fill_out": f.fillOut, "touch_beside_paging": f.touchBesidePaging, "swap_read_pages": f.readPages, "swap_write_pages": f.writePages, "swap_write_pages_half_full": f.halfFullWritePages, "swap_mixed_capacity_half_full": f.halfFullCapacity, "worker_kind": f.workerKind, "swap_readahead": f.swapReadahead,
+		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(), "swap_read_bandwidth": uint64(f.readBandwidth), "swap_write_bandwidth": uint64(f.writeBandwidth), "swap_mixed_capacity": f.mixedCapacity, "swap_depths": f.swapDepths, "paging_cpu": f.pagingCPU, "run_queue_wait": f.runQueueWait, "paging_steal_seconds": f.pagingSteal.Seconds(), "reclaim_batch": f.reclaimBatch, "reclaim_order": f.reclaimOrder, "reclaim_burst": f.reclaimBurst, "fill_out": f.fillOut, "touch_beside_paging": f.touchBesidePaging, "swap_read_pages": f.readPages, "swap_write_pages": f.writePages, "swap_write_pages_half_full": f.halfFullWritePages, "swap_mixed_capacity_half_full": f.halfFullCapacity, "worker_kind": f.workerKind, "swap_readahead": f.swapReadahead, "readahead_order": f.readaheadOrder,
 		"swap_tier": f.swapTier, "swap_tier_ratio": f.tierRatio, "agent": f.agent, "max_swap_in_pages_per_sec": f.maxSwapIn, "max_swap_out_pages_per_sec": f.maxSwapOut, "ksm": f.ksm, "ksmd_cpu_seconds": f.ksmdCPU.Seconds(), "balloon": balloonParam(f.balloon, f.balloonPol), "guest_cache_bytes": uint64(f.guestCache), "balloon_cpu_seconds_per_page": f.balloonCPU.Seconds(), "start_cpu_factor": f.startCPUFactor, "start_cpu_seconds": f.startCPUDuration.Seconds(), "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
 }
 

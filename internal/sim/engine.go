@@ -207,11 +207,15 @@ func newNode(nd Node, spec VMSpec, count int, dt float64, seed uint64) *node {
 	return s
 }
 
+// maxReadaheadOrder bounds Node.ReadaheadOrderSlope: the last VM made
+// keeps a tenth of the node's pages a read at least.
+const maxReadaheadOrder = 0.9
+
 // readahead is the pages of its own one of v's swap-in faults brings
 // for this scan: the window (by the VMs faulting) where the kernel reads
-// ahead by address; by swap offset, the window scaled by how much more
-// reclaim takes from v a visit than from the average VM
-// (Node.ReadaheadByOffset), within one page and the whole window.
+// ahead by address; by swap offset, the window scaled by v's place in
+// creation order (Node.ReadaheadOrderSlope), within one page and the
+// whole window.
 func (s *node) readahead(v *vmState) float64 {
 	if s.w.Scan != memload.ScanSeq {
 		return 1
@@ -219,7 +223,7 @@ func (s *node) readahead(v *vmState) float64 {
 	if !s.n.ReadaheadByOffset {
 		return s.readaheadPages
 	}
-	return min(max(s.readaheadPages*(1+s.n.ReclaimOrderSlope*v.creationPlace), 1), math.Pow(2, float64(s.n.PageCluster)))
+	return min(max(s.readaheadPages*(1+s.n.ReadaheadOrderSlope*v.creationPlace), 1), math.Pow(2, float64(s.n.PageCluster)))
 }
 
 // setIOFigures sets this tick's I/O sizes and the device's mixed

@@ -45,10 +45,14 @@ type MachineFigures struct {
 	SwapSizeBytes uint64 `json:"swap_size_bytes"`
 	// ReadaheadByOffset: the kernel reads that swap ahead by swap offset
 	// (Node.ReadaheadByOffset), as it does over a rotational device.
-	ReadaheadByOffset bool    `json:"swap_readahead_by_offset"`
-	ReadIOPS          float64 `json:"swap_read_iops"`
-	WriteIOPS         float64 `json:"swap_write_iops"`
-	LatencySeconds    float64 `json:"swap_latency_seconds"`
+	ReadaheadByOffset bool `json:"swap_readahead_by_offset"`
+	// ReadaheadOrderSlope is how many more of their own pages a
+	// sequential fault brought the paging workers made first
+	// (Node.ReadaheadOrderSlope; the median over the paging runs).
+	ReadaheadOrderSlope float64 `json:"readahead_order_slope,omitempty"`
+	ReadIOPS            float64 `json:"swap_read_iops"`
+	WriteIOPS           float64 `json:"swap_write_iops"`
+	LatencySeconds      float64 `json:"swap_latency_seconds"`
 	// ReadBytesPerSec and WriteBytesPerSec are the rates an I/O's bytes
 	// beyond its first page move at: probeLargeBlockBytes I/Os' time less
 	// 4 KiB ones', at probeJobs (writes only where a scratch file could
@@ -292,6 +296,7 @@ func (f *MachineFigures) measurePaging(ctx context.Context, o MeasureOptions) er
 	p := summarizePaging(runs, f.CPUs, o.Scan)
 	f.PagingCPU, f.PagingCPUSpread, f.RunQueueWait, f.ReadaheadPages, f.WritePages = p.cpu, p.cpuSpread, p.runQueueWait, p.readahead, p.writes
 	f.ReclaimBurstPages = math.Round(p.reclaimBurstPages)
+	f.ReadaheadOrderSlope = math.Round(p.readaheadOrder*100) / 100
 	f.MixedCapacity = mixedCapacity(runs, taskCounts(pagingWorkersPerCore, f.CPUs), f.device())
 	if err := f.measureBeside(ctx, o); err != nil {
 		return err
@@ -448,6 +453,9 @@ type pagingFigures struct {
 	// reclaimBurstPages is reclaim's burst, all runs pooled (0: none
 	// could tell it).
 	reclaimBurstPages float64
+	// readaheadOrder is the median of a sequential scan's runs'
+	// ReadaheadOrderSlope (0: not sequential, or none could tell it).
+	readaheadOrder float64
 }
 
 // summarizePaging takes the medians of each worker count's runs: the
@@ -483,6 +491,17 @@ func summarizePaging(runs [][]PagingSample, cpus int, scan memload.Scan) (p pagi
 		}
 	}
 	p.reclaimBurstPages, _ = PooledReclaimBurst(bursts)
+	var orders []float64
+	for _, r := range runs {
+		for _, s := range r {
+			if k, ok := s.ReadaheadOrderSlope(); ok && scan == memload.ScanSeq {
+				orders = append(orders, k)
+			}
+		}
+	}
+	if len(orders) > 0 {
+		p.readaheadOrder = max(min(results.Quantile(orders, 0.5), maxReadaheadOrder), -maxReadaheadOrder)
+	}
 	// A size by some counts and not others would be read as one count's
 	// for all: keep sizes only where every count has one.
 	if len(p.readahead) < len(runs) {
@@ -518,6 +537,10 @@ func (f MachineFigures) String() string {
 	s += "; the kernel reads it ahead by " + f.SwapReadahead()
 	if f.ReadaheadByOffset {
 		s += " (a rotational swap device, or vma_ra_enabled off)"
+	}
+	if f.ReadaheadOrderSlope != 0 {
+		s += fmt.Sprintf(", and a sequential fault brought the paging workers made first %.2f× the mean of their own pages, the last %.2f× (the paging runs' median)",
+			1+f.ReadaheadOrderSlope, 1-f.ReadaheadOrderSlope)
 	}
 	if f.ReadBytesPerSec > 0 {
 		s += fmt.Sprintf("; an I/O's bytes beyond its first page move at %s/s read", units.FormatBytes(uint64(f.ReadBytesPerSec)))

@@ -114,6 +114,33 @@ func (s PagingSample) CreationSlope() (slope float64, ok bool) {
 	return results.RateCreationSlope(workers)
 }
 
+// ReadaheadOrderSlope is how the pages each worker touched a major fault
+// ran with the order the workers were made: the least-squares k of
+// pages a fault over their mean against 1 + k × place (1 for the first
+// made, −1 for the last). ok false with fewer than two workers or one
+// without a fault.
+func (s PagingSample) ReadaheadOrderSlope() (k float64, ok bool) {
+	n := len(s.WorkerPagesPerSec)
+	if n < 2 || len(s.WorkerMajorFaultsPerSec) != n {
+		return 0, false
+	}
+	yields := make([]float64, n)
+	for i, faults := range s.WorkerMajorFaultsPerSec {
+		if !(faults > 0) {
+			return 0, false
+		}
+		yields[i] = s.WorkerPagesPerSec[i] / faults
+	}
+	mean := meanOf(yields)
+	var num, den float64
+	for i, y := range yields {
+		place := releasePlace(i, n)
+		num += (y/mean - 1) * place
+		den += place * place
+	}
+	return num / den, true
+}
+
 // String is the account `headroom sim paging` prints.
 func (s PagingSample) String() string {
 	rates := make([]string, len(s.WorkerPagesPerSec))

@@ -117,11 +117,16 @@ type Node struct {
 	// fills the slots a visit at a time, one cgroup's pages a visit, so a
 	// window holds as many of the faulting VM's own pages as reclaim took
 	// from it a visit: more for the VMs made first, which it visits at
-	// larger scans (ReclaimOrderSlope). Measured here (8 seq workers,
+	// larger scans ("Reclaim's order"). Measured here (8 seq workers,
 	// half out): by offset 6.5-7.4 pages of their own a fault for the
 	// first made down to 2.9-3.1 for the last; by address 8.7-9.1 for
 	// all.
 	ReadaheadByOffset bool
+	// ReadaheadOrderSlope is, by offset, how many more of its own pages a
+	// sequential fault brings the VM made first: 1 + this times the
+	// node's pages a read for the first, 1 − this for the last, evenly
+	// between (within a page and the window).
+	ReadaheadOrderSlope float64
 	// PageCluster is log2 of the pages a sequential swap-in reads at once
 	// (vm.page-cluster, 3: 8 pages).
 	PageCluster int
@@ -332,6 +337,8 @@ func Validate(n Node, v VMSpec) error {
 		return fmt.Errorf("--reclaim-batch %g: want a share of a VM's pages from 0 to 1", n.ReclaimBatchShare)
 	case !(n.ReclaimOrderSlope >= 0 && n.ReclaimOrderSlope < 1):
 		return fmt.Errorf("--reclaim-order %g: want a slope from 0 to below 1", n.ReclaimOrderSlope)
+	case !(math.Abs(n.ReadaheadOrderSlope) <= maxReadaheadOrder):
+		return fmt.Errorf("--readahead-order %g: want a slope from -%g to %g", n.ReadaheadOrderSlope, maxReadaheadOrder, maxReadaheadOrder)
 	case !(n.ReclaimBurstPages >= 0 && n.ReclaimBurstPages <= maxReclaimBurstPages):
 		return fmt.Errorf("--reclaim-burst %g: want pages a visit from 0 to %d", n.ReclaimBurstPages, maxReclaimBurstPages)
 	case !(n.FillOutPagesPerSec >= 0) || math.IsInf(n.FillOutPagesPerSec, 0):

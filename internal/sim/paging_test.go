@@ -393,3 +393,24 @@ func TestPagingWorkerBytes(t *testing.T) {
 		}
 	}
 }
+
+// The readahead order is the least-squares slope of each worker's pages a
+// major fault, over their mean, against its place in creation order.
+func TestPagingSampleReadaheadOrderSlope(t *testing.T) {
+	for _, c := range []struct {
+		pages, faults []float64
+		want          float64
+		ok            bool
+	}{
+		{[]float64{600, 400, 200}, []float64{100, 100, 100}, 0.5, true},  // 6, 4, 2 a fault
+		{[]float64{400, 400, 400}, []float64{50, 100, 100}, 0.375, true}, // 8, 4, 4: (0.5 + 0.25) / 2
+		{[]float64{200, 400, 600}, []float64{100, 100, 100}, -0.5, true},
+		{[]float64{600, 400}, []float64{100, 0}, 0, false},
+		{[]float64{600}, []float64{100}, 0, false},
+	} {
+		k, ok := PagingSample{WorkerPagesPerSec: c.pages, WorkerMajorFaultsPerSec: c.faults}.ReadaheadOrderSlope()
+		if ok != c.ok || math.Abs(k-c.want) > 1e-9 {
+			t.Errorf("pages %v over faults %v: slope %.4f (ok %v), want %.4f (ok %v)", c.pages, c.faults, k, ok, c.want, c.ok)
+		}
+	}
+}

@@ -1214,7 +1214,8 @@ func TestFillPastRAMWaitsForTheDevicesWrites(t *testing.T) {
 
 // Where the kernel reads swap ahead by offset, a sequential fault brings
 // as many of the VM's own pages as reclaim took from it a visit: the
-// readahead scaled by its place in reclaim's order, within a page and the
+// readahead scaled by its place in creation order (the measured
+// readahead order), within a page and the
 // window. By address every VM gets the window.
 func TestOffsetReadaheadServesTheFirstMadeMost(t *testing.T) {
 	for _, c := range []struct {
@@ -1223,7 +1224,7 @@ func TestOffsetReadaheadServesTheFirstMadeMost(t *testing.T) {
 		firstYield, lastY float64
 	}{{false, 0.5, 4, 4}, {true, 0, 4, 4}, {true, 0.5, 6, 2}, {true, 0.9, 7.6, 1}} {
 		nd := smallNode()
-		nd.ReadaheadByOffset, nd.ReclaimOrderSlope = c.byOffset, c.slope
+		nd.ReadaheadByOffset, nd.ReadaheadOrderSlope = c.byOffset, c.slope
 		nd.ReadaheadPages = []IOPages{{Tasks: 1, Pages: 4}}
 		spec := oneVM(memload.ScanSeq)
 		spec.Process = true
@@ -1253,7 +1254,7 @@ func TestOffsetReadaheadServesTheFirstMadeMost(t *testing.T) {
 func TestRunQueueWaitComesOnceARead(t *testing.T) {
 	for _, byOffset := range []bool{false, true} {
 		nd := smallNode()
-		nd.ReadaheadByOffset, nd.ReclaimOrderSlope = byOffset, 0.5
+		nd.ReadaheadByOffset, nd.ReadaheadOrderSlope = byOffset, 0.5
 		nd.ReadaheadPages = []IOPages{{Tasks: 1, Pages: 4}}
 		nd.RunQueueWait = []PagingCost{{Tasks: 1, SecondsPerPage: 10e-3}}
 		spec := oneVM(memload.ScanSeq)
