@@ -79,11 +79,16 @@ func runSimPaging(cmd *cobra.Command, f *simPagingFlags) error {
 	if f.json {
 		out := struct {
 			sim.PagingSample
-			// CreationSlope is absent with one worker.
-			CreationSlope *float64 `json:"creation_slope,omitempty"`
+			// CreationSlope and ReadaheadOrder are absent with one
+			// worker, the second also where one had no major fault.
+			CreationSlope  *float64 `json:"creation_slope,omitempty"`
+			ReadaheadOrder *float64 `json:"readahead_order,omitempty"`
 		}{PagingSample: sample}
 		if slope, ok := sample.CreationSlope(); ok {
 			out.CreationSlope = &slope
+		}
+		if k, ok := sample.ReadaheadOrderSlope(); ok {
+			out.ReadaheadOrder = &k
 		}
 		enc := json.NewEncoder(cmd.OutOrStdout())
 		enc.SetIndent("", "  ")

@@ -72,6 +72,7 @@ func TestSystemSimPaging(t *testing.T) {
 		WorkerPagesPerSec []float64 `json:"worker_pages_per_sec"`
 		WorkerMajorFaults []float64 `json:"worker_major_faults_per_sec"`
 		CreationSlope     *float64  `json:"creation_slope"`
+		ReadaheadOrder    *float64  `json:"readahead_order"`
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
 		t.Fatalf("%v: %s", err, r.stdout)
@@ -92,6 +93,8 @@ func TestSystemSimPaging(t *testing.T) {
 		t.Errorf("workers' major faults a second %v: want four, each paging in", got.WorkerMajorFaults)
 	case got.CreationSlope == nil || !(*got.CreationSlope > -2 && *got.CreationSlope < 2):
 		t.Errorf("creation slope %v: want one, within ±2", got.CreationSlope)
+	case got.ReadaheadOrder == nil || !(math.Abs(*got.ReadaheadOrder) < 2):
+		t.Errorf("readahead order %v: want one (every worker faulted), within ±2", got.ReadaheadOrder)
 	}
 	testenv.RequireProbeCleanedUp(t, "headroom-sim-*")
 }

@@ -163,6 +163,9 @@ func (s PagingSample) String() string {
 			}
 		}
 		line += "; pages touched a major fault, in the same order: " + strings.Join(perFault, " ")
+		if k, ok := s.ReadaheadOrderSlope(); ok {
+			line += fmt.Sprintf(" (readahead order %+.2f)", k)
+		}
 	}
 	return line
 }

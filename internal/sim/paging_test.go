@@ -268,8 +268,8 @@ func TestPagingSampleFromCounters(t *testing.T) {
 	if slope, ok := got.CreationSlope(); !ok || math.Abs(slope-(-1.0/3)) > 1e-9 {
 		t.Errorf("creation slope %g, %v; want -1/3", slope, ok)
 	}
-	if line := got.String(); !strings.Contains(line, "(creation slope -0.33)") || !strings.Contains(line, "pages touched a major fault, in the same order: 4.0 2.0") {
-		t.Errorf("account %q: want the slope and each worker's pages a fault", line)
+	if line := got.String(); !strings.Contains(line, "(creation slope -0.33)") || !strings.Contains(line, "pages touched a major fault, in the same order: 4.0 2.0 (readahead order +0.33)") {
+		t.Errorf("account %q: want the slope, each worker's pages a fault and their order", line)
 	}
 	busy := after
 	busy.io.Reads = 100050 // ten times the swap-ins: other reads too
