@@ -262,12 +262,7 @@ func TestProcessSequentialWindowIsOneRead(t *testing.T) {
 func TestPagingCPUBoundsPagingOnFewCores(t *testing.T) {
 	nd := smallNode()
 	nd.CPUs, nd.Swap.ReadIOPS, nd.PagingCPU = 2, 1e9, []PagingCost{{Tasks: 1, SecondsPerPage: 30e-6}}
-	spec := oneVM(memload.ScanSeq)
-	spec.Process = true
-	n := newNode(nd, spec, 10, 1, 1)
-	running(n, 0.5)
-	n.capacityPages = 1e12
-	n.tick(0, true)
+	n := processSeqTick(nd, 10)
 	var touches float64
 	for _, v := range n.vms {
 		touches += v.touches
@@ -1223,15 +1218,7 @@ func TestOffsetReadaheadServesTheFirstMadeMost(t *testing.T) {
 		slope             float64
 		firstYield, lastY float64
 	}{{false, 0.5, 4, 4}, {true, 0, 4, 4}, {true, 0.5, 6, 2}, {true, 0.9, 7.6, 1}} {
-		nd := smallNode()
-		nd.ReadaheadByOffset, nd.ReadaheadOrderSlope = c.byOffset, c.slope
-		nd.ReadaheadPages = []IOPages{{Tasks: 1, Pages: 4}}
-		spec := oneVM(memload.ScanSeq)
-		spec.Process = true
-		n := newNode(nd, spec, 5, 1, 1)
-		running(n, 0.5)
-		n.capacityPages = 1e12
-		n.tick(0, true)
+		n := seqPagingTick(c.byOffset, c.slope, nil)
 		yields := make([]float64, len(n.vms))
 		for i, v := range n.vms {
 			yields[i] = v.touches / v.faults
@@ -1253,16 +1240,7 @@ func TestOffsetReadaheadServesTheFirstMadeMost(t *testing.T) {
 // most of a page's time, touches a third as fast.
 func TestRunQueueWaitComesOnceARead(t *testing.T) {
 	for _, byOffset := range []bool{false, true} {
-		nd := smallNode()
-		nd.ReadaheadByOffset, nd.ReadaheadOrderSlope = byOffset, 0.5
-		nd.ReadaheadPages = []IOPages{{Tasks: 1, Pages: 4}}
-		nd.RunQueueWait = []PagingCost{{Tasks: 1, SecondsPerPage: 10e-3}}
-		spec := oneVM(memload.ScanSeq)
-		spec.Process = true
-		n := newNode(nd, spec, 5, 1, 1)
-		running(n, 0.5)
-		n.capacityPages = 1e12
-		n.tick(0, true)
+		n := seqPagingTick(byOffset, 0.5, []PagingCost{{Tasks: 1, SecondsPerPage: 10e-3}})
 		ratio, want := n.vms[0].touches/n.vms[4].touches, 1.0
 		if byOffset {
 			want = 3 // 6 pages a read against 2
@@ -1271,4 +1249,27 @@ func TestRunQueueWaitComesOnceARead(t *testing.T) {
 			t.Errorf("offset %v: the first made touched %.2f times as many pages as the last, want %.1f", byOffset, ratio, want)
 		}
 	}
+}
+
+// seqPagingTick is processSeqTick's five workers with 4 pages a read,
+// the readahead by offset or not at the given order, and the run-queue
+// wait given.
+func seqPagingTick(byOffset bool, order float64, runQueueWait []PagingCost) *node {
+	nd := smallNode()
+	nd.ReadaheadByOffset, nd.ReadaheadOrderSlope = byOffset, order
+	nd.ReadaheadPages = []IOPages{{Tasks: 1, Pages: 4}}
+	nd.RunQueueWait = runQueueWait
+	return processSeqTick(nd, 5)
+}
+
+// processSeqTick is one measured tick of workers process workers on nd,
+// scanning sequentially with half their pages out and room for all.
+func processSeqTick(nd Node, workers int) *node {
+	spec := oneVM(memload.ScanSeq)
+	spec.Process = true
+	n := newNode(nd, spec, workers, 1, 1)
+	running(n, 0.5)
+	n.capacityPages = 1e12
+	n.tick(0, true)
+	return n
 }
