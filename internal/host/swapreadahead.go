@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -27,7 +28,7 @@ func SwapReadaheadByOffset(more ...string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	paths := more
+	paths := slices.Clone(more)
 	for _, s := range swaps {
 		paths = append(paths, s.Path)
 	}
