@@ -149,7 +149,9 @@ type node struct {
 	// whether half the swap is in use (swapHalfFull: the kernel's
 	// vm_swap_full()).
 	readaheadPages, writePages, mixedCapacity float64
-	swapHalfFull                              bool
+	// windowPages is the most pages a readahead reads (2^PageCluster).
+	windowPages  float64
+	swapHalfFull bool
 	// writebackLeft is what a full zswap pool still has to write back to
 	// the device before it takes pages again; writebackPerSec the pages
 	// it writes back a second this tick.
@@ -179,7 +181,7 @@ func newNode(nd Node, spec VMSpec, count int, dt float64, seed uint64) *node {
 	s := &node{n: nd, w: spec.Workload, process: spec.Process, rng: rand.New(rand.NewPCG(seed, 0x5eed)), dtSeconds: dt,
 		capacityPages: pagesOf(nd.RAMBytes - nd.SystemReserveBytes), diskCapPages: pagesOf(nd.Swap.SizeBytes),
 		readWait: nd.Swap.LatencySeconds, touchRate: touchRateAt(nd.TouchRate, 0), ksm: newKSMD(nd.KSMDCPUSeconds),
-		startCPUFactor: spec.StartCPUFactor, startCPUSeconds: spec.StartCPUSeconds}
+		startCPUFactor: spec.StartCPUFactor, startCPUSeconds: spec.StartCPUSeconds, windowPages: math.Pow(2, float64(nd.PageCluster))}
 	s.setIOFigures(0)
 	if nd.Tier != nil {
 		s.tierCapPages = pagesOf(nd.Tier.SizeBytes)
@@ -223,7 +225,7 @@ func (s *node) readahead(v *vmState) float64 {
 	if !s.n.ReadaheadByOffset {
 		return s.readaheadPages
 	}
-	return min(max(s.readaheadPages*(1+s.n.ReadaheadOrderSlope*v.creationPlace), 1), math.Pow(2, float64(s.n.PageCluster)))
+	return min(max(s.readaheadPages*(1+s.n.ReadaheadOrderSlope*v.creationPlace), 1), s.windowPages)
 }
 
 // setIOFigures sets this tick's I/O sizes and the device's mixed
@@ -235,7 +237,7 @@ func (s *node) readahead(v *vmState) float64 {
 // from the first second at half full or more, 2-5 in the seconds after
 // the fill below it).
 func (s *node) setIOFigures(faulting float64) {
-	s.readaheadPages = ioPagesAt(s.n.ReadaheadPages, faulting, math.Pow(2, float64(s.n.PageCluster)))
+	s.readaheadPages = ioPagesAt(s.n.ReadaheadPages, faulting, s.windowPages)
 	s.writePages = ioPagesAt(s.n.WritePages, faulting, defaultWritePages)
 	s.mixedCapacity = capacityAt(s.n.Swap.MixedCapacity, faulting, 1)
 	if s.swapHalfFull {
@@ -456,14 +458,15 @@ func (s *node) touchTimeMissing(v *vmState, cpuShare, readWait, miss float64) (t
 	// for a core: the measured run-queue wait, or the fair share's
 	// stretch where the cores are oversubscribed (the two are one wait,
 	// seen from the machine and from the fluid share).
-	waiting = miss * (1 - z) / s.readahead(v) * readWait
+	ownPages := s.readahead(v)
+	waiting = miss * (1 - z) / ownPages * readWait
 	cpu += miss * (s.pagingCPU + z*2*tierCPU)
 	// The run-queue wait comes once a read (the read's completion wakes
 	// the VM): measured a page in at the node's pages a read, it is more a
 	// page for a VM whose reads bring fewer of its own pages.
 	runQueueWait := s.runQueueWait
 	if s.w.Scan == memload.ScanSeq {
-		runQueueWait *= s.readaheadPages / s.readahead(v)
+		runQueueWait *= s.readaheadPages / ownPages
 	}
 	onCore := max(cpu/cpuShare, cpu+miss*(1-z)*runQueueWait)
 	return onCore + waiting, waiting, cpu

@@ -494,12 +494,12 @@ func summarizePaging(runs [][]PagingSample, cpus int, scan memload.Scan) (p pagi
 	var orders []float64
 	for _, r := range runs {
 		for _, s := range r {
-			if k, ok := s.ReadaheadOrderSlope(); ok && scan == memload.ScanSeq {
+			if k, ok := s.ReadaheadOrderSlope(); ok {
 				orders = append(orders, k)
 			}
 		}
 	}
-	if len(orders) > 0 {
+	if len(orders) > 0 && scan == memload.ScanSeq {
 		p.readaheadOrder = max(min(results.Quantile(orders, 0.5), maxReadaheadOrder), -maxReadaheadOrder)
 	}
 	// A size by some counts and not others would be read as one count's
