@@ -47,25 +47,57 @@ func ProcessCPUSeconds(pid int) (float64, error) {
 	return st.CPUTime(), nil
 }
 
-// RunQueueWaitSeconds reads how long a process's threads have waited,
-// runnable, for a core since they started (/proc/PID/task/*/schedstat):
-// the time between a wakeup, such as a swap-in read's completion, and
-// running again. A thread that exits meanwhile is not counted.
-func RunQueueWaitSeconds(pid int) (float64, error) {
+// ThreadSchedstat is one thread's scheduler counters since it started
+// (/proc/PID/task/TID/schedstat): its time on a core and its time
+// runnable, waiting for one (from a wakeup, such as a swap-in read's
+// completion, to running again).
+type ThreadSchedstat struct {
+	TID         int
+	RunSeconds  float64
+	WaitSeconds float64
+}
+
+// ThreadSchedstats reads the scheduler counters of each of a process's
+// threads. A thread that exits meanwhile is left out.
+func ThreadSchedstats(pid int) ([]ThreadSchedstat, error) {
 	threads, err := procfs.AllThreads(pid)
 	if err != nil {
-		return 0, fmt.Errorf("list /proc/%d/task: %w", pid, err)
+		return nil, fmt.Errorf("list /proc/%d/task: %w", pid, err)
 	}
-	var waitNanoseconds uint64
+	var out []ThreadSchedstat
 	for _, t := range threads {
 		st, err := t.Schedstat()
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				continue
 			}
-			return 0, fmt.Errorf("read /proc/%d/task/%d/schedstat: %w", pid, t.PID, err)
+			return nil, fmt.Errorf("read /proc/%d/task/%d/schedstat: %w", pid, t.PID, err)
 		}
-		waitNanoseconds += st.WaitingNanoseconds
+		out = append(out, ThreadSchedstat{TID: t.PID, RunSeconds: float64(st.RunningNanoseconds) / 1e9, WaitSeconds: float64(st.WaitingNanoseconds) / 1e9})
 	}
-	return float64(waitNanoseconds) / 1e9, nil
+	return out, nil
+}
+
+// BusiestThreadWaitSeconds is the run-queue wait, between two readings
+// of one process's threads, of the thread that ran the most between them
+// (0: no thread in both). A worker touches its memory on one thread; the
+// Go runtime's others (sysmon, the GC's) wake on their own, and where
+// the cores are oversubscribed each wakeup waits too, which is not the
+// touching thread's wait.
+func BusiestThreadWaitSeconds(before, after []ThreadSchedstat) float64 {
+	byTID := make(map[int]ThreadSchedstat, len(before))
+	for _, t := range before {
+		byTID[t.TID] = t
+	}
+	var busiestRun, wait float64
+	for _, t := range after {
+		b, ok := byTID[t.TID]
+		if !ok {
+			continue
+		}
+		if run := t.RunSeconds - b.RunSeconds; run > busiestRun {
+			busiestRun, wait = run, max(t.WaitSeconds-b.WaitSeconds, 0)
+		}
+	}
+	return wait
 }

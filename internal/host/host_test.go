@@ -7,11 +7,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestParseVMStat(t *testing.T) {
@@ -251,44 +254,96 @@ func TestCPUSecondsGrowWithWork(t *testing.T) {
 	}
 }
 
+// spinLocked spins on a thread of its own until stop closes, after
+// sending that thread's ID.
+func spinLocked(tid chan<- int, stop <-chan struct{}, done *sync.WaitGroup) {
+	defer done.Done()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	tid <- unix.Gettid()
+	for x := 1.0; ; x = math.Sqrt(x*x + 1) {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+	}
+}
+
 // More spinning threads than cores wait for one in turn: the wait shows
-// in this process's run-queue time.
-func TestRunQueueWaitGrowsWithContention(t *testing.T) {
-	before, err := RunQueueWaitSeconds(os.Getpid())
+// in the threads' run-queue time, and the wait this process's busiest
+// thread in a window is told is the wait of the one that spun in it, not
+// of one that spun more before.
+func TestThreadSchedstatsShowTheBusiestThreadsWait(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2*runtime.NumCPU() + 2))
+	// A thread that spins first, then stays alive and idle: the most CPU
+	// time of all, none of it in the window.
+	earlyTID, stopEarly, parked := make(chan int, 1), make(chan struct{}), make(chan struct{})
+	defer close(parked)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		earlyTID <- unix.Gettid()
+		for x := 1.0; ; x = math.Sqrt(x*x + 1) {
+			select {
+			case <-stopEarly:
+				earlyTID <- 0
+				<-parked
+				return
+			default:
+			}
+		}
+	}()
+	<-earlyTID
+	time.Sleep(300 * time.Millisecond) // the early thread's lead in CPU time, not a synchronisation
+	close(stopEarly)
+	<-earlyTID
+
+	before, err := ThreadSchedstats(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	threads := 2*runtime.NumCPU() + 1
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(threads))
-	stop := make(chan struct{})
+	spinners := 2*runtime.NumCPU() + 1
+	stop, tids := make(chan struct{}), make(chan int, spinners)
 	var spinning sync.WaitGroup
-	for range threads {
+	for range spinners {
 		spinning.Add(1)
-		go func() {
-			defer spinning.Done()
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			for x := 1.0; ; x = math.Sqrt(x*x + 1) {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-			}
-		}()
+		go spinLocked(tids, stop, &spinning)
 	}
-	time.Sleep(500 * time.Millisecond) // the contention's length, not a synchronisation
+	time.Sleep(200 * time.Millisecond) // the contention's length, not a synchronisation
 	close(stop)
 	spinning.Wait()
-	after, err := RunQueueWaitSeconds(os.Getpid())
+	after, err := ThreadSchedstats(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	// threads-cores threads wait at any time: about 0.5 s each.
-	if after-before < 0.2 {
-		t.Errorf("%d threads spinning on %d cores for 0.5 s waited %.3f s for a core", threads, runtime.NumCPU(), after-before)
+	close(tids)
+	spun := map[int]bool{}
+	for tid := range tids {
+		spun[tid] = true
 	}
-	if _, err := RunQueueWaitSeconds(1 << 30); err == nil {
+	var totalWait float64
+	waitOf := map[int]float64{}
+	for _, a := range after {
+		for _, b := range before {
+			if a.TID == b.TID {
+				waitOf[a.TID] = a.WaitSeconds - b.WaitSeconds
+				totalWait += a.WaitSeconds - b.WaitSeconds
+			}
+		}
+	}
+	// spinners-cores threads wait at any time: about 0.2 s each.
+	if totalWait < 0.1 {
+		t.Errorf("%d threads spinning on %d cores for 0.2 s waited %.3f s for a core", spinners, runtime.NumCPU(), totalWait)
+	}
+	got := BusiestThreadWaitSeconds(before, after)
+	if !slices.ContainsFunc(after, func(a ThreadSchedstat) bool { return spun[a.TID] && waitOf[a.TID] == got }) {
+		t.Errorf("busiest thread's wait %.4f s: no thread that spun in the window waited that (waits %v, spun %v)", got, waitOf, spun)
+	}
+	if got >= totalWait {
+		t.Errorf("busiest thread's wait %.4f s, all threads' %.4f s: want one thread's", got, totalWait)
+	}
+	if _, err := ThreadSchedstats(1 << 30); err == nil {
 		t.Error("no error for a process that does not exist")
 	}
 }

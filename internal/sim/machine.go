@@ -565,7 +565,7 @@ func (f MachineFigures) String() string {
 		}
 	}
 	if len(f.RunQueueWait) > 0 {
-		s += "; their wait for a core per page paged in"
+		s += "; their touching threads' wait for a core per page paged in"
 		for _, w := range f.RunQueueWait {
 			s += fmt.Sprintf(" %g: %.1f µs", w.Tasks, w.SecondsPerPage*1e6)
 		}

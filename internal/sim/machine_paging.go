@@ -515,9 +515,10 @@ type pagingCounters struct {
 	busyCPUSeconds float64 // over all CPUs
 	// stealCPUSeconds is the time this machine's host took from it.
 	stealCPUSeconds float64
-	// runQueueSeconds is the workers' wait for a core.
-	runQueueSeconds float64
-	io              host.BlockIO
+	// workerThreads is each paging worker's threads' scheduler counters:
+	// its touching thread's wait for a core.
+	workerThreads [][]host.ThreadSchedstat
+	io            host.BlockIO
 	// residentTouched and residentCPUSeconds are the resident workers'
 	// touches and CPU time.
 	residentTouched    uint64
@@ -547,11 +548,11 @@ func readPagingCounters(pagers, residents *loadWorkers) (pagingCounters, error) 
 		}
 	}
 	for _, pid := range pagers.pids {
-		wait, err := host.RunQueueWaitSeconds(pid)
+		threads, err := host.ThreadSchedstats(pid)
 		if err != nil {
 			return c, err
 		}
-		c.runQueueSeconds += wait
+		c.workerThreads = append(c.workerThreads, threads)
 	}
 	if c.io, err = host.SwapBlockIO(); err != nil {
 		return c, err
@@ -584,8 +585,12 @@ func (c pagingCounters) sub(before pagingCounters, window time.Duration) (Paging
 	s := PagingSample{SecondsPerPage: (c.busyCPUSeconds - before.busyCPUSeconds) / pages, PagesInPerSec: in / window.Seconds()}
 	s.WorkerPagesPerSec = perSecond(c.workerTouched, before.workerTouched, window)
 	s.WorkerMajorFaultsPerSec = perSecond(c.workerMajorFaults, before.workerMajorFaults, window)
-	if in > 0 {
-		s.RunQueueSecondsPerPage = max(c.runQueueSeconds-before.runQueueSeconds, 0) / in
+	if in > 0 && len(c.workerThreads) == len(before.workerThreads) {
+		var wait float64
+		for i, threads := range c.workerThreads {
+			wait += host.BusiestThreadWaitSeconds(before.workerThreads[i], threads)
+		}
+		s.RunQueueSecondsPerPage = wait / in
 	}
 	// A device with other work (a swap file's file system) shows more
 	// I/Os than swap's: the sizes then read small, never large.

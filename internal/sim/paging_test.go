@@ -252,10 +252,16 @@ func TestTransferRate(t *testing.T) {
 // pages in and out halved, and the I/O sizes the pages over the device's
 // reads and writes, never below a page (a device with other work done).
 func TestPagingSampleFromCounters(t *testing.T) {
-	before := pagingCounters{vm: host.VMStat{PswpIn: 1000, PswpOut: 2000}, busyCPUSeconds: 10, runQueueSeconds: 3, io: host.BlockIO{Reads: 50, Writes: 70},
-		workerTouched: []uint64{100, 200}, workerMajorFaults: []uint64{10, 20}}
-	after := pagingCounters{vm: host.VMStat{PswpIn: 41000, PswpOut: 42000}, busyCPUSeconds: 12, runQueueSeconds: 4.6, io: host.BlockIO{Reads: 10050, Writes: 16070},
-		workerTouched: []uint64{8100, 4200}, workerMajorFaults: []uint64{2010, 2020}}
+	// Each worker's touching thread (the one that ran most in the window)
+	// waited 0.8 s; its runtime's other thread waited a second more,
+	// which is not the worker's wait.
+	threads := func(touchingRun, touchingWait, otherWait float64) []host.ThreadSchedstat {
+		return []host.ThreadSchedstat{{TID: 1, RunSeconds: 0.5, WaitSeconds: 0.2 + otherWait}, {TID: 2, RunSeconds: touchingRun, WaitSeconds: touchingWait}}
+	}
+	before := pagingCounters{vm: host.VMStat{PswpIn: 1000, PswpOut: 2000}, busyCPUSeconds: 10, io: host.BlockIO{Reads: 50, Writes: 70},
+		workerTouched: []uint64{100, 200}, workerMajorFaults: []uint64{10, 20}, workerThreads: [][]host.ThreadSchedstat{threads(0.1, 1, 0), threads(0.2, 2, 0)}}
+	after := pagingCounters{vm: host.VMStat{PswpIn: 41000, PswpOut: 42000}, busyCPUSeconds: 12, io: host.BlockIO{Reads: 10050, Writes: 16070},
+		workerTouched: []uint64{8100, 4200}, workerMajorFaults: []uint64{2010, 2020}, workerThreads: [][]host.ThreadSchedstat{threads(1.1, 1.8, 1), threads(1.2, 2.8, 1)}}
 	got, err := after.sub(before, 4*time.Second)
 	want := PagingSample{SecondsPerPage: 2.0 / 40000, RunQueueSecondsPerPage: 1.6 / 40000, PagesPerRead: 4, PagesPerWrite: 2.5}
 	if err != nil || math.Abs(got.SecondsPerPage-want.SecondsPerPage) > 1e-12 || math.Abs(got.RunQueueSecondsPerPage-want.RunQueueSecondsPerPage) > 1e-12 ||
