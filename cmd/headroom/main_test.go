@@ -145,6 +145,7 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"sim", "--swap-tier", "zswap:1Gi"}, "zswap needs a swap device (--swap)"},
 		{[]string{"sim", "--swap-readahead", "cluster"}, "--swap-readahead \"cluster\": want address or offset"},
 		{[]string{"sim", "--readahead-order", "1.5"}, "--readahead-order 1.5: want a slope from -0.9 to 0.9"},
+		{[]string{"sim", "--reclaim-order-steady", "-1"}, "--reclaim-order-steady -1: want a slope from -0.9 to 0.9"},
 		{[]string{"sim", "--save-machine", "/tmp/m.yaml"}, "only with --machine this"},
 		{[]string{"sim", "--machine", "this", "--save-machine", "/nonexistent/m.yaml"}, "its directory does not exist"},
 		{[]string{"sim", "paging", "--workers", "0"}, "--workers 0: want a count of at least 1"},

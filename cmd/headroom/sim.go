@@ -86,7 +86,7 @@ type simFlags struct {
 	pagingCPU, runQueueWait               string
 	touchBesidePaging                     string
 	reclaimBatch, reclaimOrder            float64
-	readaheadOrder                        float64
+	readaheadOrder, steadyReclaimOrder    float64
 	reclaimBurst, fillOut                 float64
 	pagingSteal                           time.Duration
 	readPages, writePages, mixedCapacity  string
@@ -139,6 +139,7 @@ func newSimCommand() *cobra.Command {
 	fl.StringVar(&f.pagingCPU, "paging-cpu", f.pagingCPU, "CPU to page one page in from the swap device and another out (fault, reclaim, I/O), "+sim.PagingCPUForm+"; bounds paging on few cores")
 	fl.Float64Var(&f.reclaimBatch, "reclaim-batch", 0, "the share of a VM's pages in RAM one visit of reclaim to its cgroup takes when reclaim falls behind (asked to free pages faster than the swap device writes them, as while VMs fill), 0 to 1 (default 0: SWAP_CLUSTER_MAX pages, an even spread; --machine this measures it, workers filling together past their cgroup's limit, but leaves it at 0: applied beside the order, it moved the model's lucky VMs no closer to the measured ones)")
 	fl.Float64Var(&f.reclaimOrder, "reclaim-order", 0, "how much more readily reclaim takes from the VMs created first where it falls behind, 0 to below 1: the first VM's pages 1 + this times as readily as the average, the last's 1 − this (default 0: alike; --machine this measures and applies it)")
+	fl.Float64Var(&f.steadyReclaimOrder, "reclaim-order-steady", 0, "the same where reclaim keeps up, as on a plateau, -0.9 to 0.9 (default 0: alike; --machine this measures it from its random paging workers' shares in RAM by the order they were made)")
 	fl.Float64Var(&f.reclaimBurst, "reclaim-burst", 0, "the pages one visit of reclaim to a VM's cgroup takes while reclaim keeps up: how unevenly the VMs paging lose pages second by second, which lets one with few out reach RAM speed by chance (default 0: SWAP_CLUSTER_MAX, 32; --machine this measures it: the variance over the mean of what each paging worker lost in two seconds)")
 	fl.Float64Var(&f.fillOut, "fill-out", 0, "the pages a second reclaim swaps out for VMs filling past RAM, where below the swap device's writes: a fill past RAM waits for it (default 0: the device's writes; --machine this measures it: workers filling together past their cgroup's limit)")
 	fl.DurationVar(&f.pagingSteal, "paging-steal", 0, "where the node is itself a VM: the CPU time its host takes from it (steal) per page paged in from the swap device, e.g. 20us (default 0: bare metal; --machine this measures it with the cores busy)")
@@ -283,6 +284,9 @@ func applyMachine(cmd *cobra.Command, f *simFlags) error {
 	if fig.ReadaheadOrderSlope != 0 {
 		set("readahead-order", fmt.Sprint(fig.ReadaheadOrderSlope))
 	}
+	if fig.SteadyReclaimOrderSlope != 0 {
+		set("reclaim-order-steady", fmt.Sprint(fig.SteadyReclaimOrderSlope))
+	}
 	if fig.FillOutPagesPerSec > 0 {
 		set("fill-out", fmt.Sprint(fig.FillOutPagesPerSec))
 	}
@@ -400,6 +404,7 @@ func simParams(f *simFlags) (sim.Params, error) {
 	}
 	node.PagingStealSeconds = f.pagingSteal.Seconds()
 	node.ReclaimBatchShare, node.ReclaimOrderSlope, node.ReclaimBurstPages = f.reclaimBatch, f.reclaimOrder, f.reclaimBurst
+	node.SteadyReclaimOrderSlope = f.steadyReclaimOrder
 	node.FillOutPagesPerSec = f.fillOut
 	if f.runQueueWait != "" {
 		if node.RunQueueWait, err = sim.ParseRunQueueWait(f.runQueueWait); err != nil {
@@ -571,7 +576,7 @@ func simParamsMap(f *simFlags) map[string]any {
 		"content": memload.Content(f.content).String(), "workload_runtime_seconds": f.runtime.Seconds(), "overcommit_percent": f.overcommit,
 		"overhead_bytes": uint64(f.overhead), "guest_overhead_bytes": uint64(f.guestOverhead), "node_memory_bytes": uint64(f.nodeMemory),
 		"system_reserve_bytes": uint64(f.systemReserve), "cpus": f.cpus, "touch_rate": f.touchRate, "touch_alone_speedup": f.touchAloneSpeedup, "touch_own_block": f.touchOwnBlock, "populate_rate": f.populateRate, "swap_bytes": uint64(f.swap),
-		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(), "swap_read_bandwidth": uint64(f.readBandwidth), "swap_write_bandwidth": uint64(f.writeBandwidth), "swap_mixed_capacity": f.mixedCapacity, "swap_depths": f.swapDepths, "paging_cpu": f.pagingCPU, "run_queue_wait": f.runQueueWait, "paging_steal_seconds": f.pagingSteal.Seconds(), "reclaim_batch": f.reclaimBatch, "reclaim_order": f.reclaimOrder, "reclaim_burst": f.reclaimBurst, "fill_out": f.fillOut, "touch_beside_paging": f.touchBesidePaging, "swap_read_pages": f.readPages, "swap_write_pages": f.writePages, "swap_write_pages_half_full": f.halfFullWritePages, "swap_mixed_capacity_half_full": f.halfFullCapacity, "worker_kind": f.workerKind, "swap_readahead": f.swapReadahead, "readahead_order": f.readaheadOrder,
+		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(), "swap_read_bandwidth": uint64(f.readBandwidth), "swap_write_bandwidth": uint64(f.writeBandwidth), "swap_mixed_capacity": f.mixedCapacity, "swap_depths": f.swapDepths, "paging_cpu": f.pagingCPU, "run_queue_wait": f.runQueueWait, "paging_steal_seconds": f.pagingSteal.Seconds(), "reclaim_batch": f.reclaimBatch, "reclaim_order": f.reclaimOrder, "reclaim_order_steady": f.steadyReclaimOrder, "reclaim_burst": f.reclaimBurst, "fill_out": f.fillOut, "touch_beside_paging": f.touchBesidePaging, "swap_read_pages": f.readPages, "swap_write_pages": f.writePages, "swap_write_pages_half_full": f.halfFullWritePages, "swap_mixed_capacity_half_full": f.halfFullCapacity, "worker_kind": f.workerKind, "swap_readahead": f.swapReadahead, "readahead_order": f.readaheadOrder,
 		"swap_tier": f.swapTier, "swap_tier_ratio": f.tierRatio, "agent": f.agent, "max_swap_in_pages_per_sec": f.maxSwapIn, "max_swap_out_pages_per_sec": f.maxSwapOut, "ksm": f.ksm, "ksmd_cpu_seconds": f.ksmdCPU.Seconds(), "balloon": balloonParam(f.balloon, f.balloonPol), "guest_cache_bytes": uint64(f.guestCache), "balloon_cpu_seconds_per_page": f.balloonCPU.Seconds(), "start_cpu_factor": f.startCPUFactor, "start_cpu_seconds": f.startCPUDuration.Seconds(), "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
 }
 

@@ -83,12 +83,18 @@ func runSimPaging(cmd *cobra.Command, f *simPagingFlags) error {
 			// worker, the second also where one had no major fault.
 			CreationSlope  *float64 `json:"creation_slope,omitempty"`
 			ReadaheadOrder *float64 `json:"readahead_order,omitempty"`
+			// ReclaimOrder is absent where a worker faulted on every
+			// touch.
+			ReclaimOrder *float64 `json:"reclaim_order,omitempty"`
 		}{PagingSample: sample}
 		if slope, ok := sample.CreationSlope(); ok {
 			out.CreationSlope = &slope
 		}
 		if k, ok := sample.ReadaheadOrderSlope(); ok {
 			out.ReadaheadOrder = &k
+		}
+		if k, ok := sample.ReclaimOrderSlope(); ok {
+			out.ReclaimOrder = &k
 		}
 		enc := json.NewEncoder(cmd.OutOrStdout())
 		enc.SetIndent("", "  ")

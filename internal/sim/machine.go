@@ -50,9 +50,13 @@ type MachineFigures struct {
 	// sequential fault brought the paging workers made first
 	// (Node.ReadaheadOrderSlope; the median over the paging runs).
 	ReadaheadOrderSlope float64 `json:"readahead_order_slope,omitempty"`
-	ReadIOPS            float64 `json:"swap_read_iops"`
-	WriteIOPS           float64 `json:"swap_write_iops"`
-	LatencySeconds      float64 `json:"swap_latency_seconds"`
+	// SteadyReclaimOrderSlope is how much more readily reclaim took from
+	// the random paging workers made first (Node.SteadyReclaimOrderSlope;
+	// the median over the paging runs).
+	SteadyReclaimOrderSlope float64 `json:"steady_reclaim_order_slope,omitempty"`
+	ReadIOPS                float64 `json:"swap_read_iops"`
+	WriteIOPS               float64 `json:"swap_write_iops"`
+	LatencySeconds          float64 `json:"swap_latency_seconds"`
 	// ReadBytesPerSec and WriteBytesPerSec are the rates an I/O's bytes
 	// beyond its first page move at: probeLargeBlockBytes I/Os' time less
 	// 4 KiB ones', at probeJobs (writes only where a scratch file could
@@ -297,6 +301,7 @@ func (f *MachineFigures) measurePaging(ctx context.Context, o MeasureOptions) er
 	f.PagingCPU, f.PagingCPUSpread, f.RunQueueWait, f.ReadaheadPages, f.WritePages = p.cpu, p.cpuSpread, p.runQueueWait, p.readahead, p.writes
 	f.ReclaimBurstPages = math.Round(p.reclaimBurstPages)
 	f.ReadaheadOrderSlope = math.Round(p.readaheadOrder*100) / 100
+	f.SteadyReclaimOrderSlope = math.Round(p.steadyReclaimOrder*100) / 100
 	f.MixedCapacity = mixedCapacity(runs, taskCounts(pagingWorkersPerCore, f.CPUs), f.device())
 	if err := f.measureBeside(ctx, o); err != nil {
 		return err
@@ -456,6 +461,9 @@ type pagingFigures struct {
 	// readaheadOrder is the median of a sequential scan's runs'
 	// ReadaheadOrderSlope (0: not sequential, or none could tell it).
 	readaheadOrder float64
+	// steadyReclaimOrder is the median of a random scan's runs'
+	// ReclaimOrderSlope (0: not random, or none could tell it).
+	steadyReclaimOrder float64
 }
 
 // summarizePaging takes the medians of each worker count's runs: the
@@ -491,16 +499,26 @@ func summarizePaging(runs [][]PagingSample, cpus int, scan memload.Scan) (p pagi
 		}
 	}
 	p.reclaimBurstPages, _ = PooledReclaimBurst(bursts)
+	// A seq scan's order is readahead's, a random one's reclaim's.
 	var orders []float64
 	for _, r := range runs {
 		for _, s := range r {
-			if k, ok := s.ReadaheadOrderSlope(); ok {
+			k, ok := s.ReadaheadOrderSlope()
+			if scan == memload.ScanRandom {
+				k, ok = s.ReclaimOrderSlope()
+			}
+			if ok {
 				orders = append(orders, k)
 			}
 		}
 	}
-	if len(orders) > 0 && scan == memload.ScanSeq {
-		p.readaheadOrder = max(min(results.Quantile(orders, 0.5), maxReadaheadOrder), -maxReadaheadOrder)
+	if len(orders) > 0 {
+		switch k := results.Quantile(orders, 0.5); scan {
+		case memload.ScanSeq:
+			p.readaheadOrder = max(min(k, maxReadaheadOrder), -maxReadaheadOrder)
+		case memload.ScanRandom:
+			p.steadyReclaimOrder = max(min(k, maxSteadyReclaimOrder), -maxSteadyReclaimOrder)
+		}
 	}
 	// A size by some counts and not others would be read as one count's
 	// for all: keep sizes only where every count has one.
@@ -569,6 +587,10 @@ func (f MachineFigures) String() string {
 		for _, w := range f.RunQueueWait {
 			s += fmt.Sprintf(" %g: %.1f µs", w.Tasks, w.SecondsPerPage*1e6)
 		}
+	}
+	if f.SteadyReclaimOrderSlope != 0 {
+		s += fmt.Sprintf("; reclaim took from them by the order they were made, the first %.2f× as readily as the mean, the last %.2f× (the inverse of each one's share in RAM; the paging runs' median)",
+			1+f.SteadyReclaimOrderSlope, 1-f.SteadyReclaimOrderSlope)
 	}
 	if f.ReclaimBurstPages > 0 {
 		s += fmt.Sprintf("; reclaim took their pages in bursts of %.0f pages a visit to one's cgroup (the variance over the mean of what each lost in %s, beside its own share and the span's pace)", f.ReclaimBurstPages, reclaimBurstBin)

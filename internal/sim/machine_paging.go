@@ -131,14 +131,45 @@ func (s PagingSample) ReadaheadOrderSlope() (k float64, ok bool) {
 		}
 		yields[i] = s.WorkerPagesPerSec[i] / faults
 	}
-	mean := meanOf(yields)
+	return creationOrderSlope(yields), true
+}
+
+// ReclaimOrderSlope is, for a random scan, how much more readily reclaim
+// took from the workers made first (Node.SteadyReclaimOrderSlope): the
+// creationOrderSlope of the inverse of each worker's share in RAM, the
+// share of its touches that did not fault. Each worker paging steadily
+// loses as many pages as it faults back, and with the cores shared
+// fairly they fault alike, so reclaim's weight on a worker's pages in
+// RAM runs as the inverse of its share in RAM. ok false with fewer than
+// two workers or one that faulted on every touch.
+func (s PagingSample) ReclaimOrderSlope() (k float64, ok bool) {
+	n := len(s.WorkerPagesPerSec)
+	if n < 2 || len(s.WorkerMajorFaultsPerSec) != n {
+		return 0, false
+	}
+	inverseShares := make([]float64, n)
+	for i, touched := range s.WorkerPagesPerSec {
+		inRAM := touched - s.WorkerMajorFaultsPerSec[i]
+		if !(inRAM > 0) {
+			return 0, false
+		}
+		inverseShares[i] = touched / inRAM
+	}
+	return creationOrderSlope(inverseShares), true
+}
+
+// creationOrderSlope is the least-squares k of values (positive, in the
+// order made) over their mean against 1 + k × place: 1 for the first
+// made, −1 for the last, evenly between.
+func creationOrderSlope(values []float64) float64 {
+	mean := meanOf(values)
 	var num, den float64
-	for i, y := range yields {
-		place := releasePlace(i, n)
-		num += (y/mean - 1) * place
+	for i, v := range values {
+		place := releasePlace(i, len(values))
+		num += (v/mean - 1) * place
 		den += place * place
 	}
-	return num / den, true
+	return num / den
 }
 
 // String is the account `headroom sim paging` prints.
@@ -164,7 +195,11 @@ func (s PagingSample) String() string {
 		}
 		line += "; pages touched a major fault, in the same order: " + strings.Join(perFault, " ")
 		if k, ok := s.ReadaheadOrderSlope(); ok {
-			line += fmt.Sprintf(" (readahead order %+.2f)", k)
+			line += fmt.Sprintf(" (readahead order %+.2f", k)
+			if k, ok := s.ReclaimOrderSlope(); ok {
+				line += fmt.Sprintf(", reclaim order %+.2f", k)
+			}
+			line += ")"
 		}
 	}
 	return line

@@ -157,6 +157,13 @@ type Node struct {
 	// eight workers filling together past their cgroup's limit: the first
 	// had 1.3-1.7 times the mean out, the last 0.5-0.6.
 	ReclaimOrderSlope float64
+	// SteadyReclaimOrderSlope is the same while reclaim keeps up, as on a
+	// plateau (−0.9 to 0.9; 0: alike). The walks that wrap come from
+	// reclaimers that freed too little in one pass, fewer than where the
+	// writes hold reclaim back. Measured here with eight random workers
+	// paging steadily: 0.1-0.2 (the last made kept 1.4 times the first's
+	// share in RAM).
+	SteadyReclaimOrderSlope float64
 	// ReclaimBurstPages is the pages one visit of reclaim to a cgroup takes
 	// while reclaim keeps up (0: SWAP_CLUSTER_MAX). Measured here, paging
 	// workers each lose pages over two seconds as a count of 380-1060-page
@@ -337,6 +344,8 @@ func Validate(n Node, v VMSpec) error {
 		return fmt.Errorf("--reclaim-batch %g: want a share of a VM's pages from 0 to 1", n.ReclaimBatchShare)
 	case !(n.ReclaimOrderSlope >= 0 && n.ReclaimOrderSlope < 1):
 		return fmt.Errorf("--reclaim-order %g: want a slope from 0 to below 1", n.ReclaimOrderSlope)
+	case !(math.Abs(n.SteadyReclaimOrderSlope) <= maxSteadyReclaimOrder):
+		return fmt.Errorf("--reclaim-order-steady %g: want a slope from -%g to %g", n.SteadyReclaimOrderSlope, maxSteadyReclaimOrder, maxSteadyReclaimOrder)
 	case !(math.Abs(n.ReadaheadOrderSlope) <= maxReadaheadOrder):
 		return fmt.Errorf("--readahead-order %g: want a slope from -%g to %g", n.ReadaheadOrderSlope, maxReadaheadOrder, maxReadaheadOrder)
 	case !(n.ReclaimBurstPages >= 0 && n.ReclaimBurstPages <= maxReclaimBurstPages):

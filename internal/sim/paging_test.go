@@ -274,7 +274,7 @@ func TestPagingSampleFromCounters(t *testing.T) {
 	if slope, ok := got.CreationSlope(); !ok || math.Abs(slope-(-1.0/3)) > 1e-9 {
 		t.Errorf("creation slope %g, %v; want -1/3", slope, ok)
 	}
-	if line := got.String(); !strings.Contains(line, "(creation slope -0.33)") || !strings.Contains(line, "pages touched a major fault, in the same order: 4.0 2.0 (readahead order +0.33)") {
+	if line := got.String(); !strings.Contains(line, "(creation slope -0.33)") || !strings.Contains(line, "pages touched a major fault, in the same order: 4.0 2.0 (readahead order +0.33, reclaim order -0.20)") {
 		t.Errorf("account %q: want the slope, each worker's pages a fault and their order", line)
 	}
 	busy := after
@@ -417,6 +417,29 @@ func TestPagingSampleReadaheadOrderSlope(t *testing.T) {
 		k, ok := PagingSample{WorkerPagesPerSec: c.pages, WorkerMajorFaultsPerSec: c.faults}.ReadaheadOrderSlope()
 		if ok != c.ok || math.Abs(k-c.want) > 1e-9 {
 			t.Errorf("pages %v over faults %v: slope %.4f (ok %v), want %.4f (ok %v)", c.pages, c.faults, k, ok, c.want, c.ok)
+		}
+	}
+}
+
+// A random worker's share in RAM is its touches that did not fault; the
+// reclaim order is how the inverse of that share runs by creation order,
+// whatever each worker's rate.
+func TestPagingSampleReclaimOrderSlope(t *testing.T) {
+	for _, c := range []struct {
+		pages, faults []float64
+		want          float64
+		ok            bool
+	}{
+		// In RAM 1/4, 2/4, 3/4: inverses 4, 2, 4/3 over their mean 22/9.
+		{[]float64{400, 400, 400}, []float64{300, 200, 100}, 6.0 / 11, true},
+		{[]float64{300, 100}, []float64{150, 50}, 0, true}, // half in RAM each, at any rate
+		{[]float64{400, 400}, []float64{100, 300}, -0.5, true},
+		{[]float64{400, 400}, []float64{100, 400}, 0, false}, // the last faulted on every touch
+		{[]float64{400}, []float64{100}, 0, false},
+	} {
+		k, ok := PagingSample{WorkerPagesPerSec: c.pages, WorkerMajorFaultsPerSec: c.faults}.ReclaimOrderSlope()
+		if ok != c.ok || math.Abs(k-c.want) > 1e-9 {
+			t.Errorf("pages %v, faults %v: reclaim order %.4f (ok %v), want %.4f (ok %v)", c.pages, c.faults, k, ok, c.want, c.ok)
 		}
 	}
 }

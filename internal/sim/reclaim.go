@@ -8,6 +8,9 @@ import (
 // Reclaim: which VMs lose the pages that do not fit, and how many a visit.
 
 const (
+	// maxSteadyReclaimOrder bounds Node.SteadyReclaimOrderSlope: the last
+	// VM made keeps a tenth of the average weight.
+	maxSteadyReclaimOrder = 0.9
 	// reclaimBatchPages is how many pages reclaim takes from one cgroup at
 	// a time (SWAP_CLUSTER_MAX).
 	reclaimBatchPages = 32.0
@@ -74,7 +77,9 @@ func (s *node) reclaim(dt float64) {
 		// against some 150k written).
 		behind := !toTier && evict/dt > s.writePagesPerSec()
 		if behind {
-			sum = s.weighByCreation(weights)
+			sum = s.weighByCreation(weights, s.n.ReclaimOrderSlope)
+		} else if s.n.SteadyReclaimOrderSlope != 0 {
+			sum = s.weighByCreation(weights, s.n.SteadyReclaimOrderSlope)
 		}
 		// Reclaim takes pages from one cgroup at a time, a batch a visit
 		// (reclaimBatch): which VM a batch comes from is a draw, so the
@@ -208,12 +213,14 @@ func poissonCount(rng *rand.Rand, mean float64) float64 {
 const poissonNormalMean = 30
 
 // weighByCreation scales reclaim's weights by the VMs' creation order
-// (Node.ReclaimOrderSlope): from 1 + slope for the first VM with a weight
+// (Node.ReclaimOrderSlope where reclaim falls behind,
+// Node.SteadyReclaimOrderSlope where it keeps up): from 1 + slope for
+// the first VM with a weight
 // to 1 − slope for the last, evenly between. The kernel's direct
 // reclaimers share one walk of the cgroups: a walk that frees too little
 // ends at the last cgroup, and the next, at a lower priority that takes
 // more a visit, starts again at the first. It returns the weights' sum.
-func (s *node) weighByCreation(weights []float64) float64 {
+func (s *node) weighByCreation(weights []float64, slope float64) float64 {
 	var weighted int
 	for _, w := range weights {
 		if w > 0 {
@@ -227,7 +234,7 @@ func (s *node) weighByCreation(weights []float64) float64 {
 			continue
 		}
 		if weighted > 1 {
-			weights[i] = w * (1 + s.n.ReclaimOrderSlope*releasePlace(rank, weighted))
+			weights[i] = w * (1 + slope*releasePlace(rank, weighted))
 			rank++
 		}
 		sum += weights[i]

@@ -1144,6 +1144,33 @@ func TestReclaimBatchSpreadsTheDeficit(t *testing.T) {
 	}
 }
 
+// Where reclaim keeps up, the steady order weighs its visits by creation
+// order (the first made loses 1 + k times the mean, the last 1 − k);
+// where it falls behind, the fill's order does instead.
+func TestSteadyReclaimOrderWeighsByCreation(t *testing.T) {
+	for _, c := range []struct {
+		steady, behind float64
+		writeIOPS      float64 // 1000: 8k pages a second, behind the 308k asked
+		first, last    float64 // pages out over the mean
+	}{{0, 0, 1e9, 1, 1}, {0.5, 0, 1e9, 1.5, 0.5}, {-0.3, 0, 1e9, 0.7, 1.3}, {0.5, 0, 1000, 1, 1}, {0.5, 0.2, 1000, 1.2, 0.8}} {
+		nd := smallNode()
+		nd.SteadyReclaimOrderSlope, nd.ReclaimOrderSlope, nd.Swap.WriteIOPS = c.steady, c.behind, c.writeIOPS
+		n := newNode(nd, oneVM(memload.ScanRandom), 9, 0.25, 1)
+		for _, v := range n.vms {
+			v.pages /= 4 // 256 MiB
+			v.phase, v.populated, v.resident = phaseRunning, v.pages, v.pages
+		}
+		const deficit = 77000.0
+		n.capacityPages = n.usedPages() - deficit
+		n.reclaim(0.25)
+		first, last := n.vms[0].disk/(deficit/9), n.vms[8].disk/(deficit/9)
+		if math.Abs(first-c.first) > 0.1 || math.Abs(last-c.last) > 0.1 {
+			t.Errorf("steady order %g, behind %g, %g writes a second: first made %.2f of the mean out, last %.2f; want %.2f and %.2f",
+				c.steady, c.behind, c.writeIOPS, first, last, c.first, c.last)
+		}
+	}
+}
+
 // Density's cgroup workers are processes started one after another: they
 // populate together, sharing the cores, where VMs boot for about 2 s
 // first, each its own time.
