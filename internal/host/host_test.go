@@ -254,16 +254,18 @@ func TestCPUSecondsGrowWithWork(t *testing.T) {
 	}
 }
 
-// spinLocked spins on a thread of its own until stop closes, after
-// sending that thread's ID.
-func spinLocked(tid chan<- int, stop <-chan struct{}, done *sync.WaitGroup) {
-	defer done.Done()
+// spinLocked spins on a thread of its own, after sending that thread's
+// ID, until stop closes; then it holds the thread, idle, until park
+// closes.
+func spinLocked(tid chan<- int, stop, park <-chan struct{}, stopped *sync.WaitGroup) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	tid <- unix.Gettid()
 	for x := 1.0; ; x = math.Sqrt(x*x + 1) {
 		select {
 		case <-stop:
+			stopped.Done()
+			<-park
 			return
 		default:
 		}
@@ -280,35 +282,25 @@ func TestThreadSchedstatsShowTheBusiestThreadsWait(t *testing.T) {
 	// time of all, none of it in the window.
 	earlyTID, stopEarly, parked := make(chan int, 1), make(chan struct{}), make(chan struct{})
 	defer close(parked)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		earlyTID <- unix.Gettid()
-		for x := 1.0; ; x = math.Sqrt(x*x + 1) {
-			select {
-			case <-stopEarly:
-				earlyTID <- 0
-				<-parked
-				return
-			default:
-			}
-		}
-	}()
+	var earlyStopped sync.WaitGroup
+	earlyStopped.Add(1)
+	go spinLocked(earlyTID, stopEarly, parked, &earlyStopped)
 	<-earlyTID
 	time.Sleep(300 * time.Millisecond) // the early thread's lead in CPU time, not a synchronisation
 	close(stopEarly)
-	<-earlyTID
+	earlyStopped.Wait()
 
 	before, err := ThreadSchedstats(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
 	spinners := 2*runtime.NumCPU() + 1
-	stop, tids := make(chan struct{}), make(chan int, spinners)
+	stop, tids, free := make(chan struct{}), make(chan int, spinners), make(chan struct{})
+	close(free)
 	var spinning sync.WaitGroup
 	for range spinners {
 		spinning.Add(1)
-		go spinLocked(tids, stop, &spinning)
+		go spinLocked(tids, stop, free, &spinning)
 	}
 	time.Sleep(200 * time.Millisecond) // the contention's length, not a synchronisation
 	close(stop)

@@ -120,18 +120,9 @@ func (s PagingSample) CreationSlope() (slope float64, ok bool) {
 // made, −1 for the last). ok false with fewer than two workers or one
 // without a fault.
 func (s PagingSample) ReadaheadOrderSlope() (k float64, ok bool) {
-	n := len(s.WorkerPagesPerSec)
-	if n < 2 || len(s.WorkerMajorFaultsPerSec) != n {
-		return 0, false
-	}
-	yields := make([]float64, n)
-	for i, faults := range s.WorkerMajorFaultsPerSec {
-		if !(faults > 0) {
-			return 0, false
-		}
-		yields[i] = s.WorkerPagesPerSec[i] / faults
-	}
-	return creationOrderSlope(yields), true
+	return s.workerOrderSlope(func(touched, faults float64) (float64, bool) {
+		return touched / faults, faults > 0
+	})
 }
 
 // ReclaimOrderSlope is, for a random scan, how much more readily reclaim
@@ -143,19 +134,28 @@ func (s PagingSample) ReadaheadOrderSlope() (k float64, ok bool) {
 // RAM runs as the inverse of its share in RAM. ok false with fewer than
 // two workers or one that faulted on every touch.
 func (s PagingSample) ReclaimOrderSlope() (k float64, ok bool) {
+	return s.workerOrderSlope(func(touched, faults float64) (float64, bool) {
+		return touched / (touched - faults), touched-faults > 0
+	})
+}
+
+// workerOrderSlope is the creationOrderSlope of value over each
+// worker's pages touched and major faults a second (ok false with fewer
+// than two workers or a value not ok).
+func (s PagingSample) workerOrderSlope(value func(touched, faults float64) (float64, bool)) (float64, bool) {
 	n := len(s.WorkerPagesPerSec)
 	if n < 2 || len(s.WorkerMajorFaultsPerSec) != n {
 		return 0, false
 	}
-	inverseShares := make([]float64, n)
+	values := make([]float64, n)
 	for i, touched := range s.WorkerPagesPerSec {
-		inRAM := touched - s.WorkerMajorFaultsPerSec[i]
-		if !(inRAM > 0) {
+		v, ok := value(touched, s.WorkerMajorFaultsPerSec[i])
+		if !ok {
 			return 0, false
 		}
-		inverseShares[i] = touched / inRAM
+		values[i] = v
 	}
-	return creationOrderSlope(inverseShares), true
+	return creationOrderSlope(values), true
 }
 
 // creationOrderSlope is the least-squares k of values (positive, in the

@@ -1115,6 +1115,19 @@ func TestTierPagesCostThePagingCPU(t *testing.T) {
 // spreads evenly (0.06), as it does where the device writes as fast as
 // reclaim is asked to free (reclaim keeps up: no large batches). All of
 // it is taken either way.
+// reclaimNineInRAM is a node of nd with nine random 256 MiB VMs all in
+// RAM, reclaim having taken deficit pages from them in a quarter second.
+func reclaimNineInRAM(nd Node, deficit float64) *node {
+	n := newNode(nd, oneVM(memload.ScanRandom), 9, 0.25, 1)
+	for _, v := range n.vms {
+		v.pages /= 4 // 256 MiB
+		v.phase, v.populated, v.resident = phaseRunning, v.pages, v.pages
+	}
+	n.capacityPages = n.usedPages() - deficit
+	n.reclaim(0.25)
+	return n
+}
+
 func TestReclaimBatchSpreadsTheDeficit(t *testing.T) {
 	for _, c := range []struct {
 		share        float64
@@ -1123,14 +1136,8 @@ func TestReclaimBatchSpreadsTheDeficit(t *testing.T) {
 	}{{0, 1000, 0, 0.1}, {0.1, 1000, 0.4, 2}, {0.1, 1e9, 0, 0.1}} {
 		nd := smallNode()
 		nd.ReclaimBatchShare, nd.Swap.WriteIOPS = c.share, c.writeIOPS
-		n := newNode(nd, oneVM(memload.ScanRandom), 9, 0.25, 1)
-		for _, v := range n.vms {
-			v.pages /= 4 // 256 MiB
-			v.phase, v.populated, v.resident = phaseRunning, v.pages, v.pages
-		}
 		const deficit = 77000.0
-		n.capacityPages = n.usedPages() - deficit
-		n.reclaim(0.25)
+		n := reclaimNineInRAM(nd, deficit)
 		var sum, sumSquares float64
 		for _, v := range n.vms {
 			sum += v.disk
@@ -1155,14 +1162,8 @@ func TestSteadyReclaimOrderWeighsByCreation(t *testing.T) {
 	}{{0, 0, 1e9, 1, 1}, {0.5, 0, 1e9, 1.5, 0.5}, {-0.3, 0, 1e9, 0.7, 1.3}, {0.5, 0, 1000, 1, 1}, {0.5, 0.2, 1000, 1.2, 0.8}} {
 		nd := smallNode()
 		nd.SteadyReclaimOrderSlope, nd.ReclaimOrderSlope, nd.Swap.WriteIOPS = c.steady, c.behind, c.writeIOPS
-		n := newNode(nd, oneVM(memload.ScanRandom), 9, 0.25, 1)
-		for _, v := range n.vms {
-			v.pages /= 4 // 256 MiB
-			v.phase, v.populated, v.resident = phaseRunning, v.pages, v.pages
-		}
 		const deficit = 77000.0
-		n.capacityPages = n.usedPages() - deficit
-		n.reclaim(0.25)
+		n := reclaimNineInRAM(nd, deficit)
 		first, last := n.vms[0].disk/(deficit/9), n.vms[8].disk/(deficit/9)
 		if math.Abs(first-c.first) > 0.1 || math.Abs(last-c.last) > 0.1 {
 			t.Errorf("steady order %g, behind %g, %g writes a second: first made %.2f of the mean out, last %.2f; want %.2f and %.2f",
