@@ -443,3 +443,19 @@ func TestPagingSampleReclaimOrderSlope(t *testing.T) {
 		}
 	}
 }
+
+// A seq scan's runs tell readahead's order, a random scan's reclaim's:
+// the same workers (first made 6 pages a fault and a sixth out, last 2
+// and half) give each summary only its own.
+func TestSummarizePagingTakesEachScansOrder(t *testing.T) {
+	sample := PagingSample{WorkerPagesPerSec: []float64{600, 200}, WorkerMajorFaultsPerSec: []float64{100, 100}}
+	runs := [][]PagingSample{{sample, sample, sample}}
+	readahead, _ := sample.ReadaheadOrderSlope()
+	reclaim, _ := sample.ReclaimOrderSlope()
+	if p := summarizePaging(runs, 2, memload.ScanSeq); p.readaheadOrder != readahead || p.steadyReclaimOrder != 0 {
+		t.Errorf("seq: readahead order %g, reclaim order %g; want %g and 0", p.readaheadOrder, p.steadyReclaimOrder, readahead)
+	}
+	if p := summarizePaging(runs, 2, memload.ScanRandom); p.readaheadOrder != 0 || p.steadyReclaimOrder != reclaim || reclaim >= 0 {
+		t.Errorf("random: readahead order %g, reclaim order %g; want 0 and %g (below 0: the first made had more in RAM)", p.readaheadOrder, p.steadyReclaimOrder, reclaim)
+	}
+}
