@@ -209,8 +209,8 @@ func newNode(nd Node, spec VMSpec, count int, dt float64, seed uint64) *node {
 	return s
 }
 
-// maxReadaheadOrder bounds Node.ReadaheadOrderSlope: the last VM made
-// keeps a tenth of the node's pages a read at least.
+// maxReadaheadOrder bounds the creation-order slopes (Node.ReadaheadOrderSlope,
+// Node.SteadyReclaimOrderSlope): the last VM made keeps a tenth of the mean.
 const maxReadaheadOrder = 0.9
 
 // readahead is the pages of its own one of v's swap-in faults brings

@@ -517,7 +517,7 @@ func summarizePaging(runs [][]PagingSample, cpus int, scan memload.Scan) (p pagi
 		case memload.ScanSeq:
 			p.readaheadOrder = max(min(k, maxReadaheadOrder), -maxReadaheadOrder)
 		case memload.ScanRandom:
-			p.steadyReclaimOrder = max(min(k, maxSteadyReclaimOrder), -maxSteadyReclaimOrder)
+			p.steadyReclaimOrder = max(min(k, maxReadaheadOrder), -maxReadaheadOrder)
 		}
 	}
 	// A size by some counts and not others would be read as one count's

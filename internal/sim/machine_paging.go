@@ -194,12 +194,15 @@ func (s PagingSample) String() string {
 			}
 		}
 		line += "; pages touched a major fault, in the same order: " + strings.Join(perFault, " ")
+		var orders []string
 		if k, ok := s.ReadaheadOrderSlope(); ok {
-			line += fmt.Sprintf(" (readahead order %+.2f", k)
-			if k, ok := s.ReclaimOrderSlope(); ok {
-				line += fmt.Sprintf(", reclaim order %+.2f", k)
-			}
-			line += ")"
+			orders = append(orders, fmt.Sprintf("readahead order %+.2f", k))
+		}
+		if k, ok := s.ReclaimOrderSlope(); ok {
+			orders = append(orders, fmt.Sprintf("reclaim order %+.2f", k))
+		}
+		if len(orders) > 0 {
+			line += " (" + strings.Join(orders, ", ") + ")"
 		}
 	}
 	return line

@@ -8,9 +8,6 @@ import (
 // Reclaim: which VMs lose the pages that do not fit, and how many a visit.
 
 const (
-	// maxSteadyReclaimOrder bounds Node.SteadyReclaimOrderSlope: the last
-	// VM made keeps a tenth of the average weight.
-	maxSteadyReclaimOrder = 0.9
 	// reclaimBatchPages is how many pages reclaim takes from one cgroup at
 	// a time (SWAP_CLUSTER_MAX).
 	reclaimBatchPages = 32.0
@@ -76,10 +73,12 @@ func (s *node) reclaim(dt float64) {
 		// write completes (a fill here: 200k pages a second a core
 		// against some 150k written).
 		behind := !toTier && evict/dt > s.writePagesPerSec()
+		order := s.n.SteadyReclaimOrderSlope
 		if behind {
-			sum = s.weighByCreation(weights, s.n.ReclaimOrderSlope)
-		} else if s.n.SteadyReclaimOrderSlope != 0 {
-			sum = s.weighByCreation(weights, s.n.SteadyReclaimOrderSlope)
+			order = s.n.ReclaimOrderSlope
+		}
+		if order != 0 {
+			sum = s.weighByCreation(weights, order)
 		}
 		// Reclaim takes pages from one cgroup at a time, a batch a visit
 		// (reclaimBatch): which VM a batch comes from is a draw, so the
