@@ -21,7 +21,10 @@
 # content it can compress. REPEATS=N measures each ramp N times. By
 # default the model's figures are measured once, after the middle run,
 # and a step counts as matched when the simulated rate is within 15% of
-# some measured run (the table shows the measured median, min and max).
+# some measured run (the table shows the measured median, min and max);
+# with two or more runs it also holds each run against each other alone,
+# as the model is held against one (how often this machine agrees with
+# itself within 15%: the noise floor), and the model against each alone.
 # SETTLE (default 60) is the seconds the machine rests before every
 # model and every measured ramp: after a paging run, one worker alone
 # here touched 59M pages/s where it had 76M, back after about 40 s.
@@ -216,6 +219,41 @@ count_matched() {
   echo "  within 15%: in RAM (to step $2) $a of $b, plateau (from step $3) $c of $d"
 }
 
+# pair_counts COLS KNEE PLATEAU_START: from lines "workers,simulated,
+# measured...", each measured run against each other one alone, as the
+# model is held against a run (a step matched when the one is within 15%
+# of the other), and the model against each run alone: "a b c d e f g h",
+# the runs' a of b steps in RAM matched and c of d on the plateau, the
+# model's e of f and g of h.
+pair_counts() {
+  awk -F, -v knee="$2" -v plat="$3" '
+    function count(x, ref, where) {
+      if (ref <= 0) return
+      hit = (x >= 0.85 * ref && x <= 1.15 * ref)
+      if (where == "runs") { if (inRAM) { rr++; rrHit += hit }; if (onPlat) { rp++; rpHit += hit } }
+      else { if (inRAM) { mr++; mrHit += hit }; if (onPlat) { mp++; mpHit += hit } }
+    }
+    {
+      inRAM = knee > 0 && $1 <= knee; onPlat = plat > 0 && $1 >= plat
+      for (j = 3; j <= NF; j++) {
+        if ($j == "") continue
+        count($2, $j, "model")
+        for (k = 3; k <= NF; k++) if (k != j && $k != "") count($k, $j, "runs")
+      }
+    } END { printf "%d %d %d %d %d %d %d %d", rrHit, rr, rpHit, rp, mrHit, mr, mpHit, mp }' "$1"
+}
+
+# noise_floor COLS KNEE PLATEAU_START: prints pair_counts (how often this
+# machine's own runs of one ramp agree within 15%: the most the model
+# can be asked) and adds them to the totals.
+noise_floor() {
+  local a b c d e f g h
+  read -r a b c d e f g h <<<"$(pair_counts "$@")"
+  echo "  each run against each other alone (the noise floor): in RAM $a of $b, plateau $c of $d; the model against each run alone: in RAM $e of $f, plateau $g of $h"
+  runs_ram_hit=$((runs_ram_hit + a)) runs_ram=$((runs_ram + b)) runs_plateau_hit=$((runs_plateau_hit + c)) runs_plateau=$((runs_plateau + d))
+  alone_ram_hit=$((alone_ram_hit + e)) alone_ram=$((alone_ram + f)) alone_plateau_hit=$((alone_plateau_hit + g)) alone_plateau=$((alone_plateau + h))
+}
+
 # ram_speed DIR: "workers count" lines, per step of a run past its knee,
 # the workers still at RAM speed (report's workers_at_ram_speed).
 ram_speed() {
@@ -274,6 +312,7 @@ print_ratios() {
 total_ram_hit=0 total_ram=0 total_plateau_hit=0 total_plateau=0 total_lucky_same=0 total_lucky_near=0 total_lucky=0
 steady_ram_hit=0 steady_ram=0 steady_plateau_hit=0 steady_plateau=0 steady_runs=()
 paging_plateau_hit=0 paging_plateau=0 paging_runs=() after_plateau_hit=0 after_plateau=0
+runs_ram_hit=0 runs_ram=0 runs_plateau_hit=0 runs_plateau=0 alone_ram_hit=0 alone_ram=0 alone_plateau_hit=0 alone_plateau=0
 for c in $CASES; do
   IFS=, read -r node swap deploy <<<"$c"
   for scan in ${SCANS:-seq random}; do
@@ -379,6 +418,7 @@ for c in $CASES; do
       ((p > plateau)) && plateau=$p
     done
     count_matched "$BENCH_TMP/cols" "$knee" "$plateau"
+    ((${#measured[@]} > 1)) && noise_floor "$BENCH_TMP/cols" "$knee" "$plateau"
     for f in "${measured[@]}"; do
       echo "  ${f#"$OUT/"}:"
       compare_ram_speed "$(dirname "$f")" "$OUT/sim-$scan-$node"
@@ -387,6 +427,9 @@ for c in $CASES; do
   done
 done
 echo "total within 15%: in RAM $total_ram_hit of $total_ram steps, plateau $total_plateau_hit of $total_plateau steps"
+if ((runs_ram + runs_plateau > 0)); then
+  echo "the measured runs against each other alone (the noise floor): in RAM $runs_ram_hit of $runs_ram, plateau $runs_plateau_hit of $runs_plateau; the model against each run alone: in RAM $alone_ram_hit of $alone_ram, plateau $alone_plateau_hit of $alone_plateau"
+fi
 echo "transition steps with workers at RAM speed: $total_lucky; the model had as many in $total_lucky_same, within one worker in $total_lucky_near"
 if ((${#steady_runs[@]} > 0)); then
   held=$(printf '%s\n' "${steady_runs[@]}" | grep -c yes || true)
