@@ -573,7 +573,7 @@ func TestSystemKubevirtDensity(t *testing.T) {
 		// The stand-in guest runs the VMI's cloud-init user data on this
 		// machine: it fetches headroom from density and runs headroom load.
 		before := e.virt.GuestsRun()
-		port := kubetest.FreePort(t) // and port+1, for the binary: free in practice
+		port := kubetest.FreePortPair(t) // port+1 serves the binary
 		r := e.density(t, "--deployments", "2,4", "--controller-address", fmt.Sprintf("127.0.0.1:%d", port), "--vm-memory", "256Mi",
 			"--memory-size", "16Mi", "--workload-runtime", "3s", "--memory-scan", "random", "--timeout", "60s",
 			"--node-selector", "kubernetes.io/hostname="+nodeName)

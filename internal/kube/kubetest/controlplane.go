@@ -16,6 +16,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -349,6 +350,53 @@ func FreePort(t testing.TB) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// FreePortPair is a port p with p+1 that nothing listens on now, on any
+// interface, picked below the kernel's ephemeral ports: the control
+// plane's client connections take their local ports from that range, and
+// once one held the port after a pair picked there (density's controller
+// on p serves its binary on p+1).
+func FreePortPair(t testing.TB) int {
+	t.Helper()
+	lowest := 1024
+	highest := ephemeralPortsFrom() - 2
+	start := lowest + mrand.IntN(highest-lowest)
+	for i := range highest - lowest {
+		p := lowest + (start-lowest+i)%(highest-lowest)
+		first, err := net.Listen("tcp", ":"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		second, err := net.Listen("tcp", ":"+strconv.Itoa(p+1))
+		first.Close()
+		if err != nil {
+			continue
+		}
+		second.Close()
+		return p
+	}
+	t.Fatalf("no two free ports in a row from %d to %d", lowest, highest+1)
+	return 0
+}
+
+// ephemeralPortsFrom is the first port the kernel hands out to
+// connections that bind none (net.ipv4.ip_local_port_range; Linux's
+// default where it cannot be read).
+func ephemeralPortsFrom() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) != 2 {
+		return 32768
+	}
+	p, err := strconv.Atoi(fields[0])
+	if err != nil || p < 2048 {
+		return 32768
+	}
+	return p
 }
 
 // waitHTTP polls url until it answers 200 (a process starting has no
