@@ -152,6 +152,14 @@ type node struct {
 	// windowPages is the most pages a readahead reads (2^PageCluster).
 	windowPages  float64
 	swapHalfFull bool
+	// fillWaits says a fill waited for reclaim this tick (fillShare below
+	// 1): reclaim is behind, however fast the device could write.
+	fillWaits bool
+	// fillOrderLeftPages is what reclaim still takes by the fill's order
+	// (Node.ReclaimOrderSlope) where it falls behind this step: as many
+	// pages as that order was measured over (fillOrderShare of the VMs'
+	// workloads); past them, the steady order.
+	fillOrderLeftPages float64
 	// writebackLeft is what a full zswap pool still has to write back to
 	// the device before it takes pages again; writebackPerSec the pages
 	// it writes back a second this tick.
@@ -183,6 +191,7 @@ func newNode(nd Node, spec VMSpec, count int, dt float64, seed uint64) *node {
 		readWait: nd.Swap.LatencySeconds, touchRate: touchRateAt(nd.TouchRate, 0), ksm: newKSMD(nd.KSMDCPUSeconds),
 		startCPUFactor: spec.StartCPUFactor, startCPUSeconds: spec.StartCPUSeconds, windowPages: math.Pow(2, float64(nd.PageCluster))}
 	s.setIOFigures(0)
+	s.fillOrderLeftPages = fillOrderShare * pagesOf(spec.Workload.SizeBytes) * float64(count)
 	if nd.Tier != nil {
 		s.tierCapPages = pagesOf(nd.Tier.SizeBytes)
 	}
@@ -690,6 +699,7 @@ func (s *node) tick(now float64, measuring bool) {
 	s.readWait = s.solveReadWait(share)
 	s.vmCPUSeconds += min(s.coresUsed(share), s.n.CPUs) * dt
 	fill := s.fillShare(share, dt)
+	s.fillWaits = fill < 1
 	var stalledAll, anyStalled = 1.0, 0.0
 	var devicePagesIn float64
 	running := 0

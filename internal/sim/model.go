@@ -151,11 +151,13 @@ type Node struct {
 	// MiB of their 256 MiB.
 	ReclaimBatchShare float64
 	// ReclaimOrderSlope is how much more readily reclaim takes from the
-	// VMs created first where it falls behind: the first VM's pages are
-	// taken 1 + slope times as readily as the average, the last's 1 −
-	// slope times, the rest evenly between (0: alike). Measured here with
-	// eight workers filling together past their cgroup's limit: the first
-	// had 1.3-1.7 times the mean out, the last 0.5-0.6.
+	// VMs created first where it falls behind (as while a fill past RAM
+	// waits for it): the first VM's pages are taken 1 + slope times as
+	// readily as the average, the last's 1 − slope times, the rest evenly
+	// between (0: alike), for a step's first fillOrderShare of its
+	// workloads taken. Measured here with eight workers filling together
+	// 12% past their cgroup's limit: the first had 1.3-1.9 times the mean
+	// out, the last 0.1-0.6.
 	ReclaimOrderSlope float64
 	// SteadyReclaimOrderSlope is the same while reclaim keeps up, as on a
 	// plateau (−0.9 to 0.9; 0: alike). The walks that wrap come from

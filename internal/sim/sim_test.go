@@ -1235,6 +1235,59 @@ func TestFillPastRAMWaitsForTheDevicesWrites(t *testing.T) {
 	}
 }
 
+// A fill that waits for reclaim is reclaim falling behind, whether the
+// device's writes or reclaim's measured pace below them hold it, and
+// reclaim takes by the fill's order, for as many pages as that order was
+// measured over: four workers filling twice their node with an order of
+// 0.8 end with the first made more out than the last, by at most the 2 ×
+// 0.8 budgets a VM the order moved (reclaim then takes from what each
+// has left), and far from drained. A fill the device keeps up with takes
+// from all alike.
+func TestAFillWaitingForReclaimTakesByTheFillsOrder(t *testing.T) {
+	const workers, slope = 4, 0.8
+	for _, c := range []struct {
+		name               string
+		writeIOPS, fillOut float64
+		ordered            bool
+	}{
+		{"held by the device's writes", 16384, 0, true},
+		{"held by reclaim's pace, below the writes", 16384, 8192, true},
+		{"kept up with", 1e9, 0, false},
+	} {
+		nd := smallNode()
+		nd.RAMBytes, nd.CPUs, nd.PopulateRatePerCore, nd.FillOutPagesPerSec = 512<<20, 2, 131072, c.fillOut
+		nd.Swap.WriteIOPS, nd.WritePages, nd.ReclaimOrderSlope = c.writeIOPS, []IOPages{{Tasks: 1, Pages: 1}}, slope
+		vm := oneVM(memload.ScanRandom)
+		vm.Workload.SizeBytes, vm.Process, vm.MemoryBytes, vm.RequestBytes = 256<<20, true, 320<<20, 64<<20
+		n := newNode(nd, vm, workers, 0.01, 1)
+		filled := func() bool {
+			for _, v := range n.vms {
+				if v.phase != phaseReady {
+					return false
+				}
+			}
+			return true
+		}
+		for tick := 0; !filled(); tick++ {
+			if tick > 10000 {
+				t.Fatalf("%s: the fill did not end in 100 s", c.name)
+			}
+			n.tick(float64(tick)*0.01, false)
+		}
+		budgetPerVM := fillOrderShare * n.vms[0].pages
+		apart := (n.vms[0].workloadSwapped() - n.vms[workers-1].workloadSwapped()) / budgetPerVM
+		// Kept up with, the first made still has a little more out: it
+		// starts filling a moment before the others.
+		lo, hi := -0.3, 0.3
+		if c.ordered {
+			lo, hi = 0.5, 2*slope
+		}
+		if !(apart >= lo && apart <= hi) {
+			t.Errorf("%s: the first made had %.2f budgets a VM more out than the last, want %.2f to %.2f", c.name, apart, lo, hi)
+		}
+	}
+}
+
 // Where the kernel reads swap ahead by offset, a sequential fault brings
 // as many of the VM's own pages as reclaim took from it a visit: the
 // readahead scaled by its place in creation order (the measured
