@@ -152,9 +152,6 @@ type node struct {
 	// windowPages is the most pages a readahead reads (2^PageCluster).
 	windowPages  float64
 	swapHalfFull bool
-	// fillWaits says a fill waited for reclaim this tick (fillShare below
-	// 1): reclaim is behind, however fast the device could write.
-	fillWaits bool
 	// fillOrderLeftPages is what reclaim still takes by the fill's order
 	// (Node.ReclaimOrderSlope) where it falls behind this step: as many
 	// pages as that order was measured over (fillOrderShare of the VMs'
@@ -218,9 +215,9 @@ func newNode(nd Node, spec VMSpec, count int, dt float64, seed uint64) *node {
 	return s
 }
 
-// maxReadaheadOrder bounds the creation-order slopes (Node.ReadaheadOrderSlope,
+// maxCreationOrderSlope bounds the creation-order slopes (Node.ReadaheadOrderSlope,
 // Node.SteadyReclaimOrderSlope): the last VM made keeps a tenth of the mean.
-const maxReadaheadOrder = 0.9
+const maxCreationOrderSlope = 0.9
 
 // readahead is the pages of its own one of v's swap-in faults brings
 // for this scan: the window (by the VMs faulting) where the kernel reads
@@ -699,7 +696,6 @@ func (s *node) tick(now float64, measuring bool) {
 	s.readWait = s.solveReadWait(share)
 	s.vmCPUSeconds += min(s.coresUsed(share), s.n.CPUs) * dt
 	fill := s.fillShare(share, dt)
-	s.fillWaits = fill < 1
 	var stalledAll, anyStalled = 1.0, 0.0
 	var devicePagesIn float64
 	running := 0
@@ -788,7 +784,7 @@ func (s *node) tick(now float64, measuring bool) {
 		s.psiFull += stalledAll * dt
 	}
 	s.ksmTick(now, dt)
-	s.reclaim(dt)
+	s.reclaim(dt, fill < 1)
 	// A zswap pool that reached its limit writes its oldest pages back
 	// until it is down to the accept threshold.
 	if s.n.Tier.isZswap() && s.writebackLeft <= 0 && s.tierRoomPages() <= minPages {

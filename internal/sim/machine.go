@@ -515,9 +515,9 @@ func summarizePaging(runs [][]PagingSample, cpus int, scan memload.Scan) (p pagi
 	if len(orders) > 0 {
 		switch k := results.Quantile(orders, 0.5); scan {
 		case memload.ScanSeq:
-			p.readaheadOrder = max(min(k, maxReadaheadOrder), -maxReadaheadOrder)
+			p.readaheadOrder = max(min(k, maxCreationOrderSlope), -maxCreationOrderSlope)
 		case memload.ScanRandom:
-			p.steadyReclaimOrder = max(min(k, maxReadaheadOrder), -maxReadaheadOrder)
+			p.steadyReclaimOrder = max(min(k, maxCreationOrderSlope), -maxCreationOrderSlope)
 		}
 	}
 	// A size by some counts and not others would be read as one count's

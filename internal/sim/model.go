@@ -346,10 +346,10 @@ func Validate(n Node, v VMSpec) error {
 		return fmt.Errorf("--reclaim-batch %g: want a share of a VM's pages from 0 to 1", n.ReclaimBatchShare)
 	case !(n.ReclaimOrderSlope >= 0 && n.ReclaimOrderSlope < 1):
 		return fmt.Errorf("--reclaim-order %g: want a slope from 0 to below 1", n.ReclaimOrderSlope)
-	case !(math.Abs(n.SteadyReclaimOrderSlope) <= maxReadaheadOrder):
-		return fmt.Errorf("--reclaim-order-steady %g: want a slope from -%g to %g", n.SteadyReclaimOrderSlope, maxReadaheadOrder, maxReadaheadOrder)
-	case !(math.Abs(n.ReadaheadOrderSlope) <= maxReadaheadOrder):
-		return fmt.Errorf("--readahead-order %g: want a slope from -%g to %g", n.ReadaheadOrderSlope, maxReadaheadOrder, maxReadaheadOrder)
+	case !(math.Abs(n.SteadyReclaimOrderSlope) <= maxCreationOrderSlope):
+		return fmt.Errorf("--reclaim-order-steady %g: want a slope from -%g to %g", n.SteadyReclaimOrderSlope, maxCreationOrderSlope, maxCreationOrderSlope)
+	case !(math.Abs(n.ReadaheadOrderSlope) <= maxCreationOrderSlope):
+		return fmt.Errorf("--readahead-order %g: want a slope from -%g to %g", n.ReadaheadOrderSlope, maxCreationOrderSlope, maxCreationOrderSlope)
 	case !(n.ReclaimBurstPages >= 0 && n.ReclaimBurstPages <= maxReclaimBurstPages):
 		return fmt.Errorf("--reclaim-burst %g: want pages a visit from 0 to %d", n.ReclaimBurstPages, maxReclaimBurstPages)
 	case !(n.FillOutPagesPerSec >= 0) || math.IsInf(n.FillOutPagesPerSec, 0):

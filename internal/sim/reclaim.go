@@ -18,7 +18,9 @@ const (
 // reclaim evicts what does not fit, by second-chance LRU across VMs, to
 // the compressed tier while it has room and then to the device; with no
 // room left anywhere it OOM-kills the largest VM, as the kernel would.
-func (s *node) reclaim(dt float64) {
+// fillWaits says a fill waited for reclaim this tick: reclaim is behind,
+// however fast the device could write.
+func (s *node) reclaim(dt float64, fillWaits bool) {
 	for range 4 {
 		over := s.usedPages() - s.capacityPages
 		if over <= minPages {
@@ -76,7 +78,7 @@ func (s *node) reclaim(dt float64) {
 		// writes) asks more than reclaim frees too, though the eviction
 		// reclaim sees here is only that pace. Behind, it takes by the
 		// fill's order for as many pages as that order was measured over.
-		behind := !toTier && (s.fillWaits || evict/dt > s.writePagesPerSec())
+		behind := !toTier && (fillWaits || evict/dt > s.writePagesPerSec())
 		order := s.n.SteadyReclaimOrderSlope
 		if behind && s.fillOrderLeftPages > 0 {
 			order = s.n.ReclaimOrderSlope

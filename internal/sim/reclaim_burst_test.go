@@ -101,7 +101,7 @@ func TestBurstProbeReadsTheModelsBurst(t *testing.T) {
 						v.resident += faultsATick
 						lost[i] -= v.disk
 					}
-					n.reclaim(1.0 / ticksASecond)
+					n.reclaim(1.0/ticksASecond, false)
 					for i, v := range n.vms {
 						lost[i] += v.disk
 					}

@@ -122,7 +122,7 @@ func TestReleaseProbeReadsTheModelsBatch(t *testing.T) {
 				full := n.usedPages()
 				for i := range ticks {
 					n.capacityPages = full - deficit*float64(i+1)/float64(ticks)
-					n.reclaim(0.25)
+					n.reclaim(0.25, false)
 				}
 				var s ReleaseSample
 				for _, v := range n.vms {

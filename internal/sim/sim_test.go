@@ -358,7 +358,7 @@ func TestReclaimTakesColdPagesFirst(t *testing.T) {
 	hot, cold := n.vms[0], n.vms[1]
 	hot.rate, cold.rate = 1e7, 0
 	n.capacityPages = 1.5 * hot.pages
-	n.reclaim(0.25)
+	n.reclaim(0.25, false)
 	if hot.resident <= cold.resident || math.Abs(hot.resident+cold.resident-n.capacityPages) > 1 {
 		t.Fatalf("hot %.0f, cold %.0f resident of %.0f; want the cold VM to lose more and the total to fit", hot.resident, cold.resident, n.capacityPages)
 	}
@@ -376,7 +376,7 @@ func TestFullTierSendsEvictionsToTheDevice(t *testing.T) {
 		n.vms[0].tier = n.tierCapPages - left
 		n.capacityPages = n.usedPages() - 1000 // 1000 pages too many
 		disk := n.vms[0].disk + n.vms[1].disk
-		n.reclaim(0.25)
+		n.reclaim(0.25, false)
 		if over := n.usedPages() - n.capacityPages; over > 1e-3 {
 			t.Errorf("tier %g pages short of full: %.3f pages over RAM after reclaim", left, over)
 		}
@@ -475,7 +475,7 @@ func TestCleanPagesAreDroppedNotWritten(t *testing.T) {
 		v := n.vms[0]
 		v.clean, v.slotted = v.resident/2, v.resident/2
 		n.capacityPages = n.usedPages() - 1000
-		n.reclaim(0.25)
+		n.reclaim(0.25, false)
 		if math.Abs(n.swapOuts-wantOut) > 1 || math.Abs(v.tier-500) > 1 || math.Abs(v.disk-500) > 1 {
 			t.Errorf("%s: 1000 pages evicted, half clean: %.0f swap-outs, %.0f to the tier, %.0f on the device; want %.0f, 500 and 500", kind, n.swapOuts, v.tier, v.disk, wantOut)
 		}
@@ -664,7 +664,7 @@ func TestReclaimTakesTheGuestCacheFirst(t *testing.T) {
 	v := n.vms[0]
 	v.rate, v.cache, v.cacheFilled = 0, v.cacheGoal, v.cacheGoal // idle workload: no touch spares it
 	n.capacityPages = v.pages + v.cache/2
-	n.reclaim(0.25)
+	n.reclaim(0.25, false)
 	if v.resident != v.pages || math.Abs(v.cacheDisk-v.cacheGoal/2) > 1 || v.disk != 0 {
 		t.Fatalf("workload %.0f of %.0f resident, %.0f on the device; cache %.0f in RAM, %.0f on the device; want only half the cache (%.0f) out",
 			v.resident, v.pages, v.disk, v.cache, v.cacheDisk, v.cacheGoal/2)
@@ -1124,7 +1124,7 @@ func reclaimNineInRAM(nd Node, deficit float64) *node {
 		v.phase, v.populated, v.resident = phaseRunning, v.pages, v.pages
 	}
 	n.capacityPages = n.usedPages() - deficit
-	n.reclaim(0.25)
+	n.reclaim(0.25, false)
 	return n
 }
 
