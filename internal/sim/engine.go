@@ -685,7 +685,7 @@ func (s *node) tick(now float64, measuring bool) {
 	s.now = now
 	faulting := s.faulting()
 	s.pagingCPU = pagingCPUAt(s.n.PagingCPU, faulting)
-	s.runQueueWait = runQueueWaitAt(s.n.RunQueueWait, faulting)
+	s.runQueueWait = runQueueWaitAt(s.n.RunQueueWait, s.n.PagingCPU, s.n.CPUs, faulting)
 	s.swapHalfFull = s.halfFull()
 	s.setIOFigures(faulting)
 	s.writeBack(dt)

@@ -140,7 +140,8 @@ type Node struct {
 	// completion wakes its task, which then queues for a core (none: it
 	// waits only when the cores are oversubscribed). Measured here with
 	// eight seq workers on two cores: 40 µs a page, three times the CPU a
-	// page costs, while the cores were a third idle.
+	// page costs, while the cores were a third idle. A count's wait is
+	// the fair share's stretch there plus an excess (runQueueWaitAt).
 	RunQueueWait []PagingCost
 	// ReclaimBatchShare is the share of a VM's pages in RAM one visit of
 	// reclaim to its cgroup takes when reclaim falls behind (0: only

@@ -329,8 +329,10 @@ func TestSummarizePaging(t *testing.T) {
 }
 
 // A VM woken by its swap-in read waits its run-queue wait a page on top
-// of the read; where the cores are oversubscribed, the fair share's
-// stretch is that wait, and the longer of the two counts, not both.
+// of the read. Where the cores are oversubscribed a wait given is read as
+// the fair share's stretch plus what it exceeds it by, so the VM waits
+// the stretch and that excess; the fair share's own wait counts where it
+// is longer, not both.
 func TestRunQueueWaitSlowsFaultingVMs(t *testing.T) {
 	for _, c := range []struct {
 		name               string
@@ -344,9 +346,12 @@ func TestRunQueueWaitSlowsFaultingVMs(t *testing.T) {
 		{"no wait", 64, 1, 0, 100e-6, nil, 1 / (0.1e-6 + 50e-6)},
 		{"40 µs a page", 64, 1, 0, 100e-6, []PagingCost{{1, 40e-6}}, 1 / (0.1e-6 + 20e-6 + 50e-6)},
 		{"by tasks, held beyond the last", 64, 16, 0, 100e-6, []PagingCost{{2, 10e-6}, {8, 40e-6}}, 1 / (0.1e-6 + 20e-6 + 50e-6)},
-		// Four VMs of 25.1 µs of CPU a touch on one core: a quarter each.
-		{"oversubscribed, the share's wait longer", 1, 4, 50e-6, 1e-9, []PagingCost{{1, 10e-6}}, 1 / (4 * 25.1e-6)},
-		{"oversubscribed, the run queue's longer", 1, 4, 50e-6, 1e-9, []PagingCost{{1, 400e-6}}, 1 / (25.1e-6 + 200e-6)},
+		// Four VMs of 25.1 µs of CPU a touch on one core: a quarter
+		// each, the stretch 3 × 50 µs a page (75 µs a touch).
+		{"oversubscribed, no excess", 1, 4, 50e-6, 1e-9, []PagingCost{{1, 0}}, 1 / (4 * 25.1e-6)},
+		{"oversubscribed, the stretch and the excess", 1, 4, 50e-6, 1e-9, []PagingCost{{1, 10e-6}}, 1 / (25.1e-6 + 75e-6 + 5e-6)},
+		{"oversubscribed, a wait given at four is the stretch's there", 1, 4, 50e-6, 1e-9, []PagingCost{{4, 150e-6}}, 1 / (4 * 25.1e-6)},
+		{"oversubscribed, a wait given at four above the stretch", 1, 4, 50e-6, 1e-9, []PagingCost{{4, 550e-6}}, 1 / (25.1e-6 + 275e-6)},
 	} {
 		nd := smallNode()
 		nd.CPUs, nd.PagingCPU, nd.RunQueueWait = c.cpus, []PagingCost{{1, c.pagingCPU}}, c.runQueueWait
@@ -372,6 +377,40 @@ func TestRunQueueWaitSlowsFaultingVMs(t *testing.T) {
 	n.tick(0, true)
 	if got, want := n.vms[0].rate, 1/50.2e-6; math.Abs(got-want) > 0.005*want {
 		t.Errorf("beside a VM in RAM on one core: %.0f touches/s, want %.0f", got, want)
+	}
+}
+
+// A run-queue wait measured at two counts is the fair share's stretch at
+// each plus a little; between them it follows the stretch, which grows
+// with the count, not the log of it (the figures of a random probe here).
+func TestRunQueueWaitBetweenCountsFollowsTheFairShare(t *testing.T) {
+	cpu := []PagingCost{{2, 144e-6}, {8, 199e-6}, {16, 276e-6}}
+	waits := []PagingCost{{2, 23e-6}, {8, 574e-6}, {16, 1991e-6}}
+	const cores = 2
+	for _, c := range waits {
+		if got := runQueueWaitAt(waits, cpu, cores, c.Tasks); math.Abs(got-c.SecondsPerPage) > 1e-9 {
+			t.Errorf("at a measured count %g: %.1f µs, want the measured %.1f", c.Tasks, got*1e6, c.SecondsPerPage*1e6)
+		}
+	}
+	for _, tasks := range []float64{10, 12, 13, 14} {
+		stretch := (tasks/cores - 1) * pagingCPUAt(cpu, tasks)
+		if got := runQueueWaitAt(waits, cpu, cores, tasks); math.Abs(got/stretch-1) > 0.05 {
+			t.Errorf("at %g tasks: %.0f µs, want within 5%% of the fair share's stretch %.0f", tasks, got*1e6, stretch*1e6)
+		}
+	}
+	// Beyond the last count the stretch grows on, the excess held.
+	if got, want := runQueueWaitAt(waits, cpu, cores, 32), 15*pagingCPUAt(cpu, 32)+(1991e-6-7*276e-6); math.Abs(got-want) > 1e-9 {
+		t.Errorf("at 32 tasks: %.0f µs, want %.0f", got*1e6, want*1e6)
+	}
+	// Below one core a task, only the excess: never below zero.
+	if got := runQueueWaitAt([]PagingCost{{1, 5e-6}}, cpu, 64, 16); math.Abs(got-5e-6) > 1e-12 {
+		t.Errorf("16 tasks on 64 cores: %.1f µs, want 5", got*1e6)
+	}
+	if got := runQueueWaitAt([]PagingCost{{4, 0}}, cpu, 1, 2); got != 0 {
+		t.Errorf("a wait below the stretch it was measured beside: %g, want 0", got)
+	}
+	if got := runQueueWaitAt(nil, cpu, 2, 16); got != 0 {
+		t.Errorf("no waits: %g, want 0", got)
 	}
 }
 
