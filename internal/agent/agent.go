@@ -18,6 +18,7 @@ import (
 	"github.com/headroom-dev/headroom/internal/cgroup"
 	"github.com/headroom-dev/headroom/internal/host"
 	"github.com/headroom-dev/headroom/internal/policy"
+	"github.com/headroom-dev/headroom/internal/workloadmeta"
 )
 
 // Record is one logged decision: the policy's decision and what acting on
@@ -84,7 +85,7 @@ type Agent struct {
 	groups        map[string]cgroup.Group
 	workloads     map[string]policy.Workload
 	names         []string // of workloads, sorted; rebuilt when the set changes
-	meta          map[string]Metadata
+	meta          map[string]workloadmeta.Metadata
 	lastDiscovery time.Time
 	statsAt       time.Time
 	prevSample    time.Time
@@ -128,7 +129,7 @@ func NewForScope(cfg Config, scope cgroup.Group, log *slog.Logger, decisions io.
 		evictor: DefaultEvictor{Grace: seconds(cfg.EvictionGraceSeconds), Poll: 50 * time.Millisecond},
 		groups:  map[string]cgroup.Group{}, ballooned: map[string]uint64{},
 		workloads: map[string]policy.Workload{},
-		meta:      map[string]Metadata{},
+		meta:      map[string]workloadmeta.Metadata{},
 	}
 	a.metrics = newMetrics(a)
 	files := &cgroupSource{scope: scope, workloadsDir: cfg.WorkloadsDir, ignore: map[string]bool{}}

@@ -22,43 +22,6 @@ import (
 	"github.com/headroom-dev/headroom/internal/policy"
 )
 
-func TestParseMetadata(t *testing.T) {
-	tests := []struct {
-		in      string
-		want    Metadata
-		wantErr bool
-	}{
-		{`{"name":"vm-a","priority":100,"memoryRequest":"4Gi","protected":true}`, Metadata{Name: "vm-a", Priority: 100, MemoryRequestBytes: 4 << 30, Protected: true}, false},
-		{`{"memoryRequest":1073741824}`, Metadata{MemoryRequestBytes: 1 << 30}, false},
-		{`{"priority":-5}`, Metadata{Priority: -5}, false},
-		{`{}`, Metadata{}, false},
-		{`{"memoryRequest":"lots"}`, Metadata{}, true},
-		{`{"memoryRequest":-1}`, Metadata{}, true},
-		{`{"priority":"high"}`, Metadata{}, true},
-		{`not json`, Metadata{}, true},
-		{`{"name":"vm1","qmp":"/run/vm1/qmp.sock"}`, Metadata{Name: "vm1", QMPSocket: "/run/vm1/qmp.sock"}, false},
-		{`{"qmp":"relative.sock"}`, Metadata{}, true},
-	}
-	for _, tt := range tests {
-		got, err := ParseMetadata([]byte(tt.in))
-		if (err != nil) != tt.wantErr || (err == nil && got != tt.want) {
-			t.Errorf("ParseMetadata(%s) = %+v, %v; want %+v, error %v", tt.in, got, err, tt.want, tt.wantErr)
-		}
-	}
-}
-
-func FuzzParseMetadata(f *testing.F) {
-	for _, s := range []string{`{"name":"a","priority":1,"memoryRequest":"1Gi"}`, `{"memoryRequest":5}`, `{"memoryRequest":null}`, `[]`, `{"protected":1}`} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := ParseMetadata(b)
-		if err == nil && !json.Valid(b) {
-			t.Fatalf("accepted invalid JSON %q as %+v", b, m)
-		}
-	})
-}
-
 func TestConfigLayering(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "agent.yaml")

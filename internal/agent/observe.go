@@ -10,6 +10,7 @@ import (
 	"github.com/headroom-dev/headroom/internal/cgroup"
 	"github.com/headroom-dev/headroom/internal/host"
 	"github.com/headroom-dev/headroom/internal/policy"
+	"github.com/headroom-dev/headroom/internal/workloadmeta"
 )
 
 // observer reads the scope, the node counters and the workloads.
@@ -220,7 +221,7 @@ func (o *observer) discover() ([]Listed, error) {
 
 // workload reads one child cgroup's stats and metadata; full also re-reads
 // its limits (more files), which the periodic refresh skips.
-func (o *observer) workload(name string, g cgroup.Group, full bool) (policy.Workload, Metadata) {
+func (o *observer) workload(name string, g cgroup.Group, full bool) (policy.Workload, workloadmeta.Metadata) {
 	w := policy.Workload{Name: name}
 	if id, err := cgroup.ID(g); err == nil {
 		w.Instance = id

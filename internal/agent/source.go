@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/headroom-dev/headroom/internal/cgroup"
+	"github.com/headroom-dev/headroom/internal/workloadmeta"
 )
 
 // Source tells the agent which workloads it protects — each one's name,
@@ -19,7 +20,7 @@ type Source interface {
 	List() ([]Listed, error)
 	// Metadata returns a listed workload's metadata. It is asked at every
 	// stats refresh, so it must be cheap.
-	Metadata(name string) (Metadata, error)
+	Metadata(name string) (workloadmeta.Metadata, error)
 	// Changed fires when the list may have changed, so a new workload gets
 	// its swap allowance at once (nil: the agent lists only at its
 	// discovery interval).
@@ -46,7 +47,7 @@ type cgroupSource struct {
 type cachedMetadata struct {
 	modTime time.Time
 	size    int64
-	md      Metadata
+	md      workloadmeta.Metadata
 }
 
 func (s *cgroupSource) Changed() <-chan struct{} { return nil }
@@ -84,16 +85,16 @@ func (s *cgroupSource) holdsAgent(dir string) bool {
 
 // Metadata re-reads a workload's file only when its modification time or
 // size changed.
-func (s *cgroupSource) Metadata(name string) (Metadata, error) {
+func (s *cgroupSource) Metadata(name string) (workloadmeta.Metadata, error) {
 	fi, err := os.Stat(filepath.Join(s.workloadsDir, name+".json"))
 	if err != nil {
 		delete(s.metadata, name)
-		return readMetadata(s.workloadsDir, name)
+		return workloadmeta.Read(s.workloadsDir, name)
 	}
 	if c, ok := s.metadata[name]; ok && c.modTime.Equal(fi.ModTime()) && c.size == fi.Size() {
 		return c.md, nil
 	}
-	md, err := readMetadata(s.workloadsDir, name)
+	md, err := workloadmeta.Read(s.workloadsDir, name)
 	if err != nil {
 		return md, err
 	}

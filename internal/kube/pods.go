@@ -9,8 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/headroom-dev/headroom/internal/agent"
 	"github.com/headroom-dev/headroom/internal/policy"
+	"github.com/headroom-dev/headroom/internal/workloadmeta"
 )
 
 // SystemCriticalPriority is the lowest priority of the system-*-critical
@@ -30,8 +30,8 @@ func WorkloadName(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
 
 // Metadata is what the agent's policy needs to know of a pod. swap is the
 // node's swap mode for pods (SwapAgent, SwapKubelet, SwapOff).
-func Metadata(p *corev1.Pod, prot Protection) agent.Metadata {
-	md := agent.Metadata{
+func Metadata(p *corev1.Pod, prot Protection) workloadmeta.Metadata {
+	md := workloadmeta.Metadata{
 		Name:               WorkloadName(p),
 		MemoryRequestBytes: PodMemoryRequestBytes(p),
 		Protected:          Protected(p, prot),

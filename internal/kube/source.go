@@ -24,6 +24,7 @@ import (
 	"github.com/headroom-dev/headroom/internal/agent"
 	"github.com/headroom-dev/headroom/internal/cgroup"
 	"github.com/headroom-dev/headroom/internal/policy"
+	"github.com/headroom-dev/headroom/internal/workloadmeta"
 )
 
 // Swap modes: who sets a pod's swap limit.
@@ -256,10 +257,10 @@ func (s *Source) List() ([]agent.Listed, error) {
 }
 
 // Metadata is the pod's, with its swap rule from the swap mode.
-func (s *Source) Metadata(name string) (agent.Metadata, error) {
+func (s *Source) Metadata(name string) (workloadmeta.Metadata, error) {
 	p := s.Pod(name)
 	if p == nil {
-		return agent.Metadata{Name: name}, fmt.Errorf("pod %s is no longer bound to the node", name)
+		return workloadmeta.Metadata{Name: name}, fmt.Errorf("pod %s is no longer bound to the node", name)
 	}
 	md := Metadata(p, s.cfg.Protection)
 	if s.cfg.Version == cgroup.V1 && !HasMemoryLimit(p) {

@@ -1,4 +1,9 @@
-package agent
+// Package workloadmeta is a workload's identity and importance as the
+// agent's policy sees it: read from <workloads-dir>/<cgroup-name>.json
+// (density writes these for its workers) or, on Kubernetes, from the pod.
+// It stands apart from the agent so its parser, and its fuzz test, build
+// without the agent's dependencies (the Prometheus client among them).
+package workloadmeta
 
 import (
 	"encoding/json"
@@ -31,8 +36,8 @@ type Metadata struct {
 	ExternalSwapBytes uint64 `json:"-"`
 }
 
-// ParseMetadata parses one metadata file.
-func ParseMetadata(b []byte) (Metadata, error) {
+// Parse parses one metadata file.
+func Parse(b []byte) (Metadata, error) {
 	var raw struct {
 		Name          string          `json:"name"`
 		Priority      int             `json:"priority"`
@@ -66,9 +71,9 @@ func ParseMetadata(b []byte) (Metadata, error) {
 	return m, nil
 }
 
-// readMetadata reads the metadata of the workload whose cgroup is named
+// Read reads from dir the metadata of the workload whose cgroup is named
 // cgroupName; a missing file is not an error.
-func readMetadata(dir, cgroupName string) (Metadata, error) {
+func Read(dir, cgroupName string) (Metadata, error) {
 	b, err := os.ReadFile(filepath.Join(dir, cgroupName+".json"))
 	if errors.Is(err, os.ErrNotExist) {
 		return Metadata{Name: cgroupName}, nil
@@ -76,7 +81,7 @@ func readMetadata(dir, cgroupName string) (Metadata, error) {
 	if err != nil {
 		return Metadata{Name: cgroupName}, err
 	}
-	m, err := ParseMetadata(b)
+	m, err := Parse(b)
 	if err != nil {
 		return Metadata{Name: cgroupName}, fmt.Errorf("%s: %w", cgroupName+".json", err)
 	}
