@@ -384,19 +384,14 @@ func FreePortPair(t testing.TB) int {
 // connections that bind none (net.ipv4.ip_local_port_range; Linux's
 // default where it cannot be read).
 func ephemeralPortsFrom() int {
+	const linuxDefault = 32768
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 32768
+	if fields := strings.Fields(string(b)); err == nil && len(fields) == 2 {
+		if p, err := strconv.Atoi(fields[0]); err == nil && p >= 2048 {
+			return p
+		}
 	}
-	fields := strings.Fields(string(b))
-	if len(fields) != 2 {
-		return 32768
-	}
-	p, err := strconv.Atoi(fields[0])
-	if err != nil || p < 2048 {
-		return 32768
-	}
-	return p
+	return linuxDefault
 }
 
 // waitHTTP polls url until it answers 200 (a process starting has no
