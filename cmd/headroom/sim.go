@@ -90,6 +90,7 @@ type simFlags struct {
 	reclaimBurst, fillOut                 float64
 	pagingSteal                           time.Duration
 	readPages, writePages, mixedCapacity  string
+	readaheadUsed                         string
 	halfFullWritePages, halfFullCapacity  string
 	machine, saveMachine                  string
 	machineRounds                         int
@@ -146,6 +147,7 @@ func newSimCommand() *cobra.Command {
 	fl.StringVar(&f.touchBesidePaging, "touch-beside-paging", "0", "how fast a core touches while the swap device pages, as a share of --touch-rate: "+sim.TouchBesidePagingForm+" (--machine this measures it: a worker in RAM beside paging workers)")
 	fl.StringVar(&f.runQueueWait, "run-queue-wait", "", "a faulting VM's wait for a core per page paged in from the swap device (woken by its read, it queues for a core), "+sim.RunQueueWaitForm+"; read as the fair share's stretch at that count plus what it exceeds it by, the excess interpolated between counts (default none: it waits only when the cores are oversubscribed)")
 	fl.StringVar(&f.readPages, "swap-read-pages", "", "pages a sequential fault's swap readahead reads in one go, "+sim.IOPagesForm+" (default 8: vm.page-cluster 3; the kernel reads less when readahead goes unused)")
+	fl.StringVar(&f.readaheadUsed, "readahead-used", "", "the share of the pages a sequential fault's swap readahead reads that the scans touch before reclaim takes them back, "+sim.ReadaheadUsedForm+" (default 1: all; each page read costs the paging CPU and its read whether used or not, and the unused are read again; --machine this measures it from its seq paging workers' pages touched against the pages swapped in)")
 	fl.StringVar(&f.writePages, "swap-write-pages", "", "pages one write to the swap device carries, "+sim.IOPagesForm+" (default 8: reclaim's batches merged; fewer when many cgroups reclaim at once)")
 	fl.StringVar(&f.halfFullWritePages, "swap-write-pages-half-full", "", "pages one write carries once half the swap is in use, where the kernel frees slots as pages come in, "+sim.IOPagesForm+" (default: as --swap-write-pages; --machine this measures it: a page a write for a random scan on kernel 6.18 with a swap file)")
 	fl.StringVar(&f.halfFullCapacity, "swap-mixed-capacity-half-full", "", "--swap-mixed-capacity once half the swap is in use, "+sim.MixedCapacityForm+" (default: as --swap-mixed-capacity; --machine this measures it)")
@@ -296,6 +298,9 @@ func applyMachine(cmd *cobra.Command, f *simFlags) error {
 	if b := fig.TouchBesidePaging(); b != (sim.TouchBesidePaging{}) {
 		set("touch-beside-paging", b.String())
 	}
+	if len(fig.ReadaheadUsed) > 0 {
+		set("readahead-used", sim.FormatReadaheadUsed(fig.ReadaheadUsed))
+	}
 	if len(fig.ReadaheadPages) > 0 {
 		set("swap-read-pages", sim.FormatIOPages(fig.ReadaheadPages))
 	}
@@ -370,6 +375,11 @@ func simParams(f *simFlags) (sim.Params, error) {
 	}
 	if node.TouchRate, err = sim.ParseTouchRate(f.touchRate); err != nil {
 		return sim.Params{}, usageError{err}
+	}
+	if f.readaheadUsed != "" {
+		if node.ReadaheadUsed, err = sim.ParseReadaheadUsed(f.readaheadUsed); err != nil {
+			return sim.Params{}, usageError{err}
+		}
 	}
 	if f.readPages != "" {
 		if node.ReadaheadPages, err = sim.ParseIOPages("swap-read-pages", f.readPages); err != nil {
@@ -576,7 +586,7 @@ func simParamsMap(f *simFlags) map[string]any {
 		"content": memload.Content(f.content).String(), "workload_runtime_seconds": f.runtime.Seconds(), "overcommit_percent": f.overcommit,
 		"overhead_bytes": uint64(f.overhead), "guest_overhead_bytes": uint64(f.guestOverhead), "node_memory_bytes": uint64(f.nodeMemory),
 		"system_reserve_bytes": uint64(f.systemReserve), "cpus": f.cpus, "touch_rate": f.touchRate, "touch_alone_speedup": f.touchAloneSpeedup, "touch_own_block": f.touchOwnBlock, "populate_rate": f.populateRate, "swap_bytes": uint64(f.swap),
-		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(), "swap_read_bandwidth": uint64(f.readBandwidth), "swap_write_bandwidth": uint64(f.writeBandwidth), "swap_mixed_capacity": f.mixedCapacity, "swap_depths": f.swapDepths, "paging_cpu": f.pagingCPU, "run_queue_wait": f.runQueueWait, "paging_steal_seconds": f.pagingSteal.Seconds(), "reclaim_batch": f.reclaimBatch, "reclaim_order": f.reclaimOrder, "reclaim_order_steady": f.steadyReclaimOrder, "reclaim_burst": f.reclaimBurst, "fill_out": f.fillOut, "touch_beside_paging": f.touchBesidePaging, "swap_read_pages": f.readPages, "swap_write_pages": f.writePages, "swap_write_pages_half_full": f.halfFullWritePages, "swap_mixed_capacity_half_full": f.halfFullCapacity, "worker_kind": f.workerKind, "swap_readahead": f.swapReadahead, "readahead_order": f.readaheadOrder,
+		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(), "swap_read_bandwidth": uint64(f.readBandwidth), "swap_write_bandwidth": uint64(f.writeBandwidth), "swap_mixed_capacity": f.mixedCapacity, "swap_depths": f.swapDepths, "paging_cpu": f.pagingCPU, "run_queue_wait": f.runQueueWait, "paging_steal_seconds": f.pagingSteal.Seconds(), "reclaim_batch": f.reclaimBatch, "reclaim_order": f.reclaimOrder, "reclaim_order_steady": f.steadyReclaimOrder, "reclaim_burst": f.reclaimBurst, "fill_out": f.fillOut, "touch_beside_paging": f.touchBesidePaging, "swap_read_pages": f.readPages, "readahead_used": f.readaheadUsed, "swap_write_pages": f.writePages, "swap_write_pages_half_full": f.halfFullWritePages, "swap_mixed_capacity_half_full": f.halfFullCapacity, "worker_kind": f.workerKind, "swap_readahead": f.swapReadahead, "readahead_order": f.readaheadOrder,
 		"swap_tier": f.swapTier, "swap_tier_ratio": f.tierRatio, "agent": f.agent, "max_swap_in_pages_per_sec": f.maxSwapIn, "max_swap_out_pages_per_sec": f.maxSwapOut, "ksm": f.ksm, "ksmd_cpu_seconds": f.ksmdCPU.Seconds(), "balloon": balloonParam(f.balloon, f.balloonPol), "guest_cache_bytes": uint64(f.guestCache), "balloon_cpu_seconds_per_page": f.balloonCPU.Seconds(), "start_cpu_factor": f.startCPUFactor, "start_cpu_seconds": f.startCPUDuration.Seconds(), "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
 }
 

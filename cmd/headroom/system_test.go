@@ -440,6 +440,19 @@ func TestSystemSimMachineThis(t *testing.T) {
 			}
 		}
 	}
+	// The same runs' share of the pages swapped in that their seq workers
+	// touched: all or most here (1.00 with eight workers, 0.87 with
+	// sixteen), half at the least.
+	used, _ := p["readahead_used"].(string)
+	us, err := sim.ParseReadaheadUsed(used)
+	if err != nil || len(us) != len(cs) || !strings.Contains(r.stderr, "of the pages swapped in they touched") {
+		t.Errorf("readahead_used %q (%v), figures %q: want the used share at each paging CPU figure's worker count", used, err, r.stderr)
+	}
+	for i, u := range us {
+		if i < len(cs) && (u.Tasks != cs[i].Tasks || u.UsedShare < 0.5) {
+			t.Errorf("readahead_used %q: %g used with %g workers; want half or more, at the paging CPU's counts", used, u.UsedShare, u.Tasks)
+		}
+	}
 	// The same runs' wait for a core a page paged in: four workers a core
 	// wait longer than one a core (here 1-2 µs against 30-40).
 	wait, _ := p["run_queue_wait"].(string)

@@ -149,6 +149,9 @@ type node struct {
 	// whether half the swap is in use (swapHalfFull: the kernel's
 	// vm_swap_full()).
 	readaheadPages, writePages, mixedCapacity float64
+	// readaheadUsed is this tick's share of the pages a sequential fault
+	// reads that its scan touches (1 for a random scan).
+	readaheadUsed float64
 	// windowPages is the most pages a readahead reads (2^PageCluster).
 	windowPages  float64
 	swapHalfFull bool
@@ -244,6 +247,10 @@ func (s *node) readahead(v *vmState) float64 {
 // the fill below it).
 func (s *node) setIOFigures(faulting float64) {
 	s.readaheadPages = ioPagesAt(s.n.ReadaheadPages, faulting, s.windowPages)
+	s.readaheadUsed = 1
+	if s.w.Scan == memload.ScanSeq {
+		s.readaheadUsed = readaheadUsedAt(s.n.ReadaheadUsed, faulting)
+	}
 	s.writePages = ioPagesAt(s.n.WritePages, faulting, defaultWritePages)
 	s.mixedCapacity = capacityAt(s.n.Swap.MixedCapacity, faulting, 1)
 	if s.swapHalfFull {
@@ -324,6 +331,15 @@ func (s *node) pagesPerRead() float64 {
 		return s.readaheadPages
 	}
 	return 1
+}
+
+// used is the share of the pages a fault reads from the device that the
+// scan touches (Node.ReadaheadUsed; 1 before the first tick).
+func (s *node) used() float64 {
+	if s.readaheadUsed <= 0 {
+		return 1
+	}
+	return s.readaheadUsed
 }
 
 // hit is the chance a touch finds its page resident.
@@ -464,9 +480,13 @@ func (s *node) touchTimeMissing(v *vmState, cpuShare, readWait, miss float64) (t
 	// for a core: the measured run-queue wait, or the fair share's
 	// stretch where the cores are oversubscribed (the two are one wait,
 	// seen from the machine and from the fluid share).
+	// A page read ahead and reclaimed before the scan came to it costs
+	// as much as a used one, and is read again: a touch that misses the
+	// device brings 1/used pages in.
 	ownPages := s.readahead(v)
-	waiting = miss * (1 - z) / ownPages * readWait
-	cpu += miss * (s.pagingCPU + z*2*tierCPU)
+	deviceIn := miss * (1 - z) / s.used()
+	waiting = deviceIn / ownPages * readWait
+	cpu += deviceIn*s.pagingCPU + miss*z*(s.pagingCPU+2*tierCPU)
 	// The run-queue wait comes once a read (the read's completion wakes
 	// the VM): measured a page in at the node's pages a read, it is more a
 	// page for a VM whose reads bring fewer of its own pages.
@@ -474,7 +494,7 @@ func (s *node) touchTimeMissing(v *vmState, cpuShare, readWait, miss float64) (t
 	if s.w.Scan == memload.ScanSeq {
 		runQueueWait *= s.readaheadPages / ownPages
 	}
-	onCore := max(cpu/cpuShare, cpu+miss*(1-z)*runQueueWait)
+	onCore := max(cpu/cpuShare, cpu+deviceIn*runQueueWait)
 	return onCore + waiting, waiting, cpu
 }
 
@@ -526,7 +546,7 @@ func (s *node) deviceLoad(cpuShare, readWait float64) float64 {
 		}
 		r := 1 / s.cappedSeconds(t)
 		z := tierShare(v)
-		reads += r * miss * (1 - z) / s.pagesPerRead()
+		reads += r * miss * (1 - z) / s.used() / s.pagesPerRead()
 		writes += r * miss * s.dirtyShare(v) * toDevice / s.writePages
 	}
 	d := s.n.Swap
@@ -766,9 +786,12 @@ func (s *node) tick(now float64, measuring bool) {
 					v.clean += in - fromTier
 				}
 			}
-			faults := miss * (z + (1-z)/s.readahead(v))
-			devicePagesIn += in - fromTier
-			s.swapIns += blockReads
+			// The pages read ahead and not used come in and go again
+			// (clean: their slots still hold them).
+			unused := (in - fromTier) * (1/s.used() - 1)
+			faults := miss * (z + (1-z)/s.used()/s.readahead(v))
+			devicePagesIn += in - fromTier + unused
+			s.swapIns += blockReads + unused
 			s.majorFaults += faults
 			if measuring {
 				v.touches += touches

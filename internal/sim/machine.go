@@ -82,6 +82,11 @@ type MachineFigures struct {
 	// workers faulting: readahead only for a sequential scan (a random
 	// one reads a page a fault, and the model knows it).
 	ReadaheadPages []IOPages `json:"swap_read_pages,omitempty"`
+	// ReadaheadUsed is the share of the pages swapped in that the same
+	// runs' workers touched (medians), by the workers faulting: only for a
+	// sequential scan, whose every touch over a block half out needs a
+	// page from swap.
+	ReadaheadUsed []ReadaheadUse `json:"readahead_used,omitempty"`
 	WritePages     []IOPages `json:"swap_write_pages,omitempty"`
 	// HalfFullWritePages and HalfFullMixedCapacity are the pages one write
 	// carried and the device's mixed capacity with
@@ -299,6 +304,7 @@ func (f *MachineFigures) measurePaging(ctx context.Context, o MeasureOptions) er
 	}
 	p := summarizePaging(runs, f.CPUs, o.Scan)
 	f.PagingCPU, f.PagingCPUSpread, f.RunQueueWait, f.ReadaheadPages, f.WritePages = p.cpu, p.cpuSpread, p.runQueueWait, p.readahead, p.writes
+	f.ReadaheadUsed = p.readaheadUsed
 	f.ReclaimBurstPages = math.Round(p.reclaimBurstPages)
 	f.ReadaheadOrderSlope = math.Round(p.readaheadOrder*100) / 100
 	f.SteadyReclaimOrderSlope = math.Round(p.steadyReclaimOrder*100) / 100
@@ -455,6 +461,9 @@ type pagingFigures struct {
 	cpuSpread         []Spread
 	runQueueWait      []PagingCost
 	readahead, writes []IOPages
+	// readaheadUsed is a sequential scan's used share of what it swapped
+	// in (none: not sequential, or some count could not tell it).
+	readaheadUsed []ReadaheadUse
 	// reclaimBurstPages is reclaim's burst, all runs pooled (0: none
 	// could tell it).
 	reclaimBurstPages float64
@@ -487,6 +496,9 @@ func summarizePaging(runs [][]PagingSample, cpus int, scan memload.Scan) (p pagi
 		p.runQueueWait = append(p.runQueueWait, PagingCost{Tasks: tasks, SecondsPerPage: results.Quantile(wait, 0.5)})
 		if vs, ok := each(r, func(s PagingSample) float64 { return s.PagesPerRead }); ok && scan == memload.ScanSeq {
 			p.readahead = append(p.readahead, IOPages{Tasks: tasks, Pages: results.Quantile(vs, 0.5)})
+		}
+		if vs, ok := each(r, func(s PagingSample) float64 { u, _ := s.UsedShare(); return u }); ok && scan == memload.ScanSeq {
+			p.readaheadUsed = append(p.readaheadUsed, ReadaheadUse{Tasks: tasks, UsedShare: math.Round(results.Quantile(vs, 0.5)*100) / 100})
 		}
 		if vs, ok := each(r, func(s PagingSample) float64 { return s.PagesPerWrite }); ok {
 			p.writes = append(p.writes, IOPages{Tasks: tasks, Pages: results.Quantile(vs, 0.5)})
@@ -524,6 +536,9 @@ func summarizePaging(runs [][]PagingSample, cpus int, scan memload.Scan) (p pagi
 	// for all: keep sizes only where every count has one.
 	if len(p.readahead) < len(runs) {
 		p.readahead = nil
+	}
+	if len(p.readaheadUsed) < len(runs) {
+		p.readaheadUsed = nil
 	}
 	if len(p.writes) < len(runs) {
 		p.writes = nil
@@ -586,6 +601,12 @@ func (f MachineFigures) String() string {
 		s += "; their touching threads' wait for a core per page paged in"
 		for _, w := range f.RunQueueWait {
 			s += fmt.Sprintf(" %g: %.1f µs", w.Tasks, w.SecondsPerPage*1e6)
+		}
+	}
+	if len(f.ReadaheadUsed) > 0 {
+		s += "; of the pages swapped in they touched (the rest read ahead and reclaimed unused)"
+		for _, u := range f.ReadaheadUsed {
+			s += fmt.Sprintf(" %g: %.2f", u.Tasks, u.UsedShare)
 		}
 	}
 	if f.SteadyReclaimOrderSlope != 0 {

@@ -11,7 +11,9 @@
 //     a sequential scan larger than its resident set misses every page
 //     (LRU evicts exactly what the scan needs next) but each fault's
 //     readahead brings up to vm.page-cluster's 8 pages
-//     (Node.ReadaheadPages), which the scan then uses.
+//     (Node.ReadaheadPages), which the scan then uses, all of them or,
+//     with many VMs paging, a share (Node.ReadaheadUsed): reclaim takes
+//     the rest back first, and they are read again.
 //   - Every page paged costs CPU (Node.PagingCPU, more the more VMs fault
 //     at once), which on few cores bounds the paging rate before the
 //     device does.
@@ -198,6 +200,13 @@ type Node struct {
 	// goes unused, and reclaimers in many cgroups at once interleave in
 	// the swap slots, so both shrink as more VMs page.
 	ReadaheadPages, WritePages []IOPages
+	// ReadaheadUsed is the share of the pages a sequential fault's
+	// readahead reads that the scans touch before reclaim takes them back,
+	// by the VMs faulting at once (none: all of them). Each page read
+	// costs the paging CPU, a device read's share and a page in the swap
+	// counters, used or not; the unused are read again when their scan
+	// comes to them.
+	ReadaheadUsed []ReadaheadUse
 	// HalfFullWritePages is the pages one write carries once half the
 	// swap is in use, by the VMs faulting at once (none: as WritePages).
 	// From there the kernel frees a page's slot as it is swapped in, and
@@ -365,6 +374,8 @@ func Validate(n Node, v VMSpec) error {
 		return fmt.Errorf("--swap-write-iops must be positive with --swap")
 	case n.Swap.SizeBytes > 0 && !(n.Swap.LatencySeconds > 0):
 		return fmt.Errorf("--swap-latency must be positive with --swap (e.g. 100us)")
+	case !readaheadUsedValid(n.ReadaheadUsed):
+		return fmt.Errorf("--readahead-used %s: want %s, task counts ascending from 1, shares %g to 1", FormatReadaheadUsed(n.ReadaheadUsed), ReadaheadUsedForm, minReadaheadUsed)
 	case !mixedCapacityValid(n.Swap.MixedCapacity):
 		return fmt.Errorf("--swap-mixed-capacity: want %s, task counts ascending from 1, each 1 to %g", MixedCapacityForm, float64(maxMixedCapacity))
 	case !mixedCapacityValid(n.Swap.HalfFullMixedCapacity):

@@ -323,6 +323,9 @@ func TestSummarizePaging(t *testing.T) {
 		t.Errorf("random scan: readahead %+v, writes %+v; want no readahead, the writes", p.readahead, p.writes)
 	}
 	runs[1][2].PagesPerWrite = 0 // one run could not tell
+	if p.readaheadUsed != nil {
+		t.Errorf("runs without workers: used share %+v, want none", p.readaheadUsed)
+	}
 	if p := summarizePaging(runs, 2, memload.ScanSeq); p.writes != nil {
 		t.Errorf("a run without write sizes: %+v, want none", p.writes)
 	}

@@ -839,6 +839,7 @@ func TestValidate(t *testing.T) {
 		"--swap-latency":                  func(n *Node, _ *VMSpec) { n.Swap.LatencySeconds = 0 },
 		"--swap-mixed-capacity":           func(n *Node, _ *VMSpec) { n.Swap.MixedCapacity = []TaskCapacity{{1, 0.5}} },
 		"--swap-mixed-capacity-half-full": func(n *Node, _ *VMSpec) { n.Swap.HalfFullMixedCapacity = []TaskCapacity{{1, 0.5}} },
+		"--readahead-used":                func(n *Node, _ *VMSpec) { n.ReadaheadUsed = []ReadaheadUse{{8, 1}, {4, 0.9}} },
 		"ratio":                           func(n *Node, _ *VMSpec) { n.Tier = &Tier{SizeBytes: 1 << 30, Ratio: 0.5} },
 		"zswap needs a swap device": func(n *Node, _ *VMSpec) {
 			n.Tier, n.Swap.SizeBytes = &Tier{Kind: TierZswap, PoolBytes: 1 << 30, SizeBytes: 2 << 30, Ratio: 2}, 0
