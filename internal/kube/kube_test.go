@@ -234,28 +234,3 @@ func TestDisruptionBudgetRefusal(t *testing.T) {
 		}
 	}
 }
-
-// Fuzz: a pod's request is never below any of its containers' requests
-// and never below the sum of its regular containers.
-func FuzzPodMemoryRequestBytes(f *testing.F) {
-	f.Add(uint32(100), uint32(200), uint32(300), true)
-	f.Add(uint32(0), uint32(0), uint32(1<<20), false)
-	f.Fuzz(func(t *testing.T, a, b, init uint32, sidecar bool) {
-		q := func(n uint32) corev1.Container {
-			return corev1.Container{Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
-				corev1.ResourceMemory: *resource.NewQuantity(int64(n), resource.BinarySI)}}}
-		}
-		ic := q(init)
-		if sidecar {
-			ic.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
-		}
-		p := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{q(a), q(b)}, InitContainers: []corev1.Container{ic}}}
-		got := PodMemoryRequestBytes(p)
-		if got < uint64(a)+uint64(b) || got < uint64(init) {
-			t.Fatalf("request %d for containers %d+%d and init %d (sidecar %v)", got, a, b, init, sidecar)
-		}
-		if sidecar && got != uint64(a)+uint64(b)+uint64(init) {
-			t.Fatalf("sidecar %d not added to %d+%d: %d", init, a, b, got)
-		}
-	})
-}

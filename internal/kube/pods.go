@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/headroom-dev/headroom/internal/podrequest"
 	"github.com/headroom-dev/headroom/internal/policy"
 	"github.com/headroom-dev/headroom/internal/workloadmeta"
 )
@@ -66,24 +67,20 @@ func Protected(p *corev1.Pod, prot Protection) bool {
 // init containers included) and the largest regular init container, plus
 // the pod overhead.
 func PodMemoryRequestBytes(p *corev1.Pod) uint64 {
-	var sum, sidecars, initMax uint64
-	for _, c := range p.Spec.Containers {
-		sum += memoryRequest(c)
+	containers := make([]uint64, len(p.Spec.Containers))
+	for i, c := range p.Spec.Containers {
+		containers[i] = memoryRequest(c)
 	}
-	for _, c := range p.Spec.InitContainers {
-		r := memoryRequest(c)
-		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-			sidecars += r
-			continue
-		}
-		// A regular init container runs beside the sidecars started before it.
-		initMax = max(initMax, r+sidecars)
+	inits := make([]podrequest.InitContainer, len(p.Spec.InitContainers))
+	for i, c := range p.Spec.InitContainers {
+		inits[i] = podrequest.InitContainer{RequestBytes: memoryRequest(c),
+			Sidecar: c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways}
 	}
-	total := max(sum+sidecars, initMax)
+	var overhead uint64
 	if q, ok := p.Spec.Overhead[corev1.ResourceMemory]; ok {
-		total += uint64(q.Value())
+		overhead = uint64(q.Value())
 	}
-	return total
+	return podrequest.MemoryBytes(containers, inits, overhead)
 }
 
 // memoryRequest is a container's memory request; without one, a limit is

@@ -82,12 +82,12 @@ type MachineFigures struct {
 	// workers faulting: readahead only for a sequential scan (a random
 	// one reads a page a fault, and the model knows it).
 	ReadaheadPages []IOPages `json:"swap_read_pages,omitempty"`
+	WritePages     []IOPages `json:"swap_write_pages,omitempty"`
 	// ReadaheadUsed is the share of the pages swapped in that the same
 	// runs' workers touched (medians), by the workers faulting: only for a
 	// sequential scan, whose every touch over a block half out needs a
 	// page from swap.
 	ReadaheadUsed []ReadaheadUse `json:"readahead_used,omitempty"`
-	WritePages     []IOPages `json:"swap_write_pages,omitempty"`
 	// HalfFullWritePages and HalfFullMixedCapacity are the pages one write
 	// carried and the device's mixed capacity with
 	// pagingHalfFullWorkersPerCore workers a core over a swap file two
