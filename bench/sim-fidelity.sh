@@ -295,6 +295,24 @@ compare_creation() {
     }'
 }
 
+# used_range DIR FROM: the least and most of a run's aggregate rate over
+# its swap-ins a second from step FROM on.
+used_range() {
+  awk -F, -v p="$2" 'NR > 1 && $2 >= p && $8 > 0 { u = $6 / $8; if (!n++ || u < lo) lo = u; if (n == 1 || u > hi) hi = u }
+    END { if (n) printf "%.2f-%.2f", lo, hi; else printf "none" }' "$1/steps.csv"
+}
+
+# compare_used MEASURED_DIR SIM_DIR PLATEAU_START: on the measured
+# plateau of a seq ramp, the pages the workers touched a page swapped in
+# (aggregate rate over swap-ins a second), measured and simulated: below
+# 1 where readahead went unused (the model's readahead-used).
+compare_used() {
+  [ "$scan" = seq ] && [ "$3" -gt 0 ] || return 0
+  local m s
+  m=$(used_range "$1" "$3") s=$(used_range "$2" "$3")
+  echo "  pages touched a page swapped in on the plateau: measured $m, simulated $s"
+}
+
 # paste_rates COLS STEPS_CSV: appends the aggregate rate column of a
 # steps.csv to COLS.
 paste_rates() {
@@ -351,6 +369,7 @@ for c in $CASES; do
         count_matched "$BENCH_TMP/cols" "$mk" "$mp"
         compare_ram_speed "$dir" "$sim"
         compare_creation "$dir" "$sim"
+        compare_used "$dir" "$sim" "$mp"
         echo "  the paging witness's rate by creation order: $slope_before before the ramp, $slope_after after it"
         if [ "$held" = yes ]; then
           steady_ram_hit=$((steady_ram_hit + last_counts[0])) steady_ram=$((steady_ram + last_counts[1]))
