@@ -302,8 +302,8 @@ used_range() {
     END { if (n) printf "%.2f-%.2f", lo, hi; else printf "none" }' "$1/steps.csv"
 }
 
-# compare_used MEASURED_DIR SIM_DIR PLATEAU_START: on the measured
-# plateau of a seq ramp, the pages the workers touched a page swapped in
+# compare_used MEASURED_DIR SIM_DIR PLATEAU_START: on the plateau of a
+# seq ramp (from the later of the two runs' first plateau steps), the pages the workers touched a page swapped in
 # (aggregate rate over swap-ins a second), measured and simulated: below
 # 1 where readahead went unused (the model's readahead-used).
 compare_used() {
@@ -369,7 +369,7 @@ for c in $CASES; do
         count_matched "$BENCH_TMP/cols" "$mk" "$mp"
         compare_ram_speed "$dir" "$sim"
         compare_creation "$dir" "$sim"
-        compare_used "$dir" "$sim" "$mp"
+        compare_used "$dir" "$sim" "$((mp > sp ? mp : sp))"
         echo "  the paging witness's rate by creation order: $slope_before before the ramp, $slope_after after it"
         if [ "$held" = yes ]; then
           steady_ram_hit=$((steady_ram_hit + last_counts[0])) steady_ram=$((steady_ram + last_counts[1]))
