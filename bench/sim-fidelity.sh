@@ -303,9 +303,10 @@ used_range() {
 }
 
 # compare_used MEASURED_DIR SIM_DIR PLATEAU_START: on the plateau of a
-# seq ramp (from the later of the two runs' first plateau steps), the pages the workers touched a page swapped in
-# (aggregate rate over swap-ins a second), measured and simulated: below
-# 1 where readahead went unused (the model's readahead-used).
+# seq ramp (from the later of the two runs' first plateau steps), the
+# pages the workers touched a page swapped in (aggregate rate over
+# swap-ins a second), measured and simulated: below 1 where readahead
+# went unused (the model's readahead-used).
 compare_used() {
   [ "$scan" = seq ] && [ "$3" -gt 0 ] || return 0
   local m s

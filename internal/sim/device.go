@@ -149,10 +149,5 @@ func (d Device) writeIOPS() float64 {
 // mixedCapacityValid: task counts ascending from 1, each capacity 1 to
 // maxMixedCapacity (none is valid).
 func mixedCapacityValid(cs []TaskCapacity) bool {
-	for i, c := range cs {
-		if !(c.Tasks >= 1) || math.IsInf(c.Tasks, 0) || !(c.Capacity >= 1 && c.Capacity <= maxMixedCapacity) || (i > 0 && !(c.Tasks > cs[i-1].Tasks)) {
-			return false
-		}
-	}
-	return true
+	return byTasksValid(cs, func(c TaskCapacity) (float64, float64) { return c.Tasks, c.Capacity }, 1, maxMixedCapacity)
 }

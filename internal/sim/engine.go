@@ -333,15 +333,6 @@ func (s *node) pagesPerRead() float64 {
 	return 1
 }
 
-// used is the share of the pages a fault reads from the device that the
-// scan touches (Node.ReadaheadUsed; 1 before the first tick).
-func (s *node) used() float64 {
-	if s.readaheadUsed <= 0 {
-		return 1
-	}
-	return s.readaheadUsed
-}
-
 // hit is the chance a touch finds its page resident.
 func (s *node) hit(v *vmState) float64 {
 	if v.pages <= 0 {
@@ -479,12 +470,12 @@ func (s *node) touchTimeMissing(v *vmState, cpuShare, readWait, miss float64) (t
 	// share of the cores. A read's completion wakes the VM, which waits
 	// for a core: the measured run-queue wait, or the fair share's
 	// stretch where the cores are oversubscribed (the two are one wait,
-	// seen from the machine and from the fluid share).
-	// A page read ahead and reclaimed before the scan came to it costs
-	// as much as a used one, and is read again: a touch that misses the
-	// device brings 1/used pages in.
+	// seen from the machine and from the fluid share). A page read ahead
+	// and reclaimed before the scan came to it costs as much as a used
+	// one, and is read again: a touch that misses the device brings
+	// 1/readaheadUsed pages in.
 	ownPages := s.readahead(v)
-	deviceIn := miss * (1 - z) / s.used()
+	deviceIn := miss * (1 - z) / s.readaheadUsed
 	waiting = deviceIn / ownPages * readWait
 	cpu += deviceIn*s.pagingCPU + miss*z*(s.pagingCPU+2*tierCPU)
 	// The run-queue wait comes once a read (the read's completion wakes
@@ -546,7 +537,7 @@ func (s *node) deviceLoad(cpuShare, readWait float64) float64 {
 		}
 		r := 1 / s.cappedSeconds(t)
 		z := tierShare(v)
-		reads += r * miss * (1 - z) / s.used() / s.pagesPerRead()
+		reads += r * miss * (1 - z) / s.readaheadUsed / s.pagesPerRead()
 		writes += r * miss * s.dirtyShare(v) * toDevice / s.writePages
 	}
 	d := s.n.Swap
@@ -788,8 +779,8 @@ func (s *node) tick(now float64, measuring bool) {
 			}
 			// The pages read ahead and not used come in and go again
 			// (clean: their slots still hold them).
-			unused := (in - fromTier) * (1/s.used() - 1)
-			faults := miss * (z + (1-z)/s.used()/s.readahead(v))
+			unused := (in - fromTier) * (1/s.readaheadUsed - 1)
+			faults := miss * (z + (1-z)/s.readaheadUsed/s.readahead(v))
 			devicePagesIn += in - fromTier + unused
 			s.swapIns += blockReads + unused
 			s.majorFaults += faults

@@ -322,10 +322,10 @@ func TestSummarizePaging(t *testing.T) {
 	if p := summarizePaging(runs, 2, memload.ScanRandom); p.readahead != nil || p.writes == nil {
 		t.Errorf("random scan: readahead %+v, writes %+v; want no readahead, the writes", p.readahead, p.writes)
 	}
-	runs[1][2].PagesPerWrite = 0 // one run could not tell
 	if p.readaheadUsed != nil {
 		t.Errorf("runs without workers: used share %+v, want none", p.readaheadUsed)
 	}
+	runs[1][2].PagesPerWrite = 0 // one run could not tell
 	if p := summarizePaging(runs, 2, memload.ScanSeq); p.writes != nil {
 		t.Errorf("a run without write sizes: %+v, want none", p.writes)
 	}

@@ -2,7 +2,6 @@ package sim
 
 import (
 	"fmt"
-	"math"
 	"strconv"
 )
 
@@ -47,12 +46,7 @@ func FormatReadaheadUsed(us []ReadaheadUse) string {
 // readaheadUsedValid: task counts ascending from 1, each share
 // minReadaheadUsed to 1 (none is valid).
 func readaheadUsedValid(us []ReadaheadUse) bool {
-	for i, u := range us {
-		if !(u.Tasks >= 1) || math.IsInf(u.Tasks, 0) || !(u.UsedShare >= minReadaheadUsed && u.UsedShare <= 1) || (i > 0 && !(u.Tasks > us[i-1].Tasks)) {
-			return false
-		}
-	}
-	return true
+	return byTasksValid(us, func(u ReadaheadUse) (float64, float64) { return u.Tasks, u.UsedShare }, minReadaheadUsed, 1)
 }
 
 // readaheadUsedAt is the used share with tasks faulting at once: linear
