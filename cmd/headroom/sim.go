@@ -72,7 +72,7 @@ type simFlags struct {
 	nodeMemory, systemReserve, swap       bytesValue
 	readBandwidth, writeBandwidth         bytesValue
 	cpus, populateRate                    float64
-	touchOwnBlock                         float64
+	touchTurnBlocks                       float64
 	touchRate, touchAloneSpeedup          string
 	readIOPS, writeIOPS                   float64
 	latency, ksmdCPU, balloonCPU          time.Duration
@@ -128,7 +128,7 @@ func newSimCommand() *cobra.Command {
 	fl.Float64Var(&f.cpus, "cpus", f.cpus, "the node's cores")
 	fl.StringVar(&f.touchRate, "touch-rate", f.touchRate, "pages/s one core touches in RAM (headroom load's rate in a VM), "+sim.TouchRateForm)
 	fl.StringVar(&f.touchAloneSpeedup, "touch-alone-speedup", "0", "how much faster one core touches while it is the only busy one than --touch-rate (measured with every core busy), "+sim.TouchAloneSpeedupForm+"; in between, in proportion to the idle cores (--machine this measures it)")
-	fl.Float64Var(&f.touchOwnBlock, "touch-own-block", 0, "0..1: how far a worker's own block, rather than the memory all the workers taking turns on its core cycle through, sets its touch rate (0: the core's total; --machine this measures it)")
+	fl.Float64Var(&f.touchTurnBlocks, "touch-turn-blocks", 2, "how many blocks' worth of memory a worker touches as while it takes turns on a core with others, whatever their number: 1 (no loss) to 64; between one and two workers a core, in proportion (--machine this measures it)")
 	fl.Float64Var(&f.populateRate, "populate-rate", 0, "pages/s one core fills a new block at (0: a quarter of --touch-rate, at its smallest size)")
 	fl.Var(&f.swap, "swap", "swap device size (0: none)")
 	fl.Float64Var(&f.readIOPS, "swap-read-iops", f.readIOPS, "the swap device's 4 KiB random-read rate")
@@ -252,8 +252,8 @@ func applyMachine(cmd *cobra.Command, f *simFlags) error {
 	if len(fig.TouchAloneSpeedup) > 0 {
 		set("touch-alone-speedup", sim.FormatTouchAloneSpeedup(fig.TouchAloneSpeedup))
 	}
-	if fig.TouchTurnPagesPerSec > 0 {
-		set("touch-own-block", fmt.Sprint(fig.TouchOwnBlock()))
+	if blocks := fig.TouchTurnBlocks(); blocks > 0 {
+		set("touch-turn-blocks", fmt.Sprint(blocks))
 	}
 	set("swap-read-iops", fmt.Sprint(fig.ReadIOPS))
 	set("swap-write-iops", fmt.Sprint(fig.WriteIOPS))
@@ -362,7 +362,7 @@ func simParams(f *simFlags) (sim.Params, error) {
 		ratio = f.tierRatio
 	}
 	node := sim.Node{RAMBytes: uint64(f.nodeMemory), SystemReserveBytes: uint64(f.systemReserve), CPUs: f.cpus,
-		TouchOwnBlock: f.touchOwnBlock, PopulateRatePerCore: f.populateRate, PageCluster: 3, KSMDCPUSeconds: f.ksmdCPU.Seconds(),
+		TouchTurnBlocks: f.touchTurnBlocks, PopulateRatePerCore: f.populateRate, PageCluster: 3, KSMDCPUSeconds: f.ksmdCPU.Seconds(),
 		Swap: sim.Device{SizeBytes: uint64(f.swap), ReadIOPS: f.readIOPS, WriteIOPS: f.writeIOPS, LatencySeconds: f.latency.Seconds(),
 			ReadBytesPerSec: float64(f.readBandwidth), WriteBytesPerSec: float64(f.writeBandwidth)}}
 	if f.swapDepths != "" {
@@ -585,7 +585,7 @@ func simParamsMap(f *simFlags) map[string]any {
 		"memory_scan": string(f.scan), "writes": float64(f.writes), "rate_pages_per_sec": float64(f.rate),
 		"content": memload.Content(f.content).String(), "workload_runtime_seconds": f.runtime.Seconds(), "overcommit_percent": f.overcommit,
 		"overhead_bytes": uint64(f.overhead), "guest_overhead_bytes": uint64(f.guestOverhead), "node_memory_bytes": uint64(f.nodeMemory),
-		"system_reserve_bytes": uint64(f.systemReserve), "cpus": f.cpus, "touch_rate": f.touchRate, "touch_alone_speedup": f.touchAloneSpeedup, "touch_own_block": f.touchOwnBlock, "populate_rate": f.populateRate, "swap_bytes": uint64(f.swap),
+		"system_reserve_bytes": uint64(f.systemReserve), "cpus": f.cpus, "touch_rate": f.touchRate, "touch_alone_speedup": f.touchAloneSpeedup, "touch_turn_blocks": f.touchTurnBlocks, "populate_rate": f.populateRate, "swap_bytes": uint64(f.swap),
 		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(), "swap_read_bandwidth": uint64(f.readBandwidth), "swap_write_bandwidth": uint64(f.writeBandwidth), "swap_mixed_capacity": f.mixedCapacity, "swap_depths": f.swapDepths, "paging_cpu": f.pagingCPU, "run_queue_wait": f.runQueueWait, "paging_steal_seconds": f.pagingSteal.Seconds(), "reclaim_batch": f.reclaimBatch, "reclaim_order": f.reclaimOrder, "reclaim_order_steady": f.steadyReclaimOrder, "reclaim_burst": f.reclaimBurst, "fill_out": f.fillOut, "touch_beside_paging": f.touchBesidePaging, "swap_read_pages": f.readPages, "readahead_used": f.readaheadUsed, "swap_write_pages": f.writePages, "swap_write_pages_half_full": f.halfFullWritePages, "swap_mixed_capacity_half_full": f.halfFullCapacity, "worker_kind": f.workerKind, "swap_readahead": f.swapReadahead, "readahead_order": f.readaheadOrder,
 		"swap_tier": f.swapTier, "swap_tier_ratio": f.tierRatio, "agent": f.agent, "max_swap_in_pages_per_sec": f.maxSwapIn, "max_swap_out_pages_per_sec": f.maxSwapOut, "ksm": f.ksm, "ksmd_cpu_seconds": f.ksmdCPU.Seconds(), "balloon": balloonParam(f.balloon, f.balloonPol), "guest_cache_bytes": uint64(f.guestCache), "balloon_cpu_seconds_per_page": f.balloonCPU.Seconds(), "start_cpu_factor": f.startCPUFactor, "start_cpu_seconds": f.startCPUDuration.Seconds(), "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
 }

@@ -655,8 +655,8 @@ func (s *node) busyVMs() float64 {
 }
 
 // touchedBytesPerCore is the memory that sets a core's touch rate: the
-// running VMs' mean resident workload memory, with the VMs taking turns
-// on a core counted by Node.TouchOwnBlock (touchBytes).
+// running VMs' mean resident workload memory, more where they take turns
+// on a core (Node.TouchTurnBlocks, touchBytes).
 func (s *node) touchedBytesPerCore() float64 {
 	if s.w.Scan == memload.ScanNone {
 		return 0
@@ -671,7 +671,7 @@ func (s *node) touchedBytesPerCore() float64 {
 	if busy == 0 {
 		return 0
 	}
-	return touchBytes(pages*PageBytes/busy, busy/min(busy, s.n.CPUs), s.n.TouchOwnBlock)
+	return touchBytes(pages*PageBytes/busy, busy/min(busy, s.n.CPUs), turnBlocksOrDefault(s.n.TouchTurnBlocks))
 }
 
 // coresUsed is the cores the busy VMs use at a share of a core each.

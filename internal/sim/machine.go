@@ -411,12 +411,11 @@ func taskCounts(perCore []int, cpus int) []float64 {
 	return out
 }
 
-// TouchOwnBlock is how far a worker's own block rather than the turns'
-// total set the turns' rate (Node.TouchOwnBlock; 0: not measured, or
-// the curve cannot tell).
-func (f MachineFigures) TouchOwnBlock() float64 {
-	w, _ := ownBlockFrom(f.TouchRate, f.TouchTurnBytes, touchTurnWorkersPerCore, f.TouchTurnPagesPerSec)
-	return w
+// TouchTurnBlocks is how many blocks' worth of memory the turns touched
+// as (Node.TouchTurnBlocks; 0: not measured, or the curve cannot tell).
+func (f MachineFigures) TouchTurnBlocks() float64 {
+	b, _ := turnBlocksFrom(f.TouchRate, f.TouchTurnBytes, touchTurnWorkersPerCore, f.TouchTurnPagesPerSec)
+	return b
 }
 
 // device is the swap device as the figures measured it.
@@ -561,8 +560,8 @@ func (f MachineFigures) String() string {
 		alone = fmt.Sprintf(", one worker alone %s× that", strings.Join(factors, "/"))
 	}
 	if f.TouchTurnPagesPerSec > 0 {
-		alone += fmt.Sprintf("; %d workers a core taking turns over %s each %s, as over a block × (workers a core)^%.2f",
-			touchTurnWorkersPerCore, units.FormatBytes(uint64(f.TouchTurnBytes)), units.FormatRate(f.TouchTurnPagesPerSec), 1-f.TouchOwnBlock())
+		alone += fmt.Sprintf("; %d workers a core taking turns over %s each %s, as one over %.2f× its block",
+			touchTurnWorkersPerCore, units.FormatBytes(uint64(f.TouchTurnBytes)), units.FormatRate(f.TouchTurnPagesPerSec), f.TouchTurnBlocks())
 	}
 	s := fmt.Sprintf("this machine: %s RAM, %d cores, pages/s a core touches %s and fills %s (headroom load, a worker a core, %s%s); swap %s, %s: 4 KiB random read %s IOPS, write %s IOPS at queue depth %d, %.0f µs a read alone",
 		units.FormatBytes(f.RAMBytes), f.CPUs, strings.Join(touch, ", "), units.FormatRate(f.PopulateRatePerCore), medianOf(f.Rounds, "run"), alone, f.SwapDevice, medianOf(f.Rounds, "probe"),

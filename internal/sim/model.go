@@ -97,14 +97,14 @@ type Node struct {
 	// by the memory it touches; in between, in proportion to the idle
 	// cores (nil: no difference).
 	TouchAloneSpeedup []AloneSpeedup
-	// TouchOwnBlock is how far a worker's own block, rather than all the
-	// memory its core's workers cycle through, sets its touch rate while
-	// several take turns on a core: 0 (the default) the core's total, 1 the
-	// block alone; between, the block × (workers a core)^(1−TouchOwnBlock).
-	// Each worker walks its own page tables: in density ramps here, random
-	// workers of 256 MiB, three and a half a core, touched nearly as fast
-	// as one a core; seq ones lost more.
-	TouchOwnBlock float64
+	// TouchTurnBlocks is how many blocks' worth of memory a worker touches
+	// as while it takes turns on a core with others (touchBytes): 1 no
+	// loss, up to maxTouchTurnBlocks; 0 is defaultTouchTurnBlocks. With
+	// two or more workers a core the rate is TouchRate's at the block ×
+	// this, whatever their number; between one and two, the log2 of the
+	// blocks in proportion. Each worker walks its own page tables, and another's turn
+	// evicts them from the core's caches.
+	TouchTurnBlocks float64
 	// PopulateRatePerCore is the pages/s one core fills a new block at
 	// (allocating, zeroing and writing each page's content; 0: a quarter
 	// of the touch rate).
@@ -366,8 +366,8 @@ func Validate(n Node, v VMSpec) error {
 		return fmt.Errorf("--fill-out %g: want pages a second, 0 or more", n.FillOutPagesPerSec)
 	case !(n.PagingStealSeconds >= 0 && n.PagingStealSeconds < 0.01):
 		return fmt.Errorf("--paging-steal %v: want a duration from 0 to 10ms a page", time.Duration(n.PagingStealSeconds*float64(time.Second)))
-	case !(n.TouchOwnBlock >= 0 && n.TouchOwnBlock <= 1):
-		return fmt.Errorf("--touch-own-block %g: want 0..1 (0: the core's total sets the rate, 1: a worker's own block)", n.TouchOwnBlock)
+	case !(n.TouchTurnBlocks == 0 || n.TouchTurnBlocks >= 1 && n.TouchTurnBlocks <= maxTouchTurnBlocks):
+		return fmt.Errorf("--touch-turn-blocks %g: want 1 (no loss) to %d blocks", n.TouchTurnBlocks, maxTouchTurnBlocks)
 	case n.Swap.SizeBytes > 0 && !(n.Swap.ReadIOPS > 0):
 		return fmt.Errorf("--swap-read-iops must be positive with --swap")
 	case n.Swap.SizeBytes > 0 && !(n.Swap.WriteIOPS > 0):

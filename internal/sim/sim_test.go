@@ -833,7 +833,7 @@ func TestValidate(t *testing.T) {
 		"--cpus":                          func(n *Node, _ *VMSpec) { n.CPUs = 0 },
 		"--touch-rate":                    func(n *Node, _ *VMSpec) { n.TouchRate = nil },
 		"--touch-alone-speedup":           func(n *Node, _ *VMSpec) { n.TouchAloneSpeedup = []AloneSpeedup{{0, 0.2}} },
-		"--touch-own-block":               func(n *Node, _ *VMSpec) { n.TouchOwnBlock = 1.5 },
+		"--touch-turn-blocks":             func(n *Node, _ *VMSpec) { n.TouchTurnBlocks = 0.5 },
 		"--swap-read-iops":                func(n *Node, _ *VMSpec) { n.Swap.ReadIOPS = 0 },
 		"--swap-write-iops":               func(n *Node, _ *VMSpec) { n.Swap.WriteIOPS = 0 },
 		"--swap-latency":                  func(n *Node, _ *VMSpec) { n.Swap.LatencySeconds = 0 },

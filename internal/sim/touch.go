@@ -17,7 +17,7 @@ const TouchRateForm = "PAGES_PER_SEC or SIZE:PAGES_PER_SEC[,...] (e.g. 20M, or 6
 // The more memory a core cycles through, the fewer of its page-table
 // walks the caches serve: measured here with 2 cores, a core touched 76M
 // random pages/s over 128 MiB, 50M over 256 MiB and 31M over 1 GiB (for
-// workers taking turns on a core, see Node.TouchOwnBlock).
+// workers taking turns on a core, see Node.TouchTurnBlocks).
 type TouchRate struct {
 	BytesPerCore float64
 	PagesPerSec  float64
@@ -95,24 +95,48 @@ func touchRateAt(rs []TouchRate, bytesPerCore float64) float64 {
 
 // touchTurnWorkersPerCore is how many workers a core the touch probe runs
 // taking turns, each over a block that many times smaller than the
-// largest it measures one worker a core, to tell how much of the memory
-// a core's other workers cycle through slows a worker (Node.TouchOwnBlock).
+// largest it measures one worker a core, to tell how much sharing a core
+// slows a worker (Node.TouchTurnBlocks).
 const touchTurnWorkersPerCore = 4
 
-// touchBytes is the memory that sets a core's touch rate while
-// workersPerCore workers of blockBytes each take turns on it: all of it at
-// ownBlock 0, one block at 1, between as a power of the workers, so the
-// rate moves along its log2 curve in proportion.
-func touchBytes(blockBytes, workersPerCore, ownBlock float64) float64 {
-	return blockBytes * math.Pow(max(workersPerCore, 1), 1-ownBlock)
+// defaultTouchTurnBlocks is Node.TouchTurnBlocks where none is given: a
+// worker sharing its core touches as over its block and one other's.
+const defaultTouchTurnBlocks = 2
+
+// maxTouchTurnBlocks bounds Node.TouchTurnBlocks: sharing a core costs a
+// worker its share of the caches, not a curve's worth of memory.
+const maxTouchTurnBlocks = 64
+
+// turnBlocksOrDefault is Node.TouchTurnBlocks, the default where none
+// is given.
+func turnBlocksOrDefault(turnBlocks float64) float64 {
+	if turnBlocks == 0 {
+		return defaultTouchTurnBlocks
+	}
+	return turnBlocks
 }
 
-// ownBlockFrom is the ownBlock (touchBytes) at which the one-worker-a-core
-// rates rs give turnRate, the pages/s a core touched with workersPerCore
-// workers of blockBytes taking turns on it: 1 at or above the rate of one
-// block, 0 at or below that of all of them. ok is false where rs cannot
-// tell, not falling between the two.
-func ownBlockFrom(rs []TouchRate, blockBytes, workersPerCore, turnRate float64) (ownBlock float64, ok bool) {
+// touchBytes is the memory that sets a core's touch rate while
+// workersPerCore workers of blockBytes each take turns on it: the block
+// alone with one a core, the block × turnBlocks with two or more, and
+// between them the block × turnBlocks^(workers a core − 1), as a core
+// with two and a core with one do in turn. Two are as many as sixteen:
+// each turn of another worker (a scheduler's slice, milliseconds, in
+// which a worker here cycles through all its block) evicts the page-table
+// lines a worker had in the core's caches, and one other evicts them as
+// well as many (here seq: 101M pages/s from two to six workers of
+// 256 MiB a core, random 79-89M).
+func touchBytes(blockBytes, workersPerCore, turnBlocks float64) float64 {
+	return blockBytes * math.Pow(max(turnBlocks, 1), min(max(workersPerCore-1, 0), 1))
+}
+
+// turnBlocksFrom is the turnBlocks (touchBytes) at which the one-worker-
+// a-core rates rs give turnRate, the pages/s a core touched with
+// workersPerCore workers of blockBytes taking turns on it: 1 at or above
+// the rate of one block, workersPerCore at or below that of all of them
+// (the curve holds beyond its largest size, so it cannot tell more). ok
+// is false where rs cannot tell, not falling between the two.
+func turnBlocksFrom(rs []TouchRate, blockBytes, workersPerCore, turnRate float64) (turnBlocks float64, ok bool) {
 	one, all := touchRateAt(rs, blockBytes), touchRateAt(rs, blockBytes*workersPerCore)
 	switch {
 	case !(workersPerCore > 1) || !(turnRate > 0) || !(one > all):
@@ -120,19 +144,19 @@ func ownBlockFrom(rs []TouchRate, blockBytes, workersPerCore, turnRate float64) 
 	case turnRate >= one:
 		return 1, true
 	case turnRate <= all:
-		return 0, true
+		return workersPerCore, true
 	}
-	// The rate at touchBytes rises with ownBlock along a falling curve: bisect.
-	lo, hi := 0.0, 1.0
+	// The rate falls as the bytes grow: bisect in log2 of the blocks.
+	lo, hi := 0.0, math.Log2(workersPerCore)
 	for range 40 {
 		mid := (lo + hi) / 2
-		if touchRateAt(rs, touchBytes(blockBytes, workersPerCore, mid)) < turnRate {
+		if touchRateAt(rs, blockBytes*math.Exp2(mid)) > turnRate {
 			lo = mid
 		} else {
 			hi = mid
 		}
 	}
-	return math.Round((lo+hi)/2*100) / 100, true
+	return math.Round(math.Exp2((lo+hi)/2)*100) / 100, true
 }
 
 // TouchAloneSpeedupForm describes the accepted --touch-alone-speedup

@@ -150,32 +150,33 @@ func TestTouchRateFollowsTheMemoryTouched(t *testing.T) {
 }
 
 // In the engine the memory is the running VMs' resident workload pages
-// per core they run on: one VM of 256 MiB on a core, or four on two cores
-// (512 MiB a core), or eight of which half is on the device (512 MiB a
-// core resident). Populating VMs do not count. With TouchOwnBlock, the
-// VMs taking turns on a core count less: four on two cores touch as over
-// 362 MiB a core at 0.5 and over 256 MiB at 1.
+// per core they run on: one VM of 256 MiB on a core, or eight of which
+// half is on the device (256 MiB a core resident, four a core). VMs
+// taking turns on a core touch as over TouchTurnBlocks of their blocks:
+// four on two cores at 2 as over 512 MiB a core, and eight, or sixteen,
+// the same; three on two, half the way in log2 (362 MiB). Populating VMs
+// do not count.
 func TestEngineTouchRateByResidentMemoryPerCore(t *testing.T) {
 	nd := smallNode()
 	nd.CPUs, nd.TouchRate = 2, []TouchRate{{64 << 20, 76e6}, {256 << 20, 50e6}, {1 << 30, 30e6}}
 	spec := oneVM(memload.ScanRandom)
 	spec.Workload.SizeBytes = 256 << 20
 	for _, c := range []struct {
-		vms                int
-		resident, ownBlock float64
-		want               float64 // pages/s a core
-	}{{1, 1, 0, 50e6}, {2, 1, 0, 50e6}, {4, 1, 0, 40e6}, {8, 0.5, 0, 40e6}, {8, 1, 0, 30e6},
-		{4, 1, 0.5, 45e6}, {4, 1, 1, 50e6}, {8, 1, 0.5, 40e6}, {1, 1, 0.5, 50e6}} {
-		nd.TouchOwnBlock = c.ownBlock
+		vms                  int
+		resident, turnBlocks float64
+		want                 float64 // pages/s a core
+	}{{1, 1, 2, 50e6}, {2, 1, 2, 50e6}, {4, 1, 2, 40e6}, {8, 1, 2, 40e6}, {16, 1, 2, 40e6}, {8, 0.5, 2, 50e6},
+		{3, 1, 2, 45e6}, {4, 1, 4, 30e6}, {8, 1, 4, 30e6}, {4, 1, 1, 50e6}, {8, 1, 1, 50e6}, {4, 1, 0, 40e6}, {1, 1, 4, 50e6}} {
+		nd.TouchTurnBlocks = c.turnBlocks
 		n := newNode(nd, spec, c.vms, 0.001, 1)
 		running(n, c.resident)
 		n.capacityPages = 1e12
 		n.tick(0, true)
 		if math.Abs(n.touchRate-c.want) > 1 {
-			t.Errorf("%d VMs of 256 MiB, %g resident, own block %g: %.1fM pages/s a core, want %.1fM", c.vms, c.resident, c.ownBlock, n.touchRate/1e6, c.want/1e6)
+			t.Errorf("%d VMs of 256 MiB, %g resident, turns as over %g blocks: %.1fM pages/s a core, want %.1fM", c.vms, c.resident, c.turnBlocks, n.touchRate/1e6, c.want/1e6)
 		}
 	}
-	nd.TouchOwnBlock = 0
+	nd.TouchTurnBlocks = 2
 	n := newNode(nd, spec, 4, 0.001, 1)
 	running(n, 1)
 	n.vms[0].phase, n.vms[1].phase = phasePopulating, phasePopulating
@@ -260,22 +261,24 @@ func TestSummarizeTouchRuns(t *testing.T) {
 	}
 }
 
-// Workers taking turns on a core touch as over their block × (workers a
-// core)^(1−ownBlock): the core's total at 0, the block at 1.
+// Workers taking turns on a core touch as over their block × turnBlocks
+// from two a core on, the block alone at one, and between in proportion
+// in log2.
 func TestTouchBytes(t *testing.T) {
-	for _, c := range []struct{ block, perCore, ownBlock, want float64 }{
-		{256, 4, 0, 1024}, {256, 4, 1, 256}, {256, 4, 0.5, 512}, {256, 1, 0, 256}, {256, 0.5, 0, 256}, {256, 2, 0, 512},
+	for _, c := range []struct{ block, perCore, turnBlocks, want float64 }{
+		{256, 4, 2, 512}, {256, 2, 2, 512}, {256, 16, 2, 512}, {256, 4, 4, 1024}, {256, 4, 1, 256},
+		{256, 1.5, 4, 512}, {256, 1, 4, 256}, {256, 0.5, 4, 256}, {256, 4, 0.5, 256},
 	} {
-		if got := touchBytes(c.block, c.perCore, c.ownBlock); math.Abs(got-c.want) > 1e-9 {
-			t.Errorf("block %g, %g a core, own block %g: %g, want %g", c.block, c.perCore, c.ownBlock, got, c.want)
+		if got := touchBytes(c.block, c.perCore, c.turnBlocks); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("block %g, %g a core, turns as over %g blocks: %g, want %g", c.block, c.perCore, c.turnBlocks, got, c.want)
 		}
 	}
 }
 
 // The probe's turns put on the one-worker-a-core curve: 40M pages/s a
-// core from four workers of 256 MiB is the curve's rate at 512 MiB, so
-// half the way from the core's total (1 GiB) to the block in log2.
-func TestOwnBlockFrom(t *testing.T) {
+// core from four workers of 256 MiB is the curve's rate at 512 MiB, two
+// blocks.
+func TestTurnBlocksFrom(t *testing.T) {
 	curve := []TouchRate{{64 << 20, 76e6}, {256 << 20, 50e6}, {1 << 30, 30e6}}
 	for _, c := range []struct {
 		rates    []TouchRate
@@ -284,28 +287,28 @@ func TestOwnBlockFrom(t *testing.T) {
 		want     float64
 		ok       bool
 	}{
-		{curve, 4, 40e6, 0.5, true},
+		{curve, 4, 40e6, 2, true},
 		{curve, 4, 50e6, 1, true},
 		{curve, 4, 55e6, 1, true}, // faster than one block: noise, the block
-		{curve, 4, 30e6, 0, true},
-		{curve, 4, 20e6, 0, true},
-		{curve, 4, 45e6, 0.75, true}, // 362 MiB: a quarter of the way in log2
+		{curve, 4, 30e6, 4, true},
+		{curve, 4, 20e6, 4, true},    // slower than the total: the curve cannot tell more
+		{curve, 4, 45e6, 1.41, true}, // 362 MiB: half the way to 512 MiB in log2
 		{curve, 1, 40e6, 0, false},
 		{curve, 4, 0, 0, false},
 		{[]TouchRate{{0, 50e6}}, 4, 40e6, 0, false}, // one rate: cannot tell
 		{[]TouchRate{{256 << 20, 30e6}, {1 << 30, 50e6}}, 4, 40e6, 0, false}, // not falling
 	} {
-		got, ok := ownBlockFrom(c.rates, 256<<20, c.perCore, c.turnRate)
+		got, ok := turnBlocksFrom(c.rates, 256<<20, c.perCore, c.turnRate)
 		if ok != c.ok || math.Abs(got-c.want) > 0.005 {
 			t.Errorf("%v, %g a core at %.0fM: %g, %v; want %g, %v", c.rates, c.perCore, c.turnRate/1e6, got, ok, c.want, c.ok)
 		}
 	}
 }
 
-// Whatever the curve and the turns' rate, the weight is 0..1, and where
+// Whatever the curve and the turns' rate, the blocks are 1..4, and where
 // the rate lies between one block's and the total's, the curve gives it
-// back at the weight's bytes.
-func FuzzOwnBlockFrom(f *testing.F) {
+// back at the blocks' bytes (two or more workers a core).
+func FuzzTurnBlocksFrom(f *testing.F) {
 	f.Add(76e6, 50e6, 30e6, 40e6)
 	f.Add(50e6, 50e6, 50e6, 40e6)
 	f.Add(1e6, 2e6, 3e6, 2.5e6)
@@ -314,17 +317,17 @@ func FuzzOwnBlockFrom(f *testing.F) {
 		if !touchRatesValid(rates) || !(turn > 0) || math.IsInf(turn, 0) {
 			return
 		}
-		w, ok := ownBlockFrom(rates, 256<<20, 4, turn)
+		blocks, ok := turnBlocksFrom(rates, 256<<20, 4, turn)
 		if !ok {
 			return
 		}
-		if !(w >= 0 && w <= 1) {
-			t.Fatalf("%v at %g: weight %g", rates, turn, w)
+		if !(blocks >= 1 && blocks <= 4) {
+			t.Fatalf("%v at %g: %g blocks", rates, turn, blocks)
 		}
 		if one, all := r256, r1g; turn < one && turn > all {
-			got := touchRateAt(rates, touchBytes(256<<20, 4, w))
+			got := touchRateAt(rates, touchBytes(256<<20, 2, blocks))
 			if math.Abs(got-turn) > 0.02*(one-all) {
-				t.Fatalf("%v at %g: weight %g gives %g", rates, turn, w, got)
+				t.Fatalf("%v at %g: %g blocks give %g", rates, turn, blocks, got)
 			}
 		}
 	})
