@@ -252,8 +252,8 @@ func applyMachine(cmd *cobra.Command, f *simFlags) error {
 	if len(fig.TouchAloneSpeedup) > 0 {
 		set("touch-alone-speedup", sim.FormatTouchAloneSpeedup(fig.TouchAloneSpeedup))
 	}
-	if blocks := fig.TouchTurnBlocks(); blocks > 0 {
-		set("touch-turn-blocks", fmt.Sprint(blocks))
+	if fig.TouchTurnBlocks > 0 {
+		set("touch-turn-blocks", fmt.Sprint(fig.TouchTurnBlocks))
 	}
 	set("swap-read-iops", fmt.Sprint(fig.ReadIOPS))
 	set("swap-write-iops", fmt.Sprint(fig.WriteIOPS))

@@ -7,6 +7,7 @@ import (
 	"math"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,11 +32,14 @@ type MachineFigures struct {
 	// over the rate a core with a worker on every core, by the size of its
 	// block (nil: one core).
 	TouchAloneSpeedup []AloneSpeedup `json:"touch_alone_speedup"`
-	// TouchTurnPagesPerSec is a core's pages/s with
-	// touchTurnWorkersPerCore workers of TouchTurnBytes each taking turns
-	// on it (0: not measured, where only the smallest block fits).
-	TouchTurnBytes       float64 `json:"touch_turn_bytes"`
-	TouchTurnPagesPerSec float64 `json:"touch_turn_pages_per_sec"`
+	// TouchTurns are a core's pages/s with workers of TouchTurnBytes each
+	// taking turns on it, by the workers a core (none: not measured, where
+	// only the smallest block fits), and TouchTurnBlocks the blocks' worth
+	// of memory they touched as (Node.TouchTurnBlocks; 0: the curve could
+	// not tell).
+	TouchTurnBytes  float64     `json:"touch_turn_bytes"`
+	TouchTurns      []TouchTurn `json:"touch_turns"`
+	TouchTurnBlocks float64     `json:"touch_turn_blocks"`
 	// PopulateRatePerCore is a worker's pages/s filling its block.
 	PopulateRatePerCore float64 `json:"populate_rate_per_core"`
 	// SwapDevice is the active swap area probed, or the directory where
@@ -411,13 +415,6 @@ func taskCounts(perCore []int, cpus int) []float64 {
 	return out
 }
 
-// TouchTurnBlocks is how many blocks' worth of memory the turns touched
-// as (Node.TouchTurnBlocks; 0: not measured, or the curve cannot tell).
-func (f MachineFigures) TouchTurnBlocks() float64 {
-	b, _ := turnBlocksFrom(f.TouchRate, f.TouchTurnBytes, touchTurnWorkersPerCore, f.TouchTurnPagesPerSec)
-	return b
-}
-
 // device is the swap device as the figures measured it.
 func (f MachineFigures) device() Device {
 	return Device{ReadIOPS: f.ReadIOPS, WriteIOPS: f.WriteIOPS, Depths: f.Depths, ReadBytesPerSec: f.ReadBytesPerSec, WriteBytesPerSec: f.WriteBytesPerSec}
@@ -559,9 +556,13 @@ func (f MachineFigures) String() string {
 		}
 		alone = fmt.Sprintf(", one worker alone %s× that", strings.Join(factors, "/"))
 	}
-	if f.TouchTurnPagesPerSec > 0 {
-		alone += fmt.Sprintf("; %d workers a core taking turns over %s each %s, as one over %.2f× its block",
-			touchTurnWorkersPerCore, units.FormatBytes(uint64(f.TouchTurnBytes)), units.FormatRate(f.TouchTurnPagesPerSec), f.TouchTurnBlocks())
+	if len(f.TouchTurns) > 0 {
+		counts, rates := make([]string, len(f.TouchTurns)), make([]string, len(f.TouchTurns))
+		for i, t := range f.TouchTurns {
+			counts[i], rates[i] = strconv.Itoa(t.WorkersPerCore), units.FormatRate(t.PagesPerSec)
+		}
+		alone += fmt.Sprintf("; %s workers a core taking turns over %s each %s, as one over %.2f× its block (each rate on its own round's curve)",
+			strings.Join(counts, " and "), units.FormatBytes(uint64(f.TouchTurnBytes)), strings.Join(rates, " and "), f.TouchTurnBlocks)
 	}
 	s := fmt.Sprintf("this machine: %s RAM, %d cores, pages/s a core touches %s and fills %s (headroom load, a worker a core, %s%s); swap %s, %s: 4 KiB random read %s IOPS, write %s IOPS at queue depth %d, %.0f µs a read alone",
 		units.FormatBytes(f.RAMBytes), f.CPUs, strings.Join(touch, ", "), units.FormatRate(f.PopulateRatePerCore), medianOf(f.Rounds, "run"), alone, f.SwapDevice, medianOf(f.Rounds, "probe"),

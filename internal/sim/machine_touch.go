@@ -31,10 +31,9 @@ type touchRun struct {
 
 // measureTouchRate runs `headroom load` at each block size that fits in a
 // quarter of RAM, one worker a core and then one worker alone, and
-// touchTurnWorkersPerCore workers a core taking turns over a block that
-// many times smaller than the largest, for o.rounds() rounds (every core
-// busy and one alone taking turns), and
-// puts the sums (summarizeTouchRuns; the turns' median) in f.
+// touchTurnWorkersPerCore workers a core taking turns over a quarter of
+// the largest block, for o.rounds() rounds, and puts the medians in f
+// (summarizeTouchRuns, summarizeTurns).
 func measureTouchRate(ctx context.Context, o MeasureOptions, f *MachineFigures) error {
 	cpus := f.CPUs
 	var sizes []uint64
@@ -44,13 +43,14 @@ func measureTouchRate(ctx context.Context, o MeasureOptions, f *MachineFigures) 
 		}
 		sizes = append(sizes, size)
 	}
-	turnBlock := sizes[len(sizes)-1] / touchTurnWorkersPerCore
+	turnBlock := sizes[len(sizes)-1] / touchTurnBlocksInLargest
 	if turnBlock < sizes[0] { // the curve does not reach the turns' total
 		turnBlock = 0
 	}
 	var runs []touchRun
-	var turnRates []float64
+	var turns []turnRound
 	for range o.rounds() {
+		round := turnRound{PagesPerSec: map[int]float64{}}
 		for _, size := range sizes {
 			all, err := loadSummary(ctx, o, cpus, size)
 			if err != nil {
@@ -68,20 +68,58 @@ func measureTouchRate(ctx context.Context, o MeasureOptions, f *MachineFigures) 
 				run.AlonePagesPerSec = alone.PagesPerSec
 			}
 			runs = append(runs, run)
+			round.Curve = append(round.Curve, TouchRate{BytesPerCore: float64(size), PagesPerSec: run.AllPagesPerSec})
 		}
-		if turnBlock > 0 {
-			turns, err := loadSummary(ctx, o, touchTurnWorkersPerCore*cpus, turnBlock)
+		if turnBlock == 0 {
+			continue
+		}
+		for _, perCore := range touchTurnWorkersPerCore {
+			s, err := loadSummary(ctx, o, perCore*cpus, turnBlock)
 			if err != nil {
 				return err
 			}
-			turnRates = append(turnRates, turns.PagesPerSec/float64(cpus))
+			round.PagesPerSec[perCore] = s.PagesPerSec / float64(cpus)
 		}
+		turns = append(turns, round)
 	}
 	f.TouchRate, f.TouchAloneSpeedup, f.PopulateRatePerCore = summarizeTouchRuns(runs)
-	if len(turnRates) > 0 {
-		f.TouchTurnBytes, f.TouchTurnPagesPerSec = float64(turnBlock), math.Round(results.Quantile(turnRates, 0.5))
+	if len(turns) > 0 {
+		f.TouchTurnBytes = float64(turnBlock)
+		f.TouchTurns, f.TouchTurnBlocks = summarizeTurns(turns, f.TouchTurnBytes)
 	}
 	return nil
+}
+
+// turnRound is one round of the touch probe: its one-worker-a-core curve
+// and a core's pages/s with workers taking turns, by the workers a core.
+type turnRound struct {
+	Curve       []TouchRate
+	PagesPerSec map[int]float64
+}
+
+// summarizeTurns is the median rate of each count of workers a core
+// taking turns over blocks of blockBytes, and the median of the blocks'
+// worth each of their rates gives on its own round's curve (0 where no
+// curve can tell): a round's turns and curve move together with the
+// machine, where the medians of its rounds may each come from another.
+func summarizeTurns(rounds []turnRound, blockBytes float64) (turns []TouchTurn, turnBlocks float64) {
+	byCount := map[int][]float64{}
+	var blocks []float64
+	for _, r := range rounds {
+		for perCore, rate := range r.PagesPerSec {
+			byCount[perCore] = append(byCount[perCore], rate)
+			if b, ok := turnBlocksFrom(r.Curve, blockBytes, rate); ok {
+				blocks = append(blocks, b)
+			}
+		}
+	}
+	for _, perCore := range slices.Sorted(maps.Keys(byCount)) {
+		turns = append(turns, TouchTurn{WorkersPerCore: perCore, PagesPerSec: math.Round(results.Quantile(byCount[perCore], 0.5))})
+	}
+	if len(blocks) > 0 {
+		turnBlocks = math.Round(results.Quantile(blocks, 0.5)*100) / 100
+	}
+	return turns, turnBlocks
 }
 
 // loadSummary runs `headroom load` with workers workers of size bytes each.

@@ -102,8 +102,8 @@ type Node struct {
 	// loss, up to maxTouchTurnBlocks; 0 is defaultTouchTurnBlocks. With
 	// two or more workers a core the rate is TouchRate's at the block ×
 	// this, whatever their number; between one and two, the log2 of the
-	// blocks in proportion. Each worker walks its own page tables, and another's turn
-	// evicts them from the core's caches.
+	// blocks in proportion. Each worker walks its own page tables, and
+	// another's turn evicts them from the core's caches.
 	TouchTurnBlocks float64
 	// PopulateRatePerCore is the pages/s one core fills a new block at
 	// (allocating, zeroing and writing each page's content; 0: a quarter

@@ -93,11 +93,25 @@ func touchRateAt(rs []TouchRate, bytesPerCore float64) float64 {
 		func(r TouchRate) float64 { return r.PagesPerSec }, false)
 }
 
-// touchTurnWorkersPerCore is how many workers a core the touch probe runs
-// taking turns, each over a block that many times smaller than the
-// largest it measures one worker a core, to tell how much sharing a core
-// slows a worker (Node.TouchTurnBlocks).
-const touchTurnWorkersPerCore = 4
+// touchTurnWorkersPerCore are the workers a core the touch probe runs
+// taking turns, each over a block touchTurnBlocksInLargest times smaller
+// than the largest it measures one worker a core, to tell how much
+// sharing a core slows a worker (Node.TouchTurnBlocks): the model's
+// turns cost the same from two a core on, and two and four tell it twice
+// a round.
+var touchTurnWorkersPerCore = []int{2, 4}
+
+// touchTurnBlocksInLargest is how many of the turns' blocks the largest
+// block of the one-worker-a-core curve holds: the curve can tell the
+// turns' cost up to that many blocks.
+const touchTurnBlocksInLargest = 4
+
+// TouchTurn is a core's pages/s with WorkersPerCore workers taking turns
+// on it.
+type TouchTurn struct {
+	WorkersPerCore int     `json:"workers_per_core"`
+	PagesPerSec    float64 `json:"pages_per_sec"`
+}
 
 // defaultTouchTurnBlocks is Node.TouchTurnBlocks where none is given: a
 // worker sharing its core touches as over its block and one other's.
@@ -124,30 +138,34 @@ func turnBlocksOrDefault(turnBlocks float64) float64 {
 // each turn of another worker (a scheduler's slice, milliseconds, in
 // which a worker here cycles through all its block) evicts the page-table
 // lines a worker had in the core's caches, and one other evicts them as
-// well as many (here seq: 101M pages/s from two to six workers of
-// 256 MiB a core, random 79-89M).
+// well as many (here two to six seq workers of 256 MiB a core touched
+// 97-101M pages/s on the two cores, random ones 79-89M).
 func touchBytes(blockBytes, workersPerCore, turnBlocks float64) float64 {
 	return blockBytes * math.Pow(max(turnBlocks, 1), min(max(workersPerCore-1, 0), 1))
 }
 
 // turnBlocksFrom is the turnBlocks (touchBytes) at which the one-worker-
-// a-core rates rs give turnRate, the pages/s a core touched with
-// workersPerCore workers of blockBytes taking turns on it: 1 at or above
-// the rate of one block, workersPerCore at or below that of all of them
-// (the curve holds beyond its largest size, so it cannot tell more). ok
-// is false where rs cannot tell, not falling between the two.
-func turnBlocksFrom(rs []TouchRate, blockBytes, workersPerCore, turnRate float64) (turnBlocks float64, ok bool) {
-	one, all := touchRateAt(rs, blockBytes), touchRateAt(rs, blockBytes*workersPerCore)
+// a-core rates rs give turnRate, the pages/s a core touched with workers
+// of blockBytes taking turns on it: 1 at or above the rate of one block,
+// the largest size over the block at or below the rate there (the curve
+// holds beyond it, so it cannot tell more). ok is false where rs cannot
+// tell, not falling from the block to its largest size.
+func turnBlocksFrom(rs []TouchRate, blockBytes, turnRate float64) (turnBlocks float64, ok bool) {
+	if len(rs) == 0 || !(blockBytes > 0) {
+		return 0, false
+	}
+	most := rs[len(rs)-1].BytesPerCore / blockBytes
+	one, all := touchRateAt(rs, blockBytes), touchRateAt(rs, blockBytes*most)
 	switch {
-	case !(workersPerCore > 1) || !(turnRate > 0) || !(one > all):
+	case !(most > 1) || !(turnRate > 0) || !(one > all):
 		return 0, false
 	case turnRate >= one:
 		return 1, true
 	case turnRate <= all:
-		return workersPerCore, true
+		return most, true
 	}
 	// The rate falls as the bytes grow: bisect in log2 of the blocks.
-	lo, hi := 0.0, math.Log2(workersPerCore)
+	lo, hi := 0.0, math.Log2(most)
 	for range 40 {
 		mid := (lo + hi) / 2
 		if touchRateAt(rs, blockBytes*math.Exp2(mid)) > turnRate {

@@ -276,36 +276,62 @@ func TestTouchBytes(t *testing.T) {
 }
 
 // The probe's turns put on the one-worker-a-core curve: 40M pages/s a
-// core from four workers of 256 MiB is the curve's rate at 512 MiB, two
-// blocks.
+// core from workers of 256 MiB taking turns is the curve's rate at
+// 512 MiB, two blocks; the curve tells up to its largest size.
 func TestTurnBlocksFrom(t *testing.T) {
 	curve := []TouchRate{{64 << 20, 76e6}, {256 << 20, 50e6}, {1 << 30, 30e6}}
 	for _, c := range []struct {
 		rates    []TouchRate
-		perCore  float64
 		turnRate float64
 		want     float64
 		ok       bool
 	}{
-		{curve, 4, 40e6, 2, true},
-		{curve, 4, 50e6, 1, true},
-		{curve, 4, 55e6, 1, true}, // faster than one block: noise, the block
-		{curve, 4, 30e6, 4, true},
-		{curve, 4, 20e6, 4, true},    // slower than the total: the curve cannot tell more
-		{curve, 4, 45e6, 1.41, true}, // 362 MiB: half the way to 512 MiB in log2
-		{curve, 1, 40e6, 0, false},
-		{curve, 4, 0, 0, false},
-		{[]TouchRate{{0, 50e6}}, 4, 40e6, 0, false}, // one rate: cannot tell
-		{[]TouchRate{{256 << 20, 30e6}, {1 << 30, 50e6}}, 4, 40e6, 0, false}, // not falling
+		{curve, 40e6, 2, true},
+		{curve, 50e6, 1, true},
+		{curve, 55e6, 1, true}, // faster than one block: noise, the block
+		{curve, 30e6, 4, true},
+		{curve, 20e6, 4, true},    // slower than the largest size: the curve cannot tell more
+		{curve, 45e6, 1.41, true}, // 362 MiB: half the way to 512 MiB in log2
+		{[]TouchRate{{256 << 20, 50e6}, {512 << 20, 40e6}}, 30e6, 2, true}, // a shorter curve tells less
+		{curve, 0, 0, false},
+		{[]TouchRate{{0, 50e6}}, 40e6, 0, false},                           // one rate: cannot tell
+		{[]TouchRate{{64 << 20, 76e6}, {256 << 20, 50e6}}, 40e6, 0, false}, // the curve ends at the block
+		{[]TouchRate{{256 << 20, 30e6}, {1 << 30, 50e6}}, 40e6, 0, false},  // not falling
+		{nil, 40e6, 0, false},
 	} {
-		got, ok := turnBlocksFrom(c.rates, 256<<20, c.perCore, c.turnRate)
+		got, ok := turnBlocksFrom(c.rates, 256<<20, c.turnRate)
 		if ok != c.ok || math.Abs(got-c.want) > 0.005 {
-			t.Errorf("%v, %g a core at %.0fM: %g, %v; want %g, %v", c.rates, c.perCore, c.turnRate/1e6, got, ok, c.want, c.ok)
+			t.Errorf("%v at %.0fM: %g, %v; want %g, %v", c.rates, c.turnRate/1e6, got, ok, c.want, c.ok)
 		}
 	}
 }
 
-// Whatever the curve and the turns' rate, the blocks are 1..4, and where
+// Each round's turns are put on that round's curve and the blocks' worth
+// is the median over rounds and counts; the rates are each count's
+// median. Round two's curve sits lower: its 40M is one block there, where
+// on round one's it would be two.
+func TestSummarizeTurns(t *testing.T) {
+	high := []TouchRate{{256 << 20, 50e6}, {1 << 30, 30e6}}
+	low := []TouchRate{{256 << 20, 40e6}, {1 << 30, 24e6}}
+	rounds := []turnRound{
+		{Curve: high, PagesPerSec: map[int]float64{2: 40e6, 4: 40e6}},
+		{Curve: low, PagesPerSec: map[int]float64{2: 40e6, 4: 40e6}},
+		{Curve: high, PagesPerSec: map[int]float64{2: 45e6}},
+	}
+	turns, blocks := summarizeTurns(rounds, 256<<20)
+	want := []TouchTurn{{2, 40e6}, {4, 40e6}}
+	// Blocks by round: 2, 2; 1, 1; 1.41: the median 1.41 (2 on round
+	// one's curve alone).
+	if !reflect.DeepEqual(turns, want) || blocks != 1.41 {
+		t.Errorf("got %v, %g blocks; want %v, 1.41", turns, blocks, want)
+	}
+	if _, blocks := summarizeTurns([]turnRound{{Curve: []TouchRate{{0, 50e6}}, PagesPerSec: map[int]float64{4: 40e6}}}, 256<<20); blocks != 0 {
+		t.Errorf("one rate for a curve: %g blocks, want 0 (cannot tell)", blocks)
+	}
+}
+
+// Whatever the curve and the turns' rate, the blocks are 1..4 (the
+// curve's largest size over the block), and where
 // the rate lies between one block's and the total's, the curve gives it
 // back at the blocks' bytes (two or more workers a core).
 func FuzzTurnBlocksFrom(f *testing.F) {
@@ -317,7 +343,7 @@ func FuzzTurnBlocksFrom(f *testing.F) {
 		if !touchRatesValid(rates) || !(turn > 0) || math.IsInf(turn, 0) {
 			return
 		}
-		blocks, ok := turnBlocksFrom(rates, 256<<20, 4, turn)
+		blocks, ok := turnBlocksFrom(rates, 256<<20, turn)
 		if !ok {
 			return
 		}
