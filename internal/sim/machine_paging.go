@@ -52,7 +52,19 @@ const (
 	pagingSwapBytes = 8 << 30
 	// pagingMinPages is the least paging that gives a figure.
 	pagingMinPages = 2000
+	// pagingMaxWindows is how many windows a probe pages for at most
+	// while fewer than pagingMinPages have moved: a device another
+	// program keeps busy (a build writing its output here, in a cold CI
+	// run) paged 331 pages in 2 s. The windows end before the workers do
+	// (pagingWorkerSlack).
+	pagingMaxWindows = 8
+	// pagingWorkerSlack is how long a probe's workers run past one
+	// window: their blocks' fill and the windows a probe may add.
+	pagingWorkerSlack = 2 * time.Minute
 )
+
+// errTooFewPages is a window's paging too small to give a figure.
+var errTooFewPages = errors.New("too few to measure")
 
 // pagingWorkerBytes is each of workers' block: pagingMaxWorkerBytes, or
 // less where the half of all blocks that is out would not fit in half of
@@ -358,20 +370,37 @@ func measurePaging(ctx context.Context, r pagingRun) (sample PagingSample, besid
 	if err != nil {
 		return sample, beside, err
 	}
-	burst, err := pagers.outPerBin(ctx, r.window)
-	if err != nil {
-		return sample, beside, err
+	// Window after window until enough has paged: the figures and the
+	// burst's bins are over all of them.
+	var burst BurstSample
+	var after pagingCounters
+	elapsed := time.Duration(0)
+	for windows := 1; ; windows++ {
+		var next BurstSample
+		if next, err = pagers.outPerBin(ctx, r.window); err != nil {
+			return sample, beside, err
+		}
+		if burst.OutPages == nil {
+			burst.OutPages = make([][]float64, len(next.OutPages))
+		}
+		for i, bins := range next.OutPages {
+			burst.OutPages[i] = append(burst.OutPages[i], bins...)
+		}
+		elapsed += r.window
+		if after, err = readPagingCounters(pagers, residents); err != nil {
+			return sample, beside, err
+		}
+		sample, err = after.sub(before, elapsed)
+		if !errors.Is(err, errTooFewPages) || windows == pagingMaxWindows || elapsed+r.window > pagingWorkerSlack {
+			break
+		}
 	}
-	after, err := readPagingCounters(pagers, residents)
 	if err != nil {
-		return sample, beside, err
-	}
-	if sample, err = after.sub(before, r.window); err != nil {
 		return sample, beside, err
 	}
 	sample.Burst, sample.WorkerBytes = burst, workerBytes
 	if residents != nil {
-		after.besideSub(before, r.window, &beside)
+		after.besideSub(before, elapsed, &beside)
 	}
 	if mem, err = host.ReadMemory(); err != nil {
 		return sample, beside, err
@@ -451,7 +480,7 @@ func startLoadWorkers(ctx context.Context, parent cgroup.Group, prefix, headroom
 // loadArgs are the arguments of a `headroom load` worker of a probe.
 func loadArgs(scan memload.Scan, blockBytes uint64, window time.Duration) []string {
 	return []string{"load", "--size", fmt.Sprint(blockBytes), "--scan", string(scan),
-		"--duration", (window + 2*time.Minute).String(), "--interval", "100ms", "--json"}
+		"--duration", (window + pagingWorkerSlack).String(), "--interval", "100ms", "--json"}
 }
 
 // launchLoadWorkers starts n `headroom load` workers, worker i (from 0)
@@ -618,7 +647,7 @@ func (c pagingCounters) sub(before pagingCounters, window time.Duration) (Paging
 	in, out := float64(c.vm.PswpIn-before.vm.PswpIn), float64(c.vm.PswpOut-before.vm.PswpOut)
 	pages := (in + out) / 2
 	if pages < pagingMinPages {
-		return PagingSample{}, fmt.Errorf("only %.0f pages paged in %s: too few to measure", pages, window)
+		return PagingSample{}, fmt.Errorf("only %.0f pages paged in %s: %w", pages, window, errTooFewPages)
 	}
 	s := PagingSample{SecondsPerPage: (c.busyCPUSeconds - before.busyCPUSeconds) / pages, PagesInPerSec: in / window.Seconds()}
 	s.WorkerPagesPerSec = perSecond(c.workerTouched, before.workerTouched, window)

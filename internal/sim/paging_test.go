@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"math"
 	"reflect"
 	"slices"
@@ -289,8 +290,8 @@ func TestPagingSampleFromCounters(t *testing.T) {
 	}
 	few := before
 	few.vm.PswpIn += pagingMinPages / 2
-	if _, err := few.sub(before, 4*time.Second); err == nil {
-		t.Errorf("%d pages paged: no error, want too few to measure", pagingMinPages/4)
+	if _, err := few.sub(before, 4*time.Second); !errors.Is(err, errTooFewPages) {
+		t.Errorf("%d pages paged: %v, want too few to measure", pagingMinPages/4, err)
 	}
 }
 
