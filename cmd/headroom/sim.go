@@ -128,7 +128,7 @@ func newSimCommand() *cobra.Command {
 	fl.Float64Var(&f.cpus, "cpus", f.cpus, "the node's cores")
 	fl.StringVar(&f.touchRate, "touch-rate", f.touchRate, "pages/s one core touches in RAM (headroom load's rate in a VM), "+sim.TouchRateForm)
 	fl.StringVar(&f.touchAloneSpeedup, "touch-alone-speedup", "0", "how much faster one core touches while it is the only busy one than --touch-rate (measured with every core busy), "+sim.TouchAloneSpeedupForm+"; in between, in proportion to the idle cores (--machine this measures it)")
-	fl.Float64Var(&f.touchTurnBlocks, "touch-turn-blocks", 2, "how many blocks' worth of memory a worker touches as while it takes turns on a core with others, whatever their number: 1 (no loss) to 64; between one and two workers a core, in proportion (--machine this measures it)")
+	fl.Float64Var(&f.touchTurnBlocks, "touch-turn-blocks", sim.DefaultTouchTurnBlocks, fmt.Sprintf("how many blocks' worth of memory a worker touches as while it takes turns on a core with others, whatever their number: 1 (no loss) to %d; between one and two workers a core, in proportion (--machine this measures it)", sim.MaxTouchTurnBlocks))
 	fl.Float64Var(&f.populateRate, "populate-rate", 0, "pages/s one core fills a new block at (0: a quarter of --touch-rate, at its smallest size)")
 	fl.Var(&f.swap, "swap", "swap device size (0: none)")
 	fl.Float64Var(&f.readIOPS, "swap-read-iops", f.readIOPS, "the swap device's 4 KiB random-read rate")

@@ -372,19 +372,19 @@ func measurePaging(ctx context.Context, r pagingRun) (sample PagingSample, besid
 	}
 	// Window after window until enough has paged: the figures and the
 	// burst's bins are over all of them.
-	var burst BurstSample
+	var burst, next BurstSample
 	var after pagingCounters
-	elapsed := time.Duration(0)
+	var elapsed time.Duration
 	for windows := 1; ; windows++ {
-		var next BurstSample
 		if next, err = pagers.outPerBin(ctx, r.window); err != nil {
 			return sample, beside, err
 		}
-		if burst.OutPages == nil {
-			burst.OutPages = make([][]float64, len(next.OutPages))
-		}
-		for i, bins := range next.OutPages {
-			burst.OutPages[i] = append(burst.OutPages[i], bins...)
+		if windows == 1 {
+			burst = next
+		} else {
+			for i, bins := range next.OutPages {
+				burst.OutPages[i] = append(burst.OutPages[i], bins...)
+			}
 		}
 		elapsed += r.window
 		if after, err = readPagingCounters(pagers, residents); err != nil {

@@ -99,7 +99,7 @@ type Node struct {
 	TouchAloneSpeedup []AloneSpeedup
 	// TouchTurnBlocks is how many blocks' worth of memory a worker touches
 	// as while it takes turns on a core with others (touchBytes): 1 no
-	// loss, up to maxTouchTurnBlocks; 0 is defaultTouchTurnBlocks. With
+	// loss, up to MaxTouchTurnBlocks; 0 is DefaultTouchTurnBlocks. With
 	// two or more workers a core the rate is TouchRate's at the block ×
 	// this, whatever their number; between one and two, the log2 of the
 	// blocks in proportion. Each worker walks its own page tables, and
@@ -366,8 +366,8 @@ func Validate(n Node, v VMSpec) error {
 		return fmt.Errorf("--fill-out %g: want pages a second, 0 or more", n.FillOutPagesPerSec)
 	case !(n.PagingStealSeconds >= 0 && n.PagingStealSeconds < 0.01):
 		return fmt.Errorf("--paging-steal %v: want a duration from 0 to 10ms a page", time.Duration(n.PagingStealSeconds*float64(time.Second)))
-	case !(n.TouchTurnBlocks == 0 || n.TouchTurnBlocks >= 1 && n.TouchTurnBlocks <= maxTouchTurnBlocks):
-		return fmt.Errorf("--touch-turn-blocks %g: want 1 (no loss) to %d blocks", n.TouchTurnBlocks, maxTouchTurnBlocks)
+	case !(n.TouchTurnBlocks == 0 || n.TouchTurnBlocks >= 1 && n.TouchTurnBlocks <= MaxTouchTurnBlocks):
+		return fmt.Errorf("--touch-turn-blocks %g: want 1 (no loss) to %d blocks", n.TouchTurnBlocks, MaxTouchTurnBlocks)
 	case n.Swap.SizeBytes > 0 && !(n.Swap.ReadIOPS > 0):
 		return fmt.Errorf("--swap-read-iops must be positive with --swap")
 	case n.Swap.SizeBytes > 0 && !(n.Swap.WriteIOPS > 0):

@@ -113,19 +113,19 @@ type TouchTurn struct {
 	PagesPerSec    float64 `json:"pages_per_sec"`
 }
 
-// defaultTouchTurnBlocks is Node.TouchTurnBlocks where none is given: a
+// DefaultTouchTurnBlocks is Node.TouchTurnBlocks where none is given: a
 // worker sharing its core touches as over its block and one other's.
-const defaultTouchTurnBlocks = 2
+const DefaultTouchTurnBlocks = 2
 
-// maxTouchTurnBlocks bounds Node.TouchTurnBlocks: sharing a core costs a
+// MaxTouchTurnBlocks bounds Node.TouchTurnBlocks: sharing a core costs a
 // worker its share of the caches, not a curve's worth of memory.
-const maxTouchTurnBlocks = 64
+const MaxTouchTurnBlocks = 64
 
 // turnBlocksOrDefault is Node.TouchTurnBlocks, the default where none
 // is given.
 func turnBlocksOrDefault(turnBlocks float64) float64 {
 	if turnBlocks == 0 {
-		return defaultTouchTurnBlocks
+		return DefaultTouchTurnBlocks
 	}
 	return turnBlocks
 }
