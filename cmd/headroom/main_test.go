@@ -504,6 +504,13 @@ func TestSimScenario(t *testing.T) {
 			t.Errorf("%s: exit %d: %s", s, r.code, r.stderr)
 		}
 	}
+	// The planner's question on the paper's node: everything in RAM up to
+	// its knee at 11 VMs, the 12th pages.
+	r = runHeadroom(t, "sim", "--scenario", "../../scenarios/paper-192g-nvme.yaml", "--memory-scan", "random", "--deployments", "10,11,12,13",
+		"--workload-runtime", "5s", "--find", "max-vms", "--min-per-vm-fraction", "0.5", "--max-swap-utilization", "0.5", "--out", filepath.Join(dir, "find"))
+	if want := "max-vms: 11 VMs keep a mean per-VM rate of at least 50%"; r.code != 0 || !strings.Contains(r.stdout, want) || !strings.Contains(r.stdout, "; 11 also keep swap use within 50%") {
+		t.Errorf("--find max-vms: exit %d, %q: want %q and 11 within the swap bound", r.code, r.stdout, want)
+	}
 }
 
 // simLever runs headroom sim --json with a lever's flags into a fresh
