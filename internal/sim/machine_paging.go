@@ -372,19 +372,12 @@ func measurePaging(ctx context.Context, r pagingRun) (sample PagingSample, besid
 	}
 	// Window after window until enough has paged: the figures and the
 	// burst's bins are over all of them.
-	var burst, next BurstSample
+	var burst BurstSample
 	var after pagingCounters
 	var elapsed time.Duration
 	for windows := 1; ; windows++ {
-		if next, err = pagers.outPerBin(ctx, r.window); err != nil {
+		if err = pagers.outPerBin(ctx, r.window, &burst); err != nil {
 			return sample, beside, err
-		}
-		if windows == 1 {
-			burst = next
-		} else {
-			for i, bins := range next.OutPages {
-				burst.OutPages[i] = append(burst.OutPages[i], bins...)
-			}
 		}
 		elapsed += r.window
 		if after, err = readPagingCounters(pagers, residents); err != nil {
@@ -536,16 +529,17 @@ func launchLoadWorkers(parent cgroup.Group, prefix, headroom string, n int, args
 // takes seconds, so the longest span the runs' windows hold two of.
 const reclaimBurstBin = 2 * time.Second
 
-// outPerBin waits the whole reclaimBurstBins in window and returns the
+// outPerBin waits the whole reclaimBurstBins in window and adds to b the
 // pages reclaim took from each worker in each (from their interval
-// records, a tenth of a second apart).
-func (ws *loadWorkers) outPerBin(ctx context.Context, window time.Duration) (BurstSample, error) {
-	var b BurstSample
+// records, a tenth of a second apart), after the bins b already has.
+func (ws *loadWorkers) outPerBin(ctx context.Context, window time.Duration, b *BurstSample) error {
 	tick := time.NewTicker(reclaimBurstBin)
 	defer tick.Stop()
 	end := time.After(window)
 	last := ws.pagesOutNow()
-	b.OutPages = make([][]float64, len(last))
+	if b.OutPages == nil {
+		b.OutPages = make([][]float64, len(last))
+	}
 	for range int(window / reclaimBurstBin) {
 		select {
 		case <-tick.C:
@@ -555,14 +549,14 @@ func (ws *loadWorkers) outPerBin(ctx context.Context, window time.Duration) (Bur
 			}
 			last = now
 		case <-ctx.Done():
-			return b, ctx.Err()
+			return ctx.Err()
 		}
 	}
 	select { // the window's rest, when it is no whole number of bins
 	case <-end:
-		return b, nil
+		return nil
 	case <-ctx.Done():
-		return b, ctx.Err()
+		return ctx.Err()
 	}
 }
 
