@@ -12,7 +12,7 @@ BIN     := bin/headroom
 # `make fuzz FUZZEXECS=1000000`.
 FUZZEXECS ?= 30000
 
-.PHONY: all build deps kube-binaries kubevirt-crds demo test unit system system-host system-kube fuzz bench vet clean
+.PHONY: all build deps kube-binaries kubevirt-crds demo check docs test unit system system-host system-kube fuzz bench vet clean
 
 all: build
 
@@ -25,7 +25,8 @@ APT_PACKAGES := util-linux gcc chromium qemu-system-x86 busybox-static
 # headroom is built static (it is also the micro-VM guest's /init) and
 # stripped (a smaller initramfs boots faster).
 export CGO_ENABLED := 0
-GOBUILD := $(GO) build -trimpath -ldflags='-s -w'
+VERSION := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+GOBUILD := $(GO) build -trimpath -ldflags='-s -w -X main.buildVersion=$(VERSION)'
 
 deps:
 	@command -v $(GO) >/dev/null || { echo "Go toolchain not found: install Go 1.26 (/usr/local/go/bin)"; exit 1; }
@@ -54,6 +55,18 @@ demo: build
 vet:
 	test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
 	$(GO) vet -tags system,guest ./...
+
+# The fast tier: formatting, vet, the unit tests in short mode (fuzz
+# targets run their seed corpora; the generated reference's drift check is
+# one of them), as any user, changing nothing on the machine.
+check:
+	$(MAKE) --no-print-directory vet
+	$(GO) test -short ./...
+
+# The generated reference (docs/reference): every command's flags, the
+# agent's configuration keys and metrics, the decision and result schemas.
+docs:
+	$(GO) test ./cmd/headroom -run '^TestReferenceIsUpToDate$$' -update-reference
 
 # The race detector needs cgo. It runs on every package but those that link
 # the Kubernetes client (cmd/headroom, internal/kube, internal/kubevirt):

@@ -62,7 +62,7 @@ policy/v1 Evictions (PodDisruptionBudgets hold; a budget's refusal moves on
 to the next candidate; any other 429, such as KubeVirt's evacuation, is
 waited for); no pod is ever deleted. While a signal fires the node has the
 taint headroom.io/memory-pressure:NoSchedule and the condition
-MemoryPressureSwap. See docs/kubernetes.md.
+MemoryPressureSwap. See docs/guide/kubernetes.md.
 
 Configuration, each overriding the one before: defaults, --config YAML (keys
 as in the JSON names of --print-config), wasp-agent's environment variables

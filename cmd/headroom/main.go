@@ -32,6 +32,7 @@ func newRootCommand() *cobra.Command {
 		Short: "Memory overcommit for VM hosts: workloads, agent, density benchmark",
 		Long: `headroom lets operators run more virtual machines on a host than its RAM
 holds, safely, and measure exactly what that costs.`,
+		Version:       version(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

@@ -25,8 +25,8 @@ import (
 // it did.
 type Record struct {
 	policy.Decision
-	DryRun bool   `json:"dry_run,omitempty"`
-	Error  string `json:"error,omitempty"`
+	DryRun bool   `json:"dry_run,omitempty"` // decided with --dry-run: nothing was done
+	Error  string `json:"error,omitempty"`   // why acting on it failed (the kernel's or the API's answer)
 	// SignaledAt is when the eviction signal was sent.
 	SignaledAt *time.Time `json:"signaled_at,omitempty"`
 	// LatencyBoundSeconds bounds the time from the threshold crossing to

@@ -12,6 +12,7 @@ import (
 // metrics follows node_exporter's habits: raw counters and gauges named
 // headroom_<subsystem>_<name>_<unit>; rates are left to PromQL.
 type metrics struct {
+	agent           *Agent
 	registry        *prometheus.Registry
 	ticks           prometheus.Counter
 	psiWakeups      prometheus.Counter
@@ -27,6 +28,7 @@ type metrics struct {
 
 func newMetrics(a *Agent) *metrics {
 	m := &metrics{
+		agent:    a,
 		registry: prometheus.NewRegistry(),
 		ticks: prometheus.NewCounter(prometheus.CounterOpts{Name: "headroom_agent_samples_total",
 			Help: "Observe-decide-act rounds run."}),
@@ -52,10 +54,18 @@ func newMetrics(a *Agent) *metrics {
 		evictedBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "headroom_agent_evicted_bytes_total",
 			Help: "Memory (working set and swap) freed by evictions."}),
 	}
-	m.registry.MustRegister(m.ticks, m.psiWakeups, m.usageWakeups, m.decisions, m.evictions, m.readErrors, m.evictionLatency,
-		m.evictionResults, m.evictionSeconds, m.evictedBytes, viewCollector{a})
+	m.registry.MustRegister(m.collectors()...)
 	return m
 }
+
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.ticks, m.psiWakeups, m.usageWakeups, m.decisions, m.evictions, m.readErrors, m.evictionLatency,
+		m.evictionResults, m.evictionSeconds, m.evictedBytes, viewCollector{m.agent}}
+}
+
+// MetricCollectors are the collectors of every metric the agent itself
+// serves (the generated reference lists them).
+func MetricCollectors() []prometheus.Collector { return newMetrics(&Agent{}).collectors() }
 
 // RegisterCollectors adds metrics of the parts wired in from outside (the
 // Kubernetes source) to the agent's /metrics.

@@ -256,7 +256,7 @@ func (vm *VM) start(ctx context.Context) error {
 
 // qemuArgs is the QEMU command line. The machine is `pc` booted by qboot
 // (QEMU's minimal firmware) straight into the PVH entry of the
-// uncompressed kernel: see README "Micro-VMs" for the measurements behind
+// uncompressed kernel: see docs/validation/benchmarks.md "Micro-VMs" for the measurements behind
 // each choice.
 func (vm *VM) qemuArgs(initrd string) []string {
 	c := vm.cfg

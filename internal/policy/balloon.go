@@ -118,10 +118,10 @@ type BalloonSetting struct {
 // MemoryStateChange is memory_state's payload: the scope moved from one
 // memory state to another ("" before the first round).
 type MemoryStateChange struct {
-	From         string `json:"from"`
-	To           string `json:"to"`
-	FreeBytes    uint64 `json:"free_bytes"`
-	MinFreeBytes uint64 `json:"min_free_bytes"`
+	From         string `json:"from"`           // the state left: high, clear, soft, hard or low
+	To           string `json:"to"`             // the state entered
+	FreeBytes    uint64 `json:"free_bytes"`     // the scope's free memory when it changed
+	MinFreeBytes uint64 `json:"min_free_bytes"` // the scope's minFree, the unit of the states' bounds
 }
 
 // BalloonState is what the balloon controller remembers between rounds.
@@ -429,7 +429,7 @@ func (b *BalloonState) decideStates(vms []vmView, free uint64, now time.Time) []
 	// A guest that needs memory gets all of it back at once, whatever the
 	// host's state: ballooning below a guest's working set kills it.
 	// (Giving it only what it needs, to spare the free page reporting of
-	// the rest, was measured and not kept: docs/balloon-density.md.)
+	// the rest, was measured and not kept: docs/validation/balloon-density.md.)
 	for _, v := range vms {
 		if v.needy != "" && v.lastTarget < v.max {
 			b.hold[v.w.Name] = now.Add(balloonGrownHoldSeconds * time.Second)

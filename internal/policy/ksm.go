@@ -53,11 +53,11 @@ type KSMSample struct {
 
 // KSMSetting is what the policy asks of ksmd.
 type KSMSetting struct {
-	Phase          string `json:"phase"`
-	Run            int    `json:"run"`
-	PagesToScan    uint64 `json:"pages_to_scan,omitempty"`
-	SleepMillisecs uint64 `json:"sleep_millisecs,omitempty"`
-	AdvisorMode    string `json:"advisor_mode,omitempty"`
+	Phase          string `json:"phase"`                     // the governor's phase: standby, burst, steady or advisor
+	Run            int    `json:"run"`                       // ksmd's run: 0 stopped, 1 running
+	PagesToScan    uint64 `json:"pages_to_scan,omitempty"`   // pages ksmd scans a batch
+	SleepMillisecs uint64 `json:"sleep_millisecs,omitempty"` // ksmd's sleep between batches
+	AdvisorMode    string `json:"advisor_mode,omitempty"`    // the kernel advisor's mode (none or scan-time)
 }
 
 // KSMState is what the governor remembers between rounds.

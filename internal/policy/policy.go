@@ -79,7 +79,7 @@ type Config struct {
 	// room is not need. A guest that has just booted has not shown its
 	// working set yet: what its workload populates as it starts should
 	// fit above its floor, not send the controller to deflate it in full
-	// (docs/balloon-density.md). 0 turns it off.
+	// (docs/validation/balloon-density.md). 0 turns it off.
 	BalloonStartSeconds float64 `json:"balloonStartSeconds"`
 	// BalloonMOMIntervalSeconds is MOM's policy interval.
 	BalloonMOMIntervalSeconds float64 `json:"balloonMOMIntervalSeconds"`
@@ -252,8 +252,8 @@ const (
 // EvictionOutcome is how an eviction ended, reported by the agent's actor
 // into the next snapshot.
 type EvictionOutcome struct {
-	Workload string `json:"workload"`
-	Result   string `json:"result"`
+	Workload string `json:"workload"` // the victim
+	Result   string `json:"result"`   // graceful, forced or failed
 	// Seconds from the eviction signal to the workload leaving (or to the
 	// actor giving up).
 	Seconds float64 `json:"seconds"`
@@ -339,10 +339,10 @@ const (
 // line. Besides the action, its subject and its reason, it carries the one
 // payload its action needs.
 type Decision struct {
-	Time     time.Time `json:"time"`
-	Action   string    `json:"action"`
-	Workload string    `json:"workload,omitempty"`
-	Reason   string    `json:"reason"`
+	Time     time.Time `json:"time"`               // the sample's time the decision was made on
+	Action   string    `json:"action"`             // what is to be done (the list above)
+	Workload string    `json:"workload,omitempty"` // its subject ("" for the node's own: set_ksm, memory_state, none)
+	Reason   string    `json:"reason"`             // why, with the numbers it was decided on
 	// Swap is set_swap's allowance.
 	Swap *SwapSetting `json:"swap,omitempty"`
 	// Trigger is the firing signal of an eviction (or of a non-action
@@ -360,16 +360,16 @@ type Decision struct {
 
 // SwapSetting is a workload's swap allowance.
 type SwapSetting struct {
-	SwapBytes uint64 `json:"swap_bytes"`
+	SwapBytes uint64 `json:"swap_bytes"` // the swap the workload may use
 }
 
 // Trigger is the signal that fired, with every signal evaluated at the time.
 type Trigger struct {
-	Signal    string   `json:"signal"`
-	Value     float64  `json:"value"`
-	Threshold float64  `json:"threshold"`
-	Unit      string   `json:"unit"`
-	Signals   []Signal `json:"signals,omitempty"`
+	Signal    string   `json:"signal"`            // the first signal past its threshold
+	Value     float64  `json:"value"`             // its value, in Unit
+	Threshold float64  `json:"threshold"`         // its threshold, in Unit
+	Unit      string   `json:"unit"`              // bytes, pages_per_second, percent or seconds
+	Signals   []Signal `json:"signals,omitempty"` // every signal evaluated then (evictions)
 }
 
 func triggerOf(s *Signal, all []Signal) *Trigger {

@@ -18,12 +18,12 @@ const (
 // Signal is one evaluated signal. It fires when Value is above Threshold,
 // or below it for signals marked Below (time to exhaustion).
 type Signal struct {
-	Name      string  `json:"name"`
-	Value     float64 `json:"value"`
-	Threshold float64 `json:"threshold"`
-	Unit      string  `json:"unit"`
-	Below     bool    `json:"below,omitempty"`
-	Firing    bool    `json:"firing"`
+	Name      string  `json:"name"`            // swap_utilization, swap_in_rate, swap_out_rate, psi_memory_full, psi_memory_some, swap_exhaustion
+	Value     float64 `json:"value"`           // the signal's value over the window, in Unit
+	Threshold float64 `json:"threshold"`       // the configured threshold, in Unit
+	Unit      string  `json:"unit"`            // bytes, pages_per_second, percent or seconds
+	Below     bool    `json:"below,omitempty"` // the signal fires below its threshold (swap_exhaustion), not above
+	Firing    bool    `json:"firing"`          // past its threshold
 }
 
 // minRateSpanSeconds is the shortest stretch of samples a rate or trend is

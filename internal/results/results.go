@@ -33,16 +33,16 @@ const (
 
 // Run is run.json.
 type Run struct {
-	Schema     string    `json:"schema"`
-	Kind       string    `json:"kind"` // "density" (measured) or "sim" (modelled)
-	Label      string    `json:"label"`
-	StartedAt  time.Time `json:"started_at"`
-	FinishedAt time.Time `json:"finished_at"`
+	Schema     string    `json:"schema"`      // the layout's version; readers refuse others
+	Kind       string    `json:"kind"`        // "density" (measured) or "sim" (modelled)
+	Label      string    `json:"label"`       // the run's name in reports (--label)
+	StartedAt  time.Time `json:"started_at"`  // when the run began
+	FinishedAt time.Time `json:"finished_at"` // when it ended
 	// Params are the command's parameters as given.
 	Params  map[string]any `json:"params"`
-	Machine Machine        `json:"machine"`
-	Node    Node           `json:"node"`
-	Steps   []Step         `json:"steps"`
+	Machine Machine        `json:"machine"` // where it ran
+	Node    Node           `json:"node"`    // the node the workers ran in
+	Steps   []Step         `json:"steps"`   // the ramp's steps, in order
 	// StopReason says why the ramp ended: "completed", a failure, an
 	// admission refusal or an interruption.
 	StopReason string `json:"stop_reason"`
@@ -53,27 +53,27 @@ type Run struct {
 
 // Machine describes where the run happened.
 type Machine struct {
-	Hostname      string       `json:"hostname"`
-	Kernel        string       `json:"kernel"`
-	CPUs          int          `json:"cpus"`
-	MemTotalBytes uint64       `json:"mem_total_bytes"`
-	SwapDevices   []SwapDevice `json:"swap_devices"`
+	Hostname      string       `json:"hostname"`        // the machine's host name
+	Kernel        string       `json:"kernel"`          // its kernel release
+	CPUs          int          `json:"cpus"`            // its CPUs
+	MemTotalBytes uint64       `json:"mem_total_bytes"` // its RAM (MemTotal)
+	SwapDevices   []SwapDevice `json:"swap_devices"`    // its active swap areas
 }
 
 // SwapDevice is one active swap area during the run.
 type SwapDevice struct {
-	Path      string `json:"path"`
-	Type      string `json:"type"`
-	SizeBytes uint64 `json:"size_bytes"`
-	Priority  int    `json:"priority"`
+	Path      string `json:"path"`       // the swap file or device
+	Type      string `json:"type"`       // file or partition
+	SizeBytes uint64 `json:"size_bytes"` // its size
+	Priority  int    `json:"priority"`   // its swap priority
 }
 
 // Node is the (possibly small) node the workers ran in.
 type Node struct {
-	Scope       string `json:"scope"`
-	MemoryBytes uint64 `json:"memory_bytes"`
-	SwapBytes   uint64 `json:"swap_bytes"`
-	SwapTier    string `json:"swap_tier,omitempty"`
+	Scope       string `json:"scope"`               // the node's cgroup (or the modelled node's name)
+	MemoryBytes uint64 `json:"memory_bytes"`        // the node's RAM
+	SwapBytes   uint64 `json:"swap_bytes"`          // the swap it may use
+	SwapTier    string `json:"swap_tier,omitempty"` // a compressed tier in front of the swap (--swap-tier), if any
 	// SwapReadIOPS is the swap device's measured 4 KiB random-read rate:
 	// the physical limit of page-ins. 0 if not measured.
 	SwapReadIOPS float64 `json:"swap_read_iops,omitempty"`
@@ -83,18 +83,19 @@ type Node struct {
 
 // Step is one ramp step: a number of workers run together.
 type Step struct {
-	Index   int       `json:"index"`
-	Workers int       `json:"workers"`
-	Repeat  int       `json:"repeat"`
-	Started time.Time `json:"started"`
-	Seconds float64   `json:"seconds"`
-	Failed  bool      `json:"failed"`
+	Index   int       `json:"index"`   // the step's place in the ramp, from 0
+	Workers int       `json:"workers"` // workers (VMs) run together
+	Repeat  int       `json:"repeat"`  // which repetition of this count (--repeat), from 0
+	Started time.Time `json:"started"` // when the workers were released
+	Seconds float64   `json:"seconds"` // the measured phase's length
+	Failed  bool      `json:"failed"`  // a worker failed (FailReason says how)
 	// FailReason names what failed (a worker OOM-killed, evicted, silent,
 	// not started).
 	FailReason string `json:"fail_reason,omitempty"`
 	// AggregatePagesPerSec sums the workers' rates.
 	AggregatePagesPerSec float64 `json:"aggregate_pages_per_sec"`
-	StartSkewSeconds     float64 `json:"start_skew_seconds"`
+	// StartSkewSeconds is the spread of the workers' starts.
+	StartSkewSeconds float64 `json:"start_skew_seconds"`
 	// Node rates over the measured phase, from /proc/vmstat and PSI.
 	SwapInPagesPerSec  float64 `json:"swap_in_pages_per_sec"`
 	SwapOutPagesPerSec float64 `json:"swap_out_pages_per_sec"`
@@ -124,9 +125,9 @@ type Step struct {
 	// DeleteSeconds is how long deleting the step's objects took, from
 	// the request to the last deletion seen (kubevirt backend).
 	DeleteSeconds float64        `json:"delete_seconds,omitempty"`
-	Evictions     int            `json:"evictions"`
-	OOMKills      int            `json:"oom_kills"`
-	PerWorker     []WorkerResult `json:"per_worker"`
+	Evictions     int            `json:"evictions"`  // workers evicted by the agent
+	OOMKills      int            `json:"oom_kills"`  // workers OOM-killed by the kernel
+	PerWorker     []WorkerResult `json:"per_worker"` // every worker's own figures
 }
 
 // Start-up phases of a VM, in order.
@@ -140,8 +141,8 @@ const (
 
 // PhaseQuantiles summarises one start-up phase over a step's workers.
 type PhaseQuantiles struct {
-	Phase      string  `json:"phase"`
-	P50Seconds float64 `json:"p50_seconds"`
+	Phase      string  `json:"phase"`       // qemu_started, qmp_ready, booted, command_started or ready
+	P50Seconds float64 `json:"p50_seconds"` // exact quantiles over the step's VMs, seconds after creation
 	P95Seconds float64 `json:"p95_seconds"`
 	P99Seconds float64 `json:"p99_seconds"`
 	MaxSeconds float64 `json:"max_seconds"`
@@ -149,18 +150,18 @@ type PhaseQuantiles struct {
 
 // WorkerResult is one worker's outcome in a step.
 type WorkerResult struct {
-	Name                 string  `json:"name"`
-	PagesPerSec          float64 `json:"pages_per_sec"`
-	MajorFaultsPerSec    float64 `json:"major_faults_per_sec"`
-	CreateToReadySeconds float64 `json:"create_to_ready_seconds"`
-	PopulateSeconds      float64 `json:"populate_seconds"`
-	StartOffsetSeconds   float64 `json:"start_offset_seconds"`
+	Name                 string  `json:"name"`                    // the worker (its cgroup, VM or VMI)
+	PagesPerSec          float64 `json:"pages_per_sec"`           // its touches a second over the measured phase
+	MajorFaultsPerSec    float64 `json:"major_faults_per_sec"`    // its major faults a second
+	CreateToReadySeconds float64 `json:"create_to_ready_seconds"` // from its creation to its workload ready (populated)
+	PopulateSeconds      float64 `json:"populate_seconds"`        // its workload's populate time
+	StartOffsetSeconds   float64 `json:"start_offset_seconds"`    // its start after the step's first worker's
 	// CreateOffsetSeconds is when the worker was created, in seconds after
 	// the step's first: the harness creates them one after another.
 	CreateOffsetSeconds float64 `json:"create_offset_seconds,omitempty"`
-	OOMKilled           bool    `json:"oom_killed,omitempty"`
-	Evicted             bool    `json:"evicted,omitempty"`
-	Error               string  `json:"error,omitempty"`
+	OOMKilled           bool    `json:"oom_killed,omitempty"` // the kernel OOM-killed it
+	Evicted             bool    `json:"evicted,omitempty"`    // the agent evicted it
+	Error               string  `json:"error,omitempty"`      // how it failed
 	// ClockOffsetSeconds is the worker's clock minus the controller's (a
 	// guest's clock is set from its RTC).
 	ClockOffsetSeconds float64 `json:"clock_offset_seconds,omitempty"`
@@ -195,9 +196,9 @@ type VMResult struct {
 // WorkerSample is one worker seen from the host once a second: its
 // cgroup and, for a VM, QEMU's memory and the guest's own view.
 type WorkerSample struct {
-	Name             string `json:"name"`
-	CgroupUsageBytes uint64 `json:"cgroup_usage_bytes"`
-	CgroupSwapBytes  uint64 `json:"cgroup_swap_bytes"`
+	Name             string `json:"name"`               // the worker
+	CgroupUsageBytes uint64 `json:"cgroup_usage_bytes"` // its cgroup's memory usage
+	CgroupSwapBytes  uint64 `json:"cgroup_swap_bytes"`  // its cgroup's swap use
 	// CPUSeconds is the CPU time its processes used so far (for a VM,
 	// QEMU's: vCPUs, devices, the balloon's work on the host side).
 	CPUSeconds float64 `json:"cpu_seconds,omitempty"`
@@ -225,16 +226,16 @@ type GuestView struct {
 
 // Sample is one line of timeline.jsonl: the node once a second.
 type Sample struct {
-	Time              time.Time `json:"time"`
-	Step              int       `json:"step"`
-	PswpIn            uint64    `json:"pswpin"`
-	PswpOut           uint64    `json:"pswpout"`
-	PgMajFault        uint64    `json:"pgmajfault"`
-	PSISomeMicros     uint64    `json:"psi_some_micros"`
-	PSIFullMicros     uint64    `json:"psi_full_micros"`
-	MemAvailableBytes uint64    `json:"mem_available_bytes"`
-	ScopeUsageBytes   uint64    `json:"scope_usage_bytes"`
-	ScopeSwapBytes    uint64    `json:"scope_swap_bytes"`
+	Time              time.Time `json:"time"`                // when it was read
+	Step              int       `json:"step"`                // the step running then
+	PswpIn            uint64    `json:"pswpin"`              // /proc/vmstat pswpin (cumulative: use differences)
+	PswpOut           uint64    `json:"pswpout"`             // /proc/vmstat pswpout
+	PgMajFault        uint64    `json:"pgmajfault"`          // /proc/vmstat pgmajfault
+	PSISomeMicros     uint64    `json:"psi_some_micros"`     // memory "some" stall time, cumulative
+	PSIFullMicros     uint64    `json:"psi_full_micros"`     // memory "full" stall time, cumulative
+	MemAvailableBytes uint64    `json:"mem_available_bytes"` // the host's MemAvailable
+	ScopeUsageBytes   uint64    `json:"scope_usage_bytes"`   // the node cgroup's memory usage
+	ScopeSwapBytes    uint64    `json:"scope_swap_bytes"`    // the node cgroup's swap use
 	// CPUBusySeconds is all the node's CPUs' busy time since boot
 	// (host.BusyCPUSeconds): its difference over a second is busy cores.
 	CPUBusySeconds float64 `json:"cpu_busy_seconds,omitempty"`

@@ -198,7 +198,7 @@ func measuredRun(device float64, rows []measuredStep) *Run {
 }
 
 // The knee comes from paging evidence, the throughput fall second: make
-// demo's measured run (README) was once called "in RAM" at 4 workers with
+// demo's measured run (docs/guide/density.md) was once called "in RAM" at 4 workers with
 // 7.2k swap-ins/s and one worker at 120k pages/s against 28M for another;
 // the micro-VM ramp's 4th step (519 swap-ins/s, 1.3% of its device, VMs
 // within 1.4x of each other) is in RAM.

@@ -230,7 +230,7 @@ func ksmBench(t *testing.T, ksmdPastSeconds float64, setting policy.KSMSetting, 
 }
 
 // bench/ksm.sh's strategies in the model against their measured runs
-// (README: 90% of the saving in 243.8 s and 3.24 ksmd CPU-seconds with
+// (docs/validation/benchmarks.md: 90% of the saving in 243.8 s and 3.24 ksmd CPU-seconds with
 // the kernel's defaults, 2.1 s and 1.99 with brute force, 4.1 s and 2.11
 // with the governor; then 1.2%, 78% and 1.2% of a core). The advisor,
 // measured 2026-11-26 with ksmd 12.1 s into its life, cut pages_to_scan
