@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -107,6 +108,13 @@ func agentConfigFlags() []configFlag {
 		{"cooldown", "time between evictions", func(c *agent.Config) any { return (*secondsValue)(&c.CooldownSeconds) }},
 		{"eviction-grace", "time from the graceful request (SIGTERM, a VM's power-down) to the forced one (QMP quit, SIGKILL)", func(c *agent.Config) any { return (*secondsValue)(&c.EvictionGraceSeconds) }},
 		{"eviction-deadline", "time after which a victim still present is given up on and the next candidate may be evicted", func(c *agent.Config) any { return (*secondsValue)(&c.EvictionDeadlineSeconds) }},
+		{"abandon-retry", "time a victim given up on is not chosen again", func(c *agent.Config) any { return (*secondsValue)(&c.AbandonRetrySeconds) }},
+		{"refusal-backoff-max", "cap of a refused workload's back-off (1 s, doubling at each refusal); the next candidate goes at once", func(c *agent.Config) any { return (*secondsValue)(&c.RefusalBackoffMaxSeconds) }},
+		{"shutdown-grace", "on SIGTERM/SIGINT, time to wait for evictions in progress to end on their own (never forced); a second signal exits at once", func(c *agent.Config) any { return (*secondsValue)(&c.ShutdownGraceSeconds) }},
+		{"state-dir", `directory of the eviction journal a restarted agent resumes from ("": none)`, func(c *agent.Config) any { return &c.StateDir }},
+		{"proc-root", "where /proc is read (a fixture tree in tests)", func(c *agent.Config) any { return &c.ProcRoot }},
+		{"sys-root", "where /sys is read (a fixture tree in tests)", func(c *agent.Config) any { return &c.SysRoot }},
+		{"cgroup-mount", `mount point of the memory cgroup hierarchy ("": found under --sys-root)`, func(c *agent.Config) any { return &c.CgroupMount }},
 		{"oom-score-adj", "the agent's own oom_score_adj", func(c *agent.Config) any { return &c.OOMScoreAdj }},
 		{"mlock", "lock the agent's memory so it is never swapped", func(c *agent.Config) any { return &c.Mlock }},
 		{"ignore-cgroups", "child cgroups of the scope that are not workloads (never evicted, no swap allowance); the agent's own is always ignored", func(c *agent.Config) any { return &c.IgnoreCgroups }},
@@ -232,7 +240,11 @@ func newAgentCommand() *cobra.Command {
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			var onNode *kube.SourceConfig
 			if final.Kubernetes.NodeName != "" {
-				sc, err := kube.Resolve(final.Kubernetes)
+				h, err := agent.Hierarchy(final)
+				if err != nil {
+					return usageError{err}
+				}
+				sc, err := kube.Resolve(final.Kubernetes, h)
 				if err != nil {
 					return usageError{err}
 				}
@@ -244,11 +256,15 @@ func newAgentCommand() *cobra.Command {
 				return usageError{err}
 			}
 			if onNode != nil {
-				detached, err := kube.Attach(cmd.Context(), a, final.Kubernetes, *onNode, log)
+				// The pod watch outlives the stop signal: evictions in
+				// progress are followed to their end while the agent stops.
+				attached, detach := context.WithCancel(context.WithoutCancel(cmd.Context()))
+				detached, err := kube.Attach(attached, a, final.Kubernetes, *onNode, log)
 				if err != nil {
+					detach()
 					return usageError{err}
 				}
-				defer detached()
+				defer func() { detach(); detached() }()
 			}
 			return a.Run(cmd.Context())
 		},

@@ -134,7 +134,7 @@ func writeReference(dir string) error {
 	if err := doc.GenManTree(root, &doc.GenManHeader{Title: "HEADROOM", Section: "1", Source: "headroom", Date: &date}, man); err != nil {
 		return err
 	}
-	docs, err := refdoc.ParseDocs("../../internal/agent", "../../internal/policy", "../../internal/results")
+	docs, err := refdoc.ParseDocs("../../internal/agent", "../../internal/loop", "../../internal/policy", "../../internal/results")
 	if err != nil {
 		return err
 	}
@@ -262,9 +262,7 @@ func schemaSection(title string, v any, docs refdoc.FieldDocs) string {
 }
 
 func decisionsReference(docs refdoc.FieldDocs) string {
-	actions := []string{policy.ActionSetSwap, policy.ActionEvict, policy.ActionEvicted, policy.ActionAbandon,
-		policy.ActionSetKSM, policy.ActionSetBalloon, policy.ActionMemoryState, policy.ActionNone}
-	slices.Sort(actions)
+	actions := slices.Sorted(slices.Values(policy.Actions))
 	var b strings.Builder
 	b.WriteString(generatedNote + "# headroom agent: the decision log\n\n")
 	b.WriteString("One JSON object a line on the agent's stdout, and the last 512 at `GET /v1/decisions`. ")

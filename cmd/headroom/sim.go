@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/yaml"
 
+	"github.com/headroom-dev/headroom/internal/agent"
 	"github.com/headroom-dev/headroom/internal/density"
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/policy"
@@ -81,6 +82,7 @@ type simFlags struct {
 	swapTier                              string
 	tierRatio                             float64
 	agent                                 bool
+	agentConfig                           string
 	out, label, scenario, find            string
 	swapDepths, workerKind, swapReadahead string
 	pagingCPU, runQueueWait               string
@@ -158,6 +160,7 @@ func newSimCommand() *cobra.Command {
 	fl.Float64Var(&f.readaheadOrder, "readahead-order", 0, "with --swap-readahead offset, how many more of its own pages a sequential fault brings the VM made first, -0.9 to 0.9: 1 + this times --swap-read-pages for the first, 1 − this for the last (default 0: alike; --machine this measures it from its paging workers' pages a major fault by the order they were made)")
 	fl.StringVar(&f.workerKind, "worker-kind", "vm", "what runs each workload: vm (a guest: its pages are scattered in the host's address space, so each page of a sequential readahead window is its own read) or process (as density's cgroup backend runs it: a window is one read, and no boot: the workers fill together)")
 	fl.BoolVar(&f.agent, "agent", false, "run the agent's policy on the node (calibrated to half the device's rates)")
+	fl.StringVar(&f.agentConfig, "agent-config", "", "run the agent with this agent.yaml (its thresholds, intervals, KSM and balloon keys); implies --agent")
 	fl.BoolVar(&f.balloon, "balloon", false, "with --agent: the agent also drives the guests' balloons")
 	fl.StringVar(&f.ksm, "ksm", f.ksm, "with --agent: off, governor (the agent paces ksmd by the profit per ksmd CPU-second) or advisor (the kernel's scan-time advisor paces it); --content dup=F gives the mergeable pages")
 	fl.DurationVar(&f.ksmdCPU, "ksmd-cpu", 0, "CPU time ksmd has used before the run: the kernel's advisor counts it into its first scan, so on a host whose ksmd has run before it starts slow (--machine this reads it)")
@@ -477,7 +480,13 @@ func simParams(f *simFlags) (sim.Params, error) {
 	if (f.maxSwapIn < 0 && f.maxSwapIn != -1) || (f.maxSwapOut < 0 && f.maxSwapOut != -1) {
 		return sim.Params{}, usagef("--max-swap-in-pages-per-sec and --max-swap-out-pages-per-sec: want a rate, 0 (off) or -1 (half the device's)")
 	}
-	if f.agent {
+	if f.agentConfig != "" {
+		a, err := agentConfigForSim(f)
+		if err != nil {
+			return sim.Params{}, err
+		}
+		p.Agent = a
+	} else if f.agent {
 		cfg := policy.DefaultConfig()
 		cfg.MaxAverageSwapInPagesPerSecond, cfg.MaxAverageSwapOutPagesPerSecond = f.maxSwapIn, f.maxSwapOut
 		if f.maxSwapIn == -1 {
@@ -490,9 +499,31 @@ func simParams(f *simFlags) (sim.Params, error) {
 			cfg.Balloon, cfg.BalloonPolicy = true, f.balloonPol
 		}
 		cfg.KSMMode = f.ksm
-		p.Agent = &cfg
+		a := sim.DefaultAgent()
+		a.Policy = cfg
+		p.Agent = &a
 	}
 	return p, nil
+}
+
+// agentConfigForSim reads an operator's agent.yaml into the agent the
+// simulated node runs; the flags that set the same keys are refused with it.
+func agentConfigForSim(f *simFlags) (*sim.AgentParams, error) {
+	if f.maxSwapIn != -1 || f.maxSwapOut != -1 || f.ksm != policy.KSMOff || f.balloon {
+		return nil, usagef("--agent-config %s: set the thresholds, ksmMode and balloon in the file, not with --max-swap-*, --ksm or --balloon", f.agentConfig)
+	}
+	cfg := agent.DefaultConfig()
+	if err := cfg.LoadFile(f.agentConfig); err != nil {
+		return nil, usagef("--agent-config: %v", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, usagef("--agent-config %s: %v", f.agentConfig, err)
+	}
+	if cfg.Balloon && f.workerKind != "vm" {
+		return nil, usagef("--agent-config %s: balloon needs --worker-kind vm (a process has no guest)", f.agentConfig)
+	}
+	return &sim.AgentParams{Policy: cfg.Config, IntervalSeconds: cfg.IntervalSeconds,
+		DiscoverySeconds: cfg.DiscoverySeconds, WorkloadStatsSeconds: cfg.WorkloadStatsSeconds}, nil
 }
 
 func runSim(cmd *cobra.Command, f *simFlags) error {
@@ -587,7 +618,7 @@ func simParamsMap(f *simFlags) map[string]any {
 		"overhead_bytes": uint64(f.overhead), "guest_overhead_bytes": uint64(f.guestOverhead), "node_memory_bytes": uint64(f.nodeMemory),
 		"system_reserve_bytes": uint64(f.systemReserve), "cpus": f.cpus, "touch_rate": f.touchRate, "touch_alone_speedup": f.touchAloneSpeedup, "touch_turn_blocks": f.touchTurnBlocks, "populate_rate": f.populateRate, "swap_bytes": uint64(f.swap),
 		"swap_read_iops": f.readIOPS, "swap_write_iops": f.writeIOPS, "swap_latency_seconds": f.latency.Seconds(), "swap_read_bandwidth": uint64(f.readBandwidth), "swap_write_bandwidth": uint64(f.writeBandwidth), "swap_mixed_capacity": f.mixedCapacity, "swap_depths": f.swapDepths, "paging_cpu": f.pagingCPU, "run_queue_wait": f.runQueueWait, "paging_steal_seconds": f.pagingSteal.Seconds(), "reclaim_batch": f.reclaimBatch, "reclaim_order": f.reclaimOrder, "reclaim_order_steady": f.steadyReclaimOrder, "reclaim_burst": f.reclaimBurst, "fill_out": f.fillOut, "touch_beside_paging": f.touchBesidePaging, "swap_read_pages": f.readPages, "readahead_used": f.readaheadUsed, "swap_write_pages": f.writePages, "swap_write_pages_half_full": f.halfFullWritePages, "swap_mixed_capacity_half_full": f.halfFullCapacity, "worker_kind": f.workerKind, "swap_readahead": f.swapReadahead, "readahead_order": f.readaheadOrder,
-		"swap_tier": f.swapTier, "swap_tier_ratio": f.tierRatio, "agent": f.agent, "max_swap_in_pages_per_sec": f.maxSwapIn, "max_swap_out_pages_per_sec": f.maxSwapOut, "ksm": f.ksm, "ksmd_cpu_seconds": f.ksmdCPU.Seconds(), "balloon": balloonParam(f.balloon, f.balloonPol), "guest_cache_bytes": uint64(f.guestCache), "balloon_cpu_seconds_per_page": f.balloonCPU.Seconds(), "start_cpu_factor": f.startCPUFactor, "start_cpu_seconds": f.startCPUDuration.Seconds(), "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
+		"swap_tier": f.swapTier, "swap_tier_ratio": f.tierRatio, "agent": f.agent || f.agentConfig != "", "agent_config": f.agentConfig, "max_swap_in_pages_per_sec": f.maxSwapIn, "max_swap_out_pages_per_sec": f.maxSwapOut, "ksm": f.ksm, "ksmd_cpu_seconds": f.ksmdCPU.Seconds(), "balloon": balloonParam(f.balloon, f.balloonPol), "guest_cache_bytes": uint64(f.guestCache), "balloon_cpu_seconds_per_page": f.balloonCPU.Seconds(), "start_cpu_factor": f.startCPUFactor, "start_cpu_seconds": f.startCPUDuration.Seconds(), "seed": f.seed, "scenario": f.scenario, "machine": f.machine}
 }
 
 // balloonParam is the balloon policy in force ("" with none), as density

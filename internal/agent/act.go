@@ -1,74 +1,69 @@
 package agent
 
 import (
-	"context"
 	"encoding/json"
+	"io"
+	"sync"
 
 	"github.com/headroom-dev/headroom/internal/policy"
 )
 
-// act carries out one decision through the actuator of its action, logs
-// it, and counts it.
-func (a *Agent) act(ctx context.Context, d policy.Decision) {
-	r := Record{Decision: d, DryRun: a.cfg.DryRun}
-	g := a.groups[d.Workload]
-	switch {
-	case d.Action == policy.ActionSetSwap && a.cfg.DryRun:
-		// Nothing is applied; the policy goes on as if it were.
-		a.swapResults = append(a.swapResults, policy.SwapResult{Workload: d.Workload, SwapBytes: d.Swap.SwapBytes})
-	case a.cfg.DryRun:
-	case d.Action == policy.ActionSetKSM:
-		if err := a.ksm.apply(*d.KSM); err != nil {
-			r.Error = err.Error()
-		}
-	case d.Action == policy.ActionSetBalloon:
-		if err := a.applyBalloon(d); err != nil {
-			r.Error = err.Error()
-		}
-	case d.Action == policy.ActionSetSwap:
-		res := applySwap(g, d)
-		a.swapResults = append(a.swapResults, res)
-		r.Error = res.Err
-	case d.Action == policy.ActionEvict && g == nil:
-		r.Error = "workload cgroup no longer exists"
-	case d.Action == policy.ActionEvict:
-		r.SignaledAt, r.Error = a.beginEviction(ctx, d, g)
-		if r.SignaledAt != nil && !a.prevSample.IsZero() {
-			r.LatencyBoundSeconds = r.SignaledAt.Sub(a.prevSample).Seconds()
-			a.metrics.evictionLatency.Observe(r.LatencyBoundSeconds)
-		}
-	}
-	a.count(d)
-	a.record(r)
+const recentDecisions = 512
+
+// recorder writes every decision record as a JSON line, counts it in the
+// metrics and keeps the most recent for /v1/decisions. Records come from
+// the loop and from evictions beside it. A line the writer refuses (a
+// full disk) is counted as lost; the agent decides and acts regardless.
+type recorder struct {
+	w       io.Writer
+	metrics *metrics
+
+	mu     sync.Mutex
+	recent []Record
 }
 
-// count updates the metrics for a decision.
-func (a *Agent) count(d policy.Decision) {
-	a.metrics.decisions.WithLabelValues(d.Action).Inc()
+// Record logs and counts one record.
+func (r *recorder) Record(rec Record) {
+	r.count(rec)
+	b, err := json.Marshal(rec)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err == nil {
+		_, err = r.w.Write(append(b, '\n'))
+	}
+	if err != nil {
+		r.metrics.lostLines.Inc()
+	}
+	r.recent = append(r.recent, rec)
+	if len(r.recent) > recentDecisions {
+		r.recent = r.recent[len(r.recent)-recentDecisions:]
+	}
+}
+
+func (r *recorder) recentRecords() []Record {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Record(nil), r.recent...)
+}
+
+// count updates the metrics for a record.
+func (r *recorder) count(rec Record) {
+	m, d := r.metrics, rec.Decision
+	m.decisions.WithLabelValues(d.Action).Inc()
 	switch d.Action {
 	case policy.ActionEvict:
-		a.metrics.evictions.WithLabelValues(d.Trigger.Signal).Inc()
+		m.evictions.WithLabelValues(d.Trigger.Signal).Inc()
+		if rec.SignaledAt != nil && rec.LatencyBoundSeconds > 0 {
+			m.evictionLatency.Observe(rec.LatencyBoundSeconds)
+		}
 	case policy.ActionEvicted:
 		o := d.Outcome
-		a.metrics.evictionResults.WithLabelValues(o.Result).Inc()
-		if o.Result != policy.EvictionFailed {
-			a.metrics.evictionSeconds.Observe(o.Seconds)
-			a.metrics.evictedBytes.Add(float64(o.FreedBytes))
+		m.evictionResults.WithLabelValues(o.Result).Inc()
+		if o.Result == policy.EvictedGracefully || o.Result == policy.EvictedForcibly {
+			m.evictionSeconds.Observe(o.Seconds)
+			m.evictedBytes.Add(float64(o.FreedBytes))
 		}
 	case policy.ActionAbandon:
-		a.metrics.evictionResults.WithLabelValues("abandoned").Inc()
+		m.evictionResults.WithLabelValues("abandoned").Inc()
 	}
-}
-
-// record writes a decision record as a JSON line and keeps it for the API.
-func (a *Agent) record(r Record) {
-	if b, err := json.Marshal(r); err == nil {
-		a.decisions.Write(append(b, '\n'))
-	}
-	a.mu.Lock()
-	a.recent = append(a.recent, r)
-	if len(a.recent) > recentDecisions {
-		a.recent = a.recent[len(a.recent)-recentDecisions:]
-	}
-	a.mu.Unlock()
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,6 +21,9 @@ type ksmActuator struct {
 // apply writes a setting: the pace first, then run, so ksmd never runs at
 // a pace it was not given.
 func (k *ksmActuator) apply(s policy.KSMSetting) error {
+	if k == nil {
+		return errors.New("KSM is off")
+	}
 	if k.saved == nil {
 		cur, err := host.ReadKSMDir(k.dir)
 		if err != nil {

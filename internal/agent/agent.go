@@ -2,8 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,29 +9,17 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/headroom-dev/headroom/internal/cgroup"
 	"github.com/headroom-dev/headroom/internal/host"
+	"github.com/headroom-dev/headroom/internal/loop"
 	"github.com/headroom-dev/headroom/internal/policy"
-	"github.com/headroom-dev/headroom/internal/workloadmeta"
 )
 
-// Record is one logged decision: the policy's decision and what acting on
-// it did.
-type Record struct {
-	policy.Decision
-	DryRun bool   `json:"dry_run,omitempty"` // decided with --dry-run: nothing was done
-	Error  string `json:"error,omitempty"`   // why acting on it failed (the kernel's or the API's answer)
-	// SignaledAt is when the eviction signal was sent.
-	SignaledAt *time.Time `json:"signaled_at,omitempty"`
-	// LatencyBoundSeconds bounds the time from the threshold crossing to
-	// the eviction signal: the crossing happened after the previous sample,
-	// which had not fired.
-	LatencyBoundSeconds float64 `json:"latency_bound_seconds,omitempty"`
-}
+// Record is one line of the decision log.
+type Record = loop.Record
 
 // WorkloadView is a workload as shown by /v1/snapshot.
 type WorkloadView struct {
@@ -62,99 +48,107 @@ type View struct {
 	Balloon *policy.BalloonState `json:"balloon,omitempty"`
 }
 
-const recentDecisions = 512
-
-// Agent is the node agent.
+// Agent is the node agent: the loop (internal/loop) over this host's
+// kernel and cgroups, its actuators, its HTTP API and metrics.
 type Agent struct {
-	cfg       Config
-	log       *slog.Logger
-	decisions io.Writer // JSON lines, one per Record
-	obs       *observer
-	evictor   Evictor
-	ksm       *ksmActuator // nil unless a KSM mode is on
-	// ballooned are the VMs the agent ballooned, with their RAM.
-	ballooned map[string]uint64
-	metrics   *metrics
+	cfg     Config
+	log     *slog.Logger
+	clock   loop.Clock
+	obs     *observer
+	node    *hostNode
+	act     *hostActuators
+	rec     *recorder
+	loop    *loop.Loop
+	metrics *metrics
 	// own are the agent's own memory cgroups (its swap is turned off).
 	own []cgroup.Group
 	// pressure is told which signals fire after every round (nil: no one).
 	pressure PressureReporter
+	// journal keeps evictions in progress; resumable are the ones the
+	// agent before this one left, resumed once their workload is listed.
+	journal   *journal
+	resumable []journalEntry
 
-	// Loop state, touched only by the loop goroutine.
-	state         policy.State
-	groups        map[string]cgroup.Group
-	workloads     map[string]policy.Workload
-	names         []string // of workloads, sorted; rebuilt when the set changes
-	meta          map[string]workloadmeta.Metadata
-	lastDiscovery time.Time
-	statsAt       time.Time
-	prevSample    time.Time
-	evictions     sync.WaitGroup
-
-	outcomesMu  sync.Mutex // guards outcomes, filled by eviction goroutines
-	outcomes    []policy.EvictionOutcome
-	swapResults []policy.SwapResult // applied this round, for the next decide
-
-	// display are the workloads' display names and cgroupPaths their
-	// cgroups, replaced (not changed) when metadata is read or the set
-	// changes, so HTTP readers may keep the old maps.
-	display     map[string]string
-	cgroupPaths map[string]string
-
-	mu     sync.Mutex // guards pub and recent for HTTP readers
+	mu     sync.Mutex // guards pub and ticked for HTTP readers
 	pub    published
-	recent []Record
 	ticked time.Time
 }
 
 // New validates cfg and opens the scope; nothing on the machine is changed.
+// decisions receives the decision log, one JSON line a decision.
 func New(cfg Config, log *slog.Logger, decisions io.Writer) (*Agent, error) {
+	return NewWithClock(cfg, log, decisions, loop.RealClock{})
+}
+
+// NewWithClock is New on another clock (a test's).
+func NewWithClock(cfg Config, log *slog.Logger, decisions io.Writer, clock loop.Clock) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	scope, err := cgroup.Open(cfg.Scope)
+	h, err := Hierarchy(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return NewForScope(cfg, scope, log, decisions)
-}
-
-// NewForScope is New for an already opened scope (tests use fixture trees).
-func NewForScope(cfg Config, scope cgroup.Group, log *slog.Logger, decisions io.Writer) (*Agent, error) {
-	if err := cfg.Validate(); err != nil {
+	scope, err := h.Open(cfg.Scope)
+	if err != nil {
 		return nil, err
 	}
-	a := &Agent{
-		cfg: cfg, log: log, decisions: decisions,
-		evictor: DefaultEvictor{Grace: seconds(cfg.EvictionGraceSeconds), Poll: 50 * time.Millisecond},
-		groups:  map[string]cgroup.Group{}, ballooned: map[string]uint64{},
-		workloads: map[string]policy.Workload{},
-		meta:      map[string]workloadmeta.Metadata{},
-	}
+	roots := host.Roots{Proc: cfg.ProcRoot, Sys: cfg.SysRoot}
+	a := &Agent{cfg: cfg, log: log, clock: clock}
 	a.metrics = newMetrics(a)
-	files := &cgroupSource{scope: scope, workloadsDir: cfg.WorkloadsDir, ignore: map[string]bool{}}
+	a.rec = &recorder{w: decisions, metrics: a.metrics}
+	files := &cgroupSource{scope: scope, workloadsDir: cfg.WorkloadsDir, ignore: map[string]bool{}, log: log,
+		unusable: func() { a.metrics.readErrors.WithLabelValues("metadata").Inc() }}
 	for _, name := range cfg.IgnoreCgroups {
 		files.ignore[name] = true
 	}
-	a.obs = &observer{scope: scope, hostScope: filepath.Clean("/"+cfg.Scope) == "/", source: files,
+	a.obs = &observer{roots: roots, scope: scope, hostScope: filepath.Clean("/"+cfg.Scope) == "/", source: files,
 		readErrors: func(src string) { a.metrics.readErrors.WithLabelValues(src).Inc() },
 		vms:        map[string]*vmConn{}, vmPoll: seconds(cfg.IntervalSeconds),
 		usageWake: make(chan time.Time, 1), log: log}
+	var ksm *ksmActuator
 	if cfg.KSMMode != policy.KSMOff && cfg.KSMMode != "" {
-		a.obs.ksm = &ksmObserver{ksmDir: host.KSMDir}
-		a.ksm = &ksmActuator{dir: host.KSMDir}
+		a.obs.ksm = &ksmObserver{ksmDir: roots.KSMDir(), ksmd: host.KsmdCPU{Proc: roots.Proc}}
+		ksm = &ksmActuator{dir: roots.KSMDir()}
 	}
-	own, err := cgroup.Self()
+	own, err := h.Self(roots.Proc)
 	if err != nil {
 		log.Warn("cannot read the agent's own cgroup; it is not excluded from the workloads", "err", err)
 	}
-	files.own = own
-	a.own = own
+	files.own, a.own = own, own
+	if cfg.StateDir != "" && !cfg.DryRun {
+		if a.journal, a.resumable, err = openJournal(cfg.StateDir, log); err != nil {
+			log.Warn("no eviction journal: a restarted agent will not know of evictions in progress", "err", err)
+		}
+	}
+	a.node = newHostNode(a.obs, a.resumeListed)
+	ev := newEvictions(DefaultEvictor{Grace: seconds(cfg.EvictionGraceSeconds), Poll: 50 * time.Millisecond, Clock: clock},
+		clock, log, a.journal, seconds(cfg.EvictionDeadlineSeconds-1))
+	a.act = &hostActuators{node: a.node, ksm: ksm, ballooned: map[string]uint64{}, evictions: ev, log: log}
+	a.loop = loop.New(loop.Config{Policy: cfg.Config, DiscoverySeconds: cfg.DiscoverySeconds,
+		WorkloadStatsSeconds: cfg.WorkloadStatsSeconds, DryRun: cfg.DryRun}, a.node, a.act, a.rec)
 	return a, nil
 }
 
+// Hierarchy is the memory cgroup hierarchy the configuration names: the
+// one mounted at cgroupMount, or the machine's under sysRoot.
+func Hierarchy(cfg Config) (cgroup.Hierarchy, error) {
+	if cfg.CgroupMount != "" {
+		return cgroup.Detect(cfg.CgroupMount)
+	}
+	if filepath.Clean(cfg.SysRoot) != "/sys" {
+		for _, m := range []string{"fs/cgroup", "fs/cgroup/unified", "fs/cgroup/memory"} {
+			if h, err := cgroup.Detect(filepath.Join(cfg.SysRoot, m)); err == nil {
+				return h, nil
+			}
+		}
+		return cgroup.Hierarchy{}, fmt.Errorf("no memory cgroup hierarchy under %s/fs/cgroup", cfg.SysRoot)
+	}
+	return cgroup.Find()
+}
+
 // SetEvictor replaces the default signal evictor.
-func (a *Agent) SetEvictor(e Evictor) { a.evictor = e }
+func (a *Agent) SetEvictor(e Evictor) { a.act.evictions.evictor = e }
 
 // SetSource replaces the default source of workloads (the scope's child
 // cgroups and their metadata files).
@@ -168,19 +162,15 @@ func (a *Agent) SetPressureReporter(r PressureReporter) { a.pressure = r }
 // a usage threshold crossing.
 const minUsageWakeGap = 20 * time.Millisecond
 
-// Run protects the agent, serves HTTP and runs the loop until ctx ends;
-// evictions in progress are then finished (forced) before it returns.
+// Run protects the agent, serves HTTP and runs the loop until ctx ends.
+// Then it starts no eviction, lets those in progress go on to their own
+// end for up to shutdownGraceSeconds without forcing any, gives the
+// balloons back and puts KSM's settings back.
 func (a *Agent) Run(ctx context.Context) error {
 	protectSelf(a.cfg, a.own, a.log)
-	var srv *http.Server
-	if a.cfg.Listen != "" {
-		ln, err := net.Listen("tcp", a.cfg.Listen)
-		if err != nil {
-			return fmt.Errorf("listen %s: %w", a.cfg.Listen, err)
-		}
-		srv = &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second}
-		go srv.Serve(ln)
-		a.log.Info("serving", "addr", ln.Addr().String())
+	srv, err := a.serve()
+	if err != nil {
+		return err
 	}
 	var wake <-chan time.Time
 	if a.cfg.PSITriggerStallMillis > 0 {
@@ -198,170 +188,92 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 	a.log.Info("agent started", "scope", a.cfg.Scope, "dry_run", a.cfg.DryRun, "interval_s", a.cfg.IntervalSeconds)
-	ticker := time.NewTicker(seconds(a.cfg.IntervalSeconds))
+	ticker := a.clock.NewTicker(seconds(a.cfg.IntervalSeconds))
 	defer ticker.Stop()
-	a.Tick(ctx, time.Now())
+	a.Tick(a.clock.Now(), true)
 	for {
 		select {
 		case <-ctx.Done():
-			if srv != nil {
-				srv.Close()
-			}
-			a.evictions.Wait()
-			a.restoreBalloons()
-			a.obs.closeVMs()
-			a.obs.closeUsageWatch()
-			if a.ksm != nil {
-				if err := a.ksm.restore(); err != nil {
-					a.log.Warn("could not restore KSM's settings", "err", err)
-				}
-			}
+			a.stop(srv)
 			return nil
-		case now := <-ticker.C:
-			a.Tick(ctx, now)
+		case now := <-ticker.C():
+			a.Tick(now, false)
 		case <-a.obs.source.Changed():
-			a.lastDiscovery = time.Time{} // list now
-			a.Tick(ctx, time.Now())
+			a.Tick(a.clock.Now(), true)
 		case <-wake:
 			a.metrics.psiWakeups.Inc()
-			a.Tick(ctx, time.Now())
+			a.Tick(a.clock.Now(), false)
 		case <-a.obs.usageWake:
 			// Usage hovering at a threshold crosses it again and again:
 			// rounds stay at least minUsageWakeGap apart.
-			if wait := time.Until(a.prevSample.Add(minUsageWakeGap)); wait > 0 {
-				time.Sleep(wait)
+			if wait := a.loop.PrevSample().Add(minUsageWakeGap).Sub(a.clock.Now()); wait > 0 {
+				<-a.clock.After(wait)
 			}
 			a.metrics.usageWakeups.Inc()
-			a.Tick(ctx, time.Now())
+			a.Tick(a.clock.Now(), false)
 		}
 	}
 }
 
-// Tick runs one observe → decide → act round.
-func (a *Agent) Tick(ctx context.Context, now time.Time) {
+// stop ends the run: evictions in progress are waited for (never forced),
+// then the machine is given back what the agent changed of it.
+func (a *Agent) stop(srv *http.Server) {
+	a.log.Info("stopping: no new evictions", "shutdown_grace_s", a.cfg.ShutdownGraceSeconds)
+	a.act.evictions.stop(seconds(a.cfg.ShutdownGraceSeconds))
+	if srv != nil {
+		srv.Close()
+	}
+	a.act.restoreBalloons(a.obs.vms)
+	a.obs.closeVMs()
+	a.obs.closeUsageWatch()
+	if a.act.ksm != nil {
+		if err := a.act.ksm.restore(); err != nil {
+			a.log.Warn("could not restore KSM's settings", "err", err)
+		}
+	}
+}
+
+// Tick runs one observe → decide → act round at now; rediscover lists the
+// workloads at once.
+func (a *Agent) Tick(now time.Time, rediscover bool) {
 	a.metrics.ticks.Inc()
-	if now.Sub(a.lastDiscovery) >= seconds(a.cfg.DiscoverySeconds) {
-		a.obs.refreshLimits()
-		a.discover()
-		a.lastDiscovery = now
+	snap := a.loop.Tick(now, rediscover)
+	st := a.loop.State()
+	if snap.Sample.ScopeErr == "" {
+		a.obs.watchUsage(usageThresholds(policy.UsageBounds(snap, st, a.cfg.Config)))
 	}
-	// Evictions that ended before the sample is read: the sample then
-	// holds the memory they freed, as the policy assumes.
-	outcomes := a.takeOutcomes()
-	sample := a.obs.sample(now)
-	if now.Sub(a.statsAt) >= seconds(a.cfg.WorkloadStatsSeconds) {
-		a.refreshWorkloads(now, false)
-	}
-	a.refreshGuests(now)
-	snap := policy.Snapshot{Sample: sample, Workloads: a.workloadList(), Outcomes: outcomes, SwapResults: a.swapResults}
-	a.swapResults = nil
-	decisions, next := policy.Decide(snap, a.cfg.Config, a.state)
-	if a.statsAt.Before(now) && next.Firing() {
-		// A signal fired: rank on fresh numbers (cached stats may predate
-		// the workloads' processes), re-reading every workload and deciding
-		// again from the same state (Decide is pure).
-		a.refreshWorkloads(now, true)
-		snap.Workloads = a.workloadList()
-		decisions, next = policy.Decide(snap, a.cfg.Config, a.state)
-	}
-	a.state = next
-	if sample.ScopeErr == "" {
-		a.obs.watchUsage(usageThresholds(policy.UsageBounds(snap, a.state, a.cfg.Config)))
-	}
-	for _, d := range decisions {
-		a.act(ctx, d)
-	}
-	if a.cfg.DryRun {
-		clear(a.state.Evicting) // nothing was evicted: keep deciding
-	}
-	a.prevSample = now
 	if a.pressure != nil {
-		a.pressure.Report(now, a.state.Signals)
+		a.pressure.Report(now, st.Signals)
 	}
-	a.publish(snap)
+	a.publish(snap, st)
 }
 
-// refreshGuests attaches every VM's latest guest statistics (its goroutine
-// reads them every round; taking them costs no I/O): the balloon
-// controller follows a guest's growth from one second to the next.
-func (a *Agent) refreshGuests(now time.Time) {
-	for name, w := range a.workloads {
-		if vm := a.obs.vms[name]; vm != nil {
-			w.Guest = vm.Guest(now)
-			a.workloads[name] = w
+// resumeListed resumes the evictions the agent before this one left in
+// its journal, each once its workload is listed with the same cgroup and
+// still has processes: the loop then waits for it rather than choosing a
+// second victim. An entry past its deadline, or whose workload left or was
+// made again, is dropped.
+func (a *Agent) resumeListed(now time.Time) {
+	kept := a.resumable[:0]
+	for _, e := range a.resumable {
+		g, listed := a.node.groups[e.Workload]
+		w := a.node.workloads[e.Workload]
+		switch {
+		case now.Sub(e.ChosenAt).Seconds() >= a.cfg.EvictionDeadlineSeconds:
+		case !listed:
+			kept = append(kept, e) // not listed yet (a pod informer still syncing)
+		case w.Instance != e.Instance || w.Processes == 0:
+		default:
+			a.loop.Resume(e.Workload, e.ChosenAt, now)
+			a.journal.put(e)
+			t := Target{Name: e.Workload, Group: g, Reason: "resumed from the journal"}
+			if vm := a.obs.vms[e.Workload]; vm != nil {
+				t.VM = vm
+			}
+			a.act.evictions.resume(t, e, w.WorkingSetBytes+w.SwapBytes, a.rec.Record, a.loop.Report)
 		}
 	}
-}
-
-// takeOutcomes returns the evictions that ended since the last round.
-func (a *Agent) takeOutcomes() []policy.EvictionOutcome {
-	a.outcomesMu.Lock()
-	defer a.outcomesMu.Unlock()
-	out := a.outcomes
-	a.outcomes = nil
-	return out
-}
-
-// discover updates the set of child cgroups; new ones are read at once.
-func (a *Agent) discover() {
-	kids, err := a.obs.discover()
-	if err != nil {
-		a.log.Warn("cannot list workloads", "err", err)
-		return
-	}
-	seen := map[string]bool{}
-	changed := false
-	for _, l := range kids {
-		seen[l.Name] = true
-		if known, ok := a.groups[l.Name]; !ok || known.Path() != l.Group.Path() || a.obs.madeAgain(l.Name, l.Group) {
-			changed = true
-			a.groups[l.Name] = l.Group
-			a.workloads[l.Name], a.meta[l.Name] = a.obs.workload(l.Name, l.Group, true)
-		}
-	}
-	for name := range a.groups {
-		if !seen[name] {
-			changed = true
-			delete(a.groups, name)
-			delete(a.workloads, name)
-			delete(a.meta, name)
-			a.obs.forget(name)
-		}
-	}
-	if changed {
-		a.names = slices.Sorted(maps.Keys(a.workloads))
-		a.refreshDisplay()
-	}
-}
-
-func (a *Agent) refreshWorkloads(now time.Time, full bool) {
-	for name, g := range a.groups {
-		a.workloads[name], a.meta[name] = a.obs.workload(name, g, full)
-	}
-	a.statsAt = now
-	a.refreshDisplay()
-}
-
-// refreshDisplay replaces the display names and cgroup paths.
-func (a *Agent) refreshDisplay() {
-	d := make(map[string]string, len(a.meta))
-	for name, md := range a.meta {
-		d[name] = md.Name
-	}
-	a.display = d
-	paths := make(map[string]string, len(a.groups))
-	for name, g := range a.groups {
-		paths[name] = g.Path()
-	}
-	a.cgroupPaths = paths
-}
-
-func (a *Agent) workloadList() []policy.Workload {
-	out := make([]policy.Workload, 0, len(a.names))
-	for _, name := range a.names {
-		out = append(out, a.workloads[name])
-	}
-	return out
+	a.resumable = kept
 }
 
 // published is what the last round saw, kept for HTTP readers: the view
@@ -379,22 +291,22 @@ type published struct {
 }
 
 // publish stores the view served over HTTP.
-func (a *Agent) publish(snap policy.Snapshot) {
-	v := View{Time: snap.Sample.Time, Scope: a.cfg.Scope, DryRun: a.cfg.DryRun, Sample: snap.Sample, Signals: a.state.Signals,
+func (a *Agent) publish(snap policy.Snapshot, st policy.State) {
+	v := View{Time: snap.Sample.Time, Scope: a.cfg.Scope, DryRun: a.cfg.DryRun, Sample: snap.Sample, Signals: st.Signals,
 		SwapTiers: a.obs.tiers}
-	if a.ksm != nil {
-		k := a.state.KSM
+	if a.act.ksm != nil {
+		k := st.KSM
 		v.KSM = &k
 	}
 	if a.cfg.Balloon {
-		b := a.state.Balloon
+		b := st.Balloon
 		b.Targets = maps.Clone(b.Targets)
 		v.Balloon = &b
 	}
-	p := published{view: v, workloads: snap.Workloads, display: a.display, cgroups: a.cgroupPaths,
-		allowance: a.state.SwapAllowance, evicting: a.state.Evicting}
+	p := published{view: v, workloads: snap.Workloads, display: a.node.display, cgroups: a.node.cgroupPaths,
+		allowance: st.SwapAllowance, evicting: st.Evicting}
 	a.mu.Lock()
-	a.pub, a.ticked = p, time.Now()
+	a.pub, a.ticked = p, a.clock.Now()
 	a.mu.Unlock()
 }
 
@@ -413,36 +325,19 @@ func (a *Agent) Snapshot() View {
 }
 
 // Decisions returns the most recent decisions, oldest first.
-func (a *Agent) Decisions() []Record {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return append([]Record(nil), a.recent...)
-}
+func (a *Agent) Decisions() []Record { return a.rec.recentRecords() }
 
-// Handler serves /v1/decisions, /v1/snapshot, /metrics and /healthz.
-func (a *Agent) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/decisions", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, a.Decisions()) })
-	mux.HandleFunc("GET /v1/snapshot", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, a.Snapshot()) })
-	mux.Handle("GET /metrics", a.metrics.handler())
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		a.mu.Lock()
-		age := time.Since(a.ticked)
-		a.mu.Unlock()
-		if a.ticked.IsZero() || age > 5*seconds(a.cfg.IntervalSeconds)+time.Second {
-			http.Error(w, fmt.Sprintf("no sample for %s", age.Round(time.Millisecond)), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	return mux
-}
-
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil && !errors.Is(err, http.ErrHandlerTimeout) {
-		return
+// serve starts the HTTP server on cfg.Listen (nil: none).
+func (a *Agent) serve() (*http.Server, error) {
+	if a.cfg.Listen == "" {
+		return nil, nil
 	}
+	ln, err := net.Listen("tcp", a.cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", a.cfg.Listen, err)
+	}
+	srv := newHTTPServer(a.Handler())
+	go srv.Serve(limitConnections(ln, maxHTTPConnections))
+	a.log.Info("serving", "addr", ln.Addr().String())
+	return srv, nil
 }

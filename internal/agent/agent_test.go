@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -13,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +20,7 @@ import (
 
 	"github.com/headroom-dev/headroom/internal/cgroup"
 	"github.com/headroom-dev/headroom/internal/policy"
+	"github.com/headroom-dev/headroom/internal/testenv"
 )
 
 func TestConfigLayering(t *testing.T) {
@@ -57,6 +58,7 @@ func fixtureScope(t *testing.T, scopeStat string) (cgroup.Group, string) {
 	t.Helper()
 	root := t.TempDir()
 	files := map[string]string{
+		"cgroup.controllers":  "cpu memory\n",
 		"node/memory.current": "3000000000\n", "node/memory.swap.current": "2000000000\n", "node/memory.stat": scopeStat,
 		"node/memory.max": "2147483648\n", "node/memory.swap.max": "max\n", "node/memory.events": "oom_kill 0\n",
 		"node/memory.pressure":     "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
@@ -76,28 +78,44 @@ func fixtureScope(t *testing.T, scopeStat string) (cgroup.Group, string) {
 	return g, root
 }
 
-type recordingEvictor struct{ begun []string }
+// recordingEvictor records whom it was asked to evict; each eviction ends
+// gracefully at once.
+type recordingEvictor struct {
+	mu    sync.Mutex
+	begun []string
+}
 
-func (e *recordingEvictor) Begin(t Target) error {
+func (e *recordingEvictor) Begin(_ context.Context, t Target) (string, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	e.begun = append(e.begun, filepath.Base(t.Group.Path()))
-	return nil
+	return "", nil
 }
 func (e *recordingEvictor) Finish(_ context.Context, t Target) policy.EvictionOutcome {
 	return policy.EvictionOutcome{Workload: t.Name, Result: policy.EvictedGracefully}
 }
 
-func newFixtureAgent(t *testing.T, scope cgroup.Group) (*Agent, *recordingEvictor, *bytes.Buffer) {
+func (e *recordingEvictor) names() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.begun)
+}
+
+// newFixtureAgent runs an agent on the fixture tree at root (its scope
+// "node"), with the evictor recording.
+func newFixtureAgent(t *testing.T, root string) (*Agent, *recordingEvictor, *testenv.Buffer) {
 	t.Helper()
 	cfg := DefaultConfig()
-	cfg.Scope, cfg.WorkloadsDir, cfg.Listen = "node", t.TempDir(), ""
-	var out bytes.Buffer
-	a, err := NewForScope(cfg, scope, slog.New(slog.NewTextHandler(io.Discard, nil)), &out)
+	cfg.Scope, cfg.WorkloadsDir, cfg.Listen, cfg.CgroupMount, cfg.StateDir = "node", t.TempDir(), "", root, ""
+	out := &testenv.Buffer{}
+	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ev := &recordingEvictor{}
 	a.SetEvictor(ev)
-	return a, ev, &out
+	t.Cleanup(func() { a.act.evictions.stop(0) })
+	return a, ev, out
 }
 
 // A node far over RAM + swap: the agent evicts when it can read the scope,
@@ -105,27 +123,30 @@ func newFixtureAgent(t *testing.T, scope cgroup.Group) (*Agent, *recordingEvicto
 func TestAgentActsOnlyOnReadableData(t *testing.T) {
 	// The swap device is the host's: give the fixture scope a swap limit of
 	// 1 GB so the signal is computed against known numbers.
-	scope, root := fixtureScope(t, "inactive_file 0\n")
+	_, root := fixtureScope(t, "inactive_file 0\n")
 	os.WriteFile(filepath.Join(root, "node/memory.swap.max"), []byte("1000000000\n"), 0o644)
-	a, ev, out := newFixtureAgent(t, scope)
-	a.Tick(context.Background(), time.Now())
-	if len(ev.begun) != 1 || ev.begun[0] != "vm-a" || !strings.Contains(out.String(), `"action":"evict"`) {
-		t.Fatalf("readable overloaded node: evicted %v, log %s", ev.begun, out)
+	a, ev, out := newFixtureAgent(t, root)
+	a.Tick(time.Now(), true)
+	a.act.evictions.wg.Wait()
+	if got := ev.names(); len(got) != 1 || got[0] != "vm-a" || !strings.Contains(out.String(), `"action":"evict"`) {
+		t.Fatalf("readable overloaded node: evicted %v, log %s", got, out)
 	}
 
-	broken, _ := fixtureScope(t, "garbage\n")
+	_, broken := fixtureScope(t, "garbage\n")
 	a, ev, out = newFixtureAgent(t, broken)
-	a.Tick(context.Background(), time.Now())
-	a.Tick(context.Background(), time.Now().Add(time.Second))
-	if len(ev.begun) != 0 || !strings.Contains(out.String(), "unreadable") {
-		t.Fatalf("unreadable scope: evicted %v, log %s", ev.begun, out)
+	a.Tick(time.Now(), true)
+	a.Tick(time.Now().Add(time.Second), false)
+	a.act.evictions.wg.Wait()
+	if got := ev.names(); len(got) != 0 || !strings.Contains(out.String(), "unreadable") {
+		t.Fatalf("unreadable scope: evicted %v, log %s", got, out)
 	}
 }
 
 func TestHTTPEndpoints(t *testing.T) {
-	scope, _ := fixtureScope(t, "inactive_file 0\n")
-	a, _, _ := newFixtureAgent(t, scope)
-	a.Tick(context.Background(), time.Now())
+	_, root := fixtureScope(t, "inactive_file 0\n")
+	a, _, _ := newFixtureAgent(t, root)
+	a.Tick(time.Now(), true)
+	a.act.evictions.wg.Wait()
 	srv := httptest.NewServer(a.Handler())
 	defer srv.Close()
 	get := func(path string) (int, string) {
@@ -166,21 +187,21 @@ func TestHTTPEndpoints(t *testing.T) {
 // Host infrastructure (the ignore list) and the cgroup holding the agent
 // are not workloads: never listed, so never ranked or given swap.
 func TestDiscoverSkipsIgnoredAndOwnCgroups(t *testing.T) {
-	scope, root := fixtureScope(t, "inactive_file 0\n")
+	_, root := fixtureScope(t, "inactive_file 0\n")
 	for _, dir := range []string{"node/system.slice", "node/agent-home/inner", "node/agent-homely"} {
 		if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	a, _, _ := newFixtureAgent(t, scope)
+	a, _, _ := newFixtureAgent(t, root)
 	inner, err := cgroup.OpenAt(cgroup.V2, root, "node/agent-home/inner")
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.obs.source.(*cgroupSource).own = []cgroup.Group{inner}
-	a.discover()
+	a.node.Discover(time.Now())
 	var names []string
-	for name := range a.groups {
+	for name := range a.node.groups {
 		names = append(names, name)
 	}
 	sort.Strings(names)

@@ -51,6 +51,21 @@ type Config struct {
 	// PSITriggerStallMillis wakes the agent at once when memory "some"
 	// stall exceeds this many ms in a 1 s window (0 disables the trigger).
 	PSITriggerStallMillis int `json:"psiTriggerStallMillis"`
+	// ShutdownGraceSeconds is how long a stopping agent (SIGTERM, SIGINT)
+	// waits for evictions in progress to end on their own; it never
+	// forces them, and those still running are left to finish and resumed
+	// by the next agent from its journal. A second signal exits at once.
+	ShutdownGraceSeconds float64 `json:"shutdownGraceSeconds"`
+	// StateDir holds the eviction journal, which a restarted agent reads
+	// to resume evictions in progress ("": none kept). It should outlive
+	// the agent's process, not the boot: a tmpfs such as /run.
+	StateDir string `json:"stateDir"`
+	// ProcRoot and SysRoot are where /proc and /sys are read; CgroupMount
+	// is the memory cgroup hierarchy's mount ("": found under SysRoot).
+	// Tests point them at fixture trees.
+	ProcRoot    string `json:"procRoot"`
+	SysRoot     string `json:"sysRoot"`
+	CgroupMount string `json:"cgroupMount"`
 	// Kubernetes, with a node name, makes the node's pods the workloads.
 	Kubernetes KubernetesConfig `json:"kubernetes"`
 }
@@ -90,6 +105,10 @@ func DefaultConfig() Config {
 		OOMScoreAdj:           -1000,
 		Mlock:                 true,
 		PSITriggerStallMillis: 150,
+		ShutdownGraceSeconds:  30,
+		StateDir:              "/run/headroom/agent",
+		ProcRoot:              "/proc",
+		SysRoot:               "/sys",
 		// systemd's slices: with scope "/" they hold every system service
 		// and login session.
 		IgnoreCgroups: []string{"init.scope", "system.slice", "user.slice"},
@@ -161,6 +180,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("oomScoreAdj must be in [-1000,1000], got %d", c.OOMScoreAdj)
 	case c.PSITriggerStallMillis < 0 || c.PSITriggerStallMillis > 1000:
 		return fmt.Errorf("psiTriggerStallMillis must be in [0,1000], got %d", c.PSITriggerStallMillis)
+	case !(c.ShutdownGraceSeconds >= 0 && c.ShutdownGraceSeconds <= 3600):
+		return fmt.Errorf("shutdownGraceSeconds must be in [0,3600], got %g", c.ShutdownGraceSeconds)
+	case c.ProcRoot == "" || c.SysRoot == "":
+		return fmt.Errorf("procRoot and sysRoot must be directories such as /proc and /sys")
 	}
 	switch k := c.Kubernetes; {
 	case k.CgroupDriver != "" && k.CgroupDriver != "systemd" && k.CgroupDriver != "cgroupfs":

@@ -24,6 +24,7 @@ type metrics struct {
 	evictionResults *prometheus.CounterVec
 	evictionSeconds prometheus.Histogram
 	evictedBytes    prometheus.Counter
+	lostLines       prometheus.Counter
 }
 
 func newMetrics(a *Agent) *metrics {
@@ -46,13 +47,15 @@ func newMetrics(a *Agent) *metrics {
 			Help:    "Upper bound of the time from a threshold crossing to the eviction signal.",
 			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 5}}),
 		evictionResults: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "headroom_agent_eviction_results_total",
-			Help: "Evictions ended, by result: graceful (left after SIGTERM or power-down), forced (killed), failed (could not be removed), abandoned (past the eviction deadline)."},
+			Help: "Evictions ended, by result: graceful (left after SIGTERM or power-down), forced (killed), failed (could not be removed), refused (the request was refused), interrupted (the agent stopped first), abandoned (past the eviction deadline)."},
 			[]string{"result"}),
 		evictionSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "headroom_agent_eviction_duration_seconds",
 			Help:    "Time from the eviction signal until the victim was gone.",
 			Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60}}),
 		evictedBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "headroom_agent_evicted_bytes_total",
 			Help: "Memory (working set and swap) freed by evictions."}),
+		lostLines: prometheus.NewCounter(prometheus.CounterOpts{Name: "headroom_agent_decision_log_lost_lines_total",
+			Help: "Decision log lines that could not be written (a full disk, a closed pipe); the agent decided and acted on them."}),
 	}
 	m.registry.MustRegister(m.collectors()...)
 	return m
@@ -60,7 +63,7 @@ func newMetrics(a *Agent) *metrics {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.ticks, m.psiWakeups, m.usageWakeups, m.decisions, m.evictions, m.readErrors, m.evictionLatency,
-		m.evictionResults, m.evictionSeconds, m.evictedBytes, viewCollector{m.agent}}
+		m.evictionResults, m.evictionSeconds, m.evictedBytes, m.lostLines, viewCollector{m.agent}}
 }
 
 // MetricCollectors are the collectors of every metric the agent itself

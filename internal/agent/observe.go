@@ -15,6 +15,7 @@ import (
 
 // observer reads the scope, the node counters and the workloads.
 type observer struct {
+	roots      host.Roots
 	scope      cgroup.Group
 	hostScope  bool                // scope "/": RAM and swap are the host's
 	readErrors func(source string) // counts read failures for metrics
@@ -59,7 +60,7 @@ func (o *observer) refreshLimits() {
 	if o.hostScope {
 		return
 	}
-	o.hostMem, o.limitsErr = host.ReadMemory()
+	o.hostMem, o.limitsErr = o.roots.ReadMemory()
 	if o.limitsErr == nil {
 		o.limits, o.limitsErr = o.scope.Memory()
 	}
@@ -120,8 +121,17 @@ func (o *observer) closeUsageWatch() {
 // sample's Err fields, never hidden.
 func (o *observer) sample(now time.Time) policy.Sample {
 	s := policy.Sample{Time: now}
+	// Swap tiers first: a sub-tree scope's swap total follows the swap
+	// areas of this sample (a swapoff or swapon counts within a round, not
+	// at the next discovery).
+	tiers, tiersErr := o.roots.ReadSwapTiers()
+	if tiersErr != nil {
+		o.readErrors("swap_tiers")
+	} else {
+		o.tiers = tiers
+	}
 	if o.hostScope {
-		if mem, err := host.ReadMemory(); err != nil {
+		if mem, err := o.roots.ReadMemory(); err != nil {
 			s.ScopeErr = err.Error()
 			o.readErrors("meminfo")
 		} else {
@@ -139,25 +149,24 @@ func (o *observer) sample(now time.Time) policy.Sample {
 		s.ScopeErr = err.Error()
 		o.readErrors("scope")
 	} else {
-		m := o.limits
+		m, hostMem := o.limits, o.hostMem
 		m.UsageBytes, m.WorkingSetBytes, m.SwapBytes = u.UsageBytes, u.WorkingSetBytes, u.SwapBytes
-		s.Scope = scopeFromGroup(m, o.hostMem)
+		if tiersErr == nil {
+			hostMem.SwapTotalBytes = swapAreasBytes(tiers)
+		}
+		s.Scope = scopeFromGroup(m, hostMem)
 	}
-	// Swap tiers: the RAM compressed ones hold for the scope. A sub-tree
-	// scope whose share cannot be read is not acted on.
-	if tiers, err := host.ReadSwapTiers(); err != nil {
-		o.readErrors("swap_tiers")
+	// The RAM compressed tiers hold for the scope. A sub-tree scope whose
+	// share cannot be read is not acted on.
+	if tiersErr != nil {
 		if !o.hostScope && s.ScopeErr == "" {
-			s.ScopeErr = err.Error()
+			s.ScopeErr = tiersErr.Error()
 		}
-	} else {
-		o.tiers = tiers
-		if s.ScopeErr == "" {
-			s.Scope.CompressedRAMBytes = compressedRAM(tiers, s.Scope.SwapUsedBytes, o.hostScope, o.scope.ChargesZswap())
-		}
+	} else if s.ScopeErr == "" {
+		s.Scope.CompressedRAMBytes = compressedRAM(tiers, s.Scope.SwapUsedBytes, o.hostScope, o.scope.ChargesZswap())
 	}
 
-	v, err := host.ReadVMStat()
+	v, err := o.roots.ReadVMStat()
 	if err != nil {
 		s.VMStatErr = err.Error()
 		o.readErrors("vmstat")
@@ -171,7 +180,7 @@ func (o *observer) sample(now time.Time) policy.Sample {
 		s.PSISomeMicros, s.PSIFullMicros = p.SomeMicros, p.FullMicros
 	}
 	if o.ksm != nil {
-		if err := o.ksm.sample(&s, now, v.CowKSM, o.scope, o.hostScope); err != nil {
+		if err := o.ksm.sample(&s, now, v.CowKSM, o.scope, o.hostScope, o.roots); err != nil {
 			s.KSMErr = err.Error()
 			o.readErrors("ksm")
 		}
@@ -182,6 +191,18 @@ func (o *observer) sample(now time.Time) policy.Sample {
 // scopeFromGroup: a sub-tree scope's RAM is its memory limit (the host's
 // RAM if unlimited) and its swap what it may use: the swap devices, capped
 // by its swap limit.
+// swapAreasBytes is the size of the swap areas (zswap, a cache in front of
+// them, holds no swap of its own).
+func swapAreasBytes(tiers []host.SwapTier) uint64 {
+	var total uint64
+	for _, t := range tiers {
+		if t.Kind != host.TierZswap {
+			total += t.SizeBytes
+		}
+	}
+	return total
+}
+
 func scopeFromGroup(m cgroup.Memory, hostMem host.Memory) policy.Scope {
 	ram := m.LimitBytes
 	if ram == cgroup.Unlimited || ram > hostMem.TotalBytes {
@@ -199,7 +220,7 @@ func (o *observer) readPSI() (host.PSI, error) {
 	if f := o.scope.PressureFile(); f != "" && !o.hostScope {
 		return host.ReadPSIFile(f)
 	}
-	return host.ReadMemoryPSI()
+	return host.ReadPSIFile(o.roots.MemoryPressureFile())
 }
 
 // pressureFile is the file PSI triggers are armed on.
@@ -207,7 +228,7 @@ func (o *observer) pressureFile() string {
 	if f := o.scope.PressureFile(); f != "" && !o.hostScope {
 		return f
 	}
-	return "/proc/pressure/memory"
+	return o.roots.MemoryPressureFile()
 }
 
 // discover lists the workloads.
@@ -221,7 +242,7 @@ func (o *observer) discover() ([]Listed, error) {
 
 // workload reads one child cgroup's stats and metadata; full also re-reads
 // its limits (more files), which the periodic refresh skips.
-func (o *observer) workload(name string, g cgroup.Group, full bool) (policy.Workload, workloadmeta.Metadata) {
+func (o *observer) workload(now time.Time, name string, g cgroup.Group, full bool) (policy.Workload, workloadmeta.Metadata) {
 	w := policy.Workload{Name: name}
 	if id, err := cgroup.ID(g); err == nil {
 		w.Instance = id
@@ -241,7 +262,7 @@ func (o *observer) workload(name string, g cgroup.Group, full bool) (policy.Work
 	w.Priority, w.RequestBytes, w.Protected = md.Priority, md.MemoryRequestBytes, md.Protected
 	w.SwapRule, w.ExternalSwapBytes = md.SwapRule, md.ExternalSwapBytes
 	if vm := o.followVM(name, md.QMPSocket); vm != nil {
-		w.Guest = vm.Guest(time.Now())
+		w.Guest = vm.Guest(now)
 	}
 	procs, perr := cgroup.CountProcesses(g)
 	var u cgroup.Usage

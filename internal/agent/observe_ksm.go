@@ -24,7 +24,7 @@ type ksmObserver struct {
 }
 
 // sample fills s.KSM (cowKSM comes from the vmstat read of the same sample).
-func (k *ksmObserver) sample(s *policy.Sample, now time.Time, cowKSM uint64, scope cgroup.Group, hostScope bool) error {
+func (k *ksmObserver) sample(s *policy.Sample, now time.Time, cowKSM uint64, scope cgroup.Group, hostScope bool, roots host.Roots) error {
 	raw, err := host.ReadKSMDir(k.ksmDir)
 	if err != nil {
 		return err
@@ -34,7 +34,7 @@ func (k *ksmObserver) sample(s *policy.Sample, now time.Time, cowKSM uint64, sco
 		return err
 	}
 	if now.Sub(k.mergeableAt) >= mergeableEvery {
-		k.mergeable, k.mergeableAt = scopeMergeable(scope, hostScope), now
+		k.mergeable, k.mergeableAt = scopeMergeable(scope, hostScope, roots), now
 	}
 	s.KSM = &policy.KSMSample{Run: raw.Run, PagesToScan: raw.PagesToScan, SleepMillisecs: raw.SleepMillisecs,
 		AdvisorMode: raw.AdvisorMode, PagesScanned: raw.PagesScanned, FullScans: raw.FullScans, KsmdCPUSeconds: cpu,
@@ -45,10 +45,10 @@ func (k *ksmObserver) sample(s *policy.Sample, now time.Time, cowKSM uint64, sco
 
 // scopeMergeable sums the mergeable memory of the scope's processes (every
 // process for the host scope). Processes that exit meanwhile are skipped.
-func scopeMergeable(scope cgroup.Group, hostScope bool) uint64 {
+func scopeMergeable(scope cgroup.Group, hostScope bool, roots host.Roots) uint64 {
 	var pids []int
 	if hostScope {
-		entries, _ := os.ReadDir("/proc")
+		entries, _ := os.ReadDir(roots.Proc)
 		for _, e := range entries {
 			if pid, err := strconv.Atoi(e.Name()); err == nil {
 				pids = append(pids, pid)
@@ -59,7 +59,7 @@ func scopeMergeable(scope cgroup.Group, hostScope bool) uint64 {
 	}
 	var total uint64
 	for _, pid := range pids {
-		if n, err := host.MergeableBytes(pid); err == nil {
+		if n, err := roots.MergeableBytes(pid); err == nil {
 			total += n
 		}
 	}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,6 +43,9 @@ type cgroupSource struct {
 	ignore       map[string]bool
 	own          []cgroup.Group
 	metadata     map[string]cachedMetadata
+	log          *slog.Logger
+	// unusable counts a metadata file that could not be used.
+	unusable func()
 }
 
 type cachedMetadata struct {
@@ -84,7 +88,10 @@ func (s *cgroupSource) holdsAgent(dir string) bool {
 }
 
 // Metadata re-reads a workload's file only when its modification time or
-// size changed.
+// size changed. A file that cannot be used (corrupt, truncated, too large,
+// a symlink out of the directory) gives the workload the defaults — it is
+// still ranked and given its allowance, as a workload without a file — and
+// one log line, until the file changes.
 func (s *cgroupSource) Metadata(name string) (workloadmeta.Metadata, error) {
 	fi, err := os.Stat(filepath.Join(s.workloadsDir, name+".json"))
 	if err != nil {
@@ -96,7 +103,9 @@ func (s *cgroupSource) Metadata(name string) (workloadmeta.Metadata, error) {
 	}
 	md, err := workloadmeta.Read(s.workloadsDir, name)
 	if err != nil {
-		return md, err
+		s.log.Warn("workload metadata unusable; the workload gets the defaults (priority 0, no request, unprotected) until the file changes",
+			"workload", name, "err", err)
+		s.unusable()
 	}
 	if s.metadata == nil {
 		s.metadata = map[string]cachedMetadata{}

@@ -107,31 +107,57 @@ var (
 // Open finds the memory cgroup scope ("/", "machine.slice", a test's
 // parent) on this machine's hierarchy.
 func Open(scope string) (Group, error) {
-	v, mount, err := Find()
+	h, err := Find()
 	if err != nil {
 		return nil, err
 	}
-	return OpenAt(v, mount, scope)
+	return h.Open(scope)
 }
 
-// Find returns the memory hierarchy Open uses: its version and mount.
-func Find() (Version, string, error) {
+// Find returns the memory hierarchy Open uses: cgroup2 with the memory
+// controller, else the v1 memory hierarchy.
+func Find() (Hierarchy, error) {
 	for _, m := range V2Mounts {
 		if hasMemoryController(m) {
-			return V2, m, nil
+			return Hierarchy{V2, m}, nil
 		}
 	}
 	if _, err := os.Stat(filepath.Join(V1Mount, "memory.usage_in_bytes")); err == nil {
-		return V1, V1Mount, nil
+		return Hierarchy{V1, V1Mount}, nil
 	}
-	return 0, "", errors.New("no memory cgroup hierarchy found (looked for cgroup2 with the memory controller and a v1 memory mount)")
+	return Hierarchy{}, errors.New("no memory cgroup hierarchy found (looked for cgroup2 with the memory controller and a v1 memory mount)")
 }
 
-// Self returns the memory cgroups the calling process is in (from
-// /proc/self/cgroup), leaving out hierarchy roots and hierarchies without
-// the memory controller.
-func Self() ([]Group, error) {
-	self, err := procfs.Self()
+// Hierarchy is one memory cgroup hierarchy: its version and where it is
+// mounted (a fixture tree in a test).
+type Hierarchy struct {
+	Version Version
+	Mount   string
+}
+
+// Detect tells the version of the memory hierarchy mounted at mount: v2
+// with the memory controller, or a v1 memory hierarchy.
+func Detect(mount string) (Hierarchy, error) {
+	if hasMemoryController(mount) {
+		return Hierarchy{V2, mount}, nil
+	}
+	if _, err := os.Stat(filepath.Join(mount, "memory.usage_in_bytes")); err == nil {
+		return Hierarchy{V1, mount}, nil
+	}
+	return Hierarchy{}, fmt.Errorf("%s is not a memory cgroup hierarchy (no cgroup.controllers with memory, no memory.usage_in_bytes)", mount)
+}
+
+// Open opens scope in the hierarchy.
+func (h Hierarchy) Open(scope string) (Group, error) { return OpenAt(h.Version, h.Mount, scope) }
+
+// Self returns the memory cgroups of h the calling process is in (from
+// self/cgroup under procRoot), leaving out the hierarchy's root.
+func (h Hierarchy) Self(procRoot string) ([]Group, error) {
+	fs, err := procfs.NewFS(procRoot)
+	if err != nil {
+		return nil, err
+	}
+	self, err := fs.Self()
 	if err != nil {
 		return nil, err
 	}
@@ -141,22 +167,12 @@ func Self() ([]Group, error) {
 	}
 	var groups []Group
 	for _, e := range entries {
-		if e.Path == "/" {
+		mine := (h.Version == V2 && e.HierarchyID == 0) || (h.Version == V1 && slices.Contains(e.Controllers, "memory"))
+		if e.Path == "/" || !mine {
 			continue
 		}
-		switch {
-		case e.HierarchyID == 0:
-			for _, m := range V2Mounts {
-				if hasMemoryController(m) {
-					if g, err := OpenAt(V2, m, e.Path); err == nil {
-						groups = append(groups, g)
-					}
-				}
-			}
-		case slices.Contains(e.Controllers, "memory"):
-			if g, err := OpenAt(V1, V1Mount, e.Path); err == nil {
-				groups = append(groups, g)
-			}
+		if g, err := h.Open(e.Path); err == nil {
+			groups = append(groups, g)
 		}
 	}
 	return groups, nil
@@ -164,7 +180,7 @@ func Self() ([]Group, error) {
 
 func hasMemoryController(mount string) bool {
 	b, err := os.ReadFile(filepath.Join(mount, "cgroup.controllers"))
-	return err == nil && strings.Contains(" "+string(b)+" ", " memory ")
+	return err == nil && slices.Contains(strings.Fields(string(b)), "memory")
 }
 
 // OpenAt opens scope under a hierarchy of the given version mounted at

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -23,18 +24,39 @@ type Memory struct {
 	SwapFreeBytes  uint64
 }
 
+// Roots are where the kernel's /proc and /sys are: the machine's own by
+// default, a fixture tree in a test (as node_exporter's --path.procfs and
+// --path.sysfs).
+type Roots struct {
+	Proc string
+	Sys  string
+}
+
+// DefaultRoots are the machine's own.
+var DefaultRoots = Roots{Proc: "/proc", Sys: "/sys"}
+
+func (r Roots) proc(parts ...string) string {
+	return filepath.Join(append([]string{r.Proc}, parts...)...)
+}
+func (r Roots) sys(parts ...string) string {
+	return filepath.Join(append([]string{r.Sys}, parts...)...)
+}
+
 // ReadMemory reads /proc/meminfo.
-func ReadMemory() (Memory, error) {
-	fs, err := procfs.NewDefaultFS()
+func ReadMemory() (Memory, error) { return DefaultRoots.ReadMemory() }
+
+// ReadMemory reads meminfo under r.
+func (r Roots) ReadMemory() (Memory, error) {
+	fs, err := procfs.NewFS(r.Proc)
 	if err != nil {
-		return Memory{}, fmt.Errorf("read /proc/meminfo: %w", err)
+		return Memory{}, fmt.Errorf("read %s: %w", r.proc("meminfo"), err)
 	}
 	mi, err := fs.Meminfo()
 	if err != nil {
-		return Memory{}, fmt.Errorf("read /proc/meminfo: %w", err)
+		return Memory{}, fmt.Errorf("read %s: %w", r.proc("meminfo"), err)
 	}
 	if mi.MemTotalBytes == nil || mi.MemAvailableBytes == nil || mi.SwapTotalBytes == nil || mi.SwapFreeBytes == nil {
-		return Memory{}, fmt.Errorf("read /proc/meminfo: MemTotal, MemAvailable, SwapTotal or SwapFree missing")
+		return Memory{}, fmt.Errorf("read %s: MemTotal, MemAvailable, SwapTotal or SwapFree missing", r.proc("meminfo"))
 	}
 	return Memory{*mi.MemTotalBytes, *mi.MemAvailableBytes, *mi.SwapTotalBytes, *mi.SwapFreeBytes}, nil
 }
@@ -51,10 +73,13 @@ type VMStat struct {
 }
 
 // ReadVMStat reads /proc/vmstat.
-func ReadVMStat() (VMStat, error) {
-	b, err := os.ReadFile("/proc/vmstat")
+func ReadVMStat() (VMStat, error) { return DefaultRoots.ReadVMStat() }
+
+// ReadVMStat reads vmstat under r.
+func (r Roots) ReadVMStat() (VMStat, error) {
+	b, err := os.ReadFile(r.proc("vmstat"))
 	if err != nil {
-		return VMStat{}, fmt.Errorf("read /proc/vmstat: %w", err)
+		return VMStat{}, fmt.Errorf("read %s: %w", r.proc("vmstat"), err)
 	}
 	return ParseVMStat(b)
 }
@@ -106,14 +131,17 @@ type SwapDevice struct {
 }
 
 // ReadSwaps reads /proc/swaps.
-func ReadSwaps() ([]SwapDevice, error) {
-	fs, err := procfs.NewDefaultFS()
+func ReadSwaps() ([]SwapDevice, error) { return DefaultRoots.ReadSwaps() }
+
+// ReadSwaps reads swaps under r.
+func (r Roots) ReadSwaps() ([]SwapDevice, error) {
+	fs, err := procfs.NewFS(r.Proc)
 	if err != nil {
-		return nil, fmt.Errorf("read /proc/swaps: %w", err)
+		return nil, fmt.Errorf("read %s: %w", r.proc("swaps"), err)
 	}
 	swaps, err := fs.Swaps()
 	if err != nil {
-		return nil, fmt.Errorf("read /proc/swaps: %w", err)
+		return nil, fmt.Errorf("read %s: %w", r.proc("swaps"), err)
 	}
 	out := make([]SwapDevice, 0, len(swaps))
 	for _, s := range swaps {
@@ -130,7 +158,10 @@ type PSI struct {
 }
 
 // ReadMemoryPSI reads the system-wide /proc/pressure/memory.
-func ReadMemoryPSI() (PSI, error) { return ReadPSIFile("/proc/pressure/memory") }
+func ReadMemoryPSI() (PSI, error) { return ReadPSIFile(DefaultRoots.MemoryPressureFile()) }
+
+// MemoryPressureFile is the system-wide memory pressure file under r.
+func (r Roots) MemoryPressureFile() string { return r.proc("pressure", "memory") }
 
 // ReadPSIFile reads a pressure file: /proc/pressure/* or a cgroup v2
 // memory.pressure.

@@ -35,6 +35,9 @@ type KSM struct {
 // ReadKSM reads KSMDir.
 func ReadKSM() (KSM, error) { return ReadKSMDir(KSMDir) }
 
+// KSMDir is where KSM is controlled and counted under r.
+func (r Roots) KSMDir() string { return r.sys("kernel", "mm", "ksm") }
+
 // ReadKSMDir reads a KSM sysfs directory (tests use fixture trees). Files
 // newer kernels added (pages_scanned, general_profit, advisor_mode) are
 // optional.
@@ -97,19 +100,26 @@ func SelectedOption(s string) string {
 }
 
 // KsmdCPU reads the CPU time the ksmd kernel thread has used; the thread
-// is found by name once and remembered.
-type KsmdCPU struct{ pid int }
+// is found by name once and remembered. Proc is /proc's root ("": the
+// machine's).
+type KsmdCPU struct {
+	Proc string
+	pid  int
+}
 
 // Seconds reads ksmd's CPU time (user + system).
 func (k *KsmdCPU) Seconds() (float64, error) {
+	if k.Proc == "" {
+		k.Proc = DefaultRoots.Proc
+	}
 	if k.pid == 0 {
-		pid, err := findKernelThread("ksmd")
+		pid, err := findKernelThread(k.Proc, "ksmd")
 		if err != nil {
 			return 0, err
 		}
 		k.pid = pid
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", k.pid))
+	b, err := os.ReadFile(filepath.Join(k.Proc, strconv.Itoa(k.pid), "stat"))
 	if err != nil {
 		k.pid = 0
 		return 0, fmt.Errorf("read ksmd's stat: %w", err)
@@ -142,8 +152,8 @@ func ParseStatCPUSeconds(b []byte, ticksPerSecond float64) (float64, error) {
 	return float64(utime+stime) / ticksPerSecond, nil
 }
 
-func findKernelThread(name string) (int, error) {
-	entries, err := os.ReadDir("/proc")
+func findKernelThread(proc, name string) (int, error) {
+	entries, err := os.ReadDir(proc)
 	if err != nil {
 		return 0, err
 	}
@@ -152,7 +162,7 @@ func findKernelThread(name string) (int, error) {
 		if err != nil {
 			continue
 		}
-		comm, err := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
+		comm, err := os.ReadFile(filepath.Join(proc, e.Name(), "comm"))
 		if err == nil && strings.TrimSpace(string(comm)) == name {
 			return pid, nil
 		}
@@ -163,8 +173,11 @@ func findKernelThread(name string) (int, error) {
 // MergeableBytes sums the sizes of a process's mappings that KSM may
 // merge (VmFlags "mg" in /proc/PID/smaps: MADV_MERGEABLE, or a QEMU guest's
 // RAM with mem-merge).
-func MergeableBytes(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+func MergeableBytes(pid int) (uint64, error) { return DefaultRoots.MergeableBytes(pid) }
+
+// MergeableBytes reads a process's smaps under r.
+func (r Roots) MergeableBytes(pid int) (uint64, error) {
+	b, err := os.ReadFile(r.proc(strconv.Itoa(pid), "smaps"))
 	if err != nil {
 		return 0, err
 	}

@@ -72,8 +72,11 @@ func ParseZramMMStat(b []byte) (ZramStat, error) {
 }
 
 // ReadZram reads the mm_stat and algorithm of a zram device (/dev/zramN).
-func ReadZram(dev string) (ZramStat, string, error) {
-	sys := filepath.Join("/sys/block", filepath.Base(dev))
+func ReadZram(dev string) (ZramStat, string, error) { return DefaultRoots.ReadZram(dev) }
+
+// ReadZram reads a zram device's statistics under r.
+func (r Roots) ReadZram(dev string) (ZramStat, string, error) {
+	sys := r.sys("block", filepath.Base(dev))
 	b, err := os.ReadFile(filepath.Join(sys, "mm_stat"))
 	if err != nil {
 		return ZramStat{}, "", err
@@ -100,17 +103,21 @@ type Zswap struct {
 }
 
 // ReadZswapParams reads ZswapDir; an error if the kernel has no zswap.
-func ReadZswapParams() (Zswap, error) {
+func ReadZswapParams() (Zswap, error) { return DefaultRoots.ReadZswapParams() }
+
+// ReadZswapParams reads zswap's parameters under r.
+func (r Roots) ReadZswapParams() (Zswap, error) {
 	var z Zswap
-	b, err := os.ReadFile(filepath.Join(ZswapDir, "enabled"))
+	dir := r.sys("module", "zswap", "parameters")
+	b, err := os.ReadFile(filepath.Join(dir, "enabled"))
 	if err != nil {
 		return z, err
 	}
 	z.Enabled = bytes.HasPrefix(bytes.TrimSpace(b), []byte("Y"))
-	if err := readSysUint(filepath.Join(ZswapDir, "max_pool_percent"), &z.MaxPoolPercent); err != nil {
+	if err := readSysUint(filepath.Join(dir, "max_pool_percent"), &z.MaxPoolPercent); err != nil {
 		return z, err
 	}
-	c, err := os.ReadFile(filepath.Join(ZswapDir, "compressor"))
+	c, err := os.ReadFile(filepath.Join(dir, "compressor"))
 	if err != nil {
 		return z, err
 	}
@@ -120,8 +127,11 @@ func ReadZswapParams() (Zswap, error) {
 
 // ReadSwapTiers lists every active swap area and, when enabled, zswap in
 // front of them, with the RAM the compressed ones take.
-func ReadSwapTiers() ([]SwapTier, error) {
-	swaps, err := ReadSwaps()
+func ReadSwapTiers() ([]SwapTier, error) { return DefaultRoots.ReadSwapTiers() }
+
+// ReadSwapTiers lists the swap tiers under r.
+func (r Roots) ReadSwapTiers() ([]SwapTier, error) {
+	swaps, err := r.ReadSwaps()
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +140,7 @@ func ReadSwapTiers() ([]SwapTier, error) {
 		t := SwapTier{Kind: TierDisk, Device: s.Path, SizeBytes: s.SizeBytes, UsedBytes: s.UsedBytes, Priority: s.Priority}
 		if IsZram(s.Path) {
 			t.Kind = TierZram
-			st, alg, err := ReadZram(s.Path)
+			st, alg, err := r.ReadZram(s.Path)
 			if err != nil {
 				return nil, err
 			}
@@ -138,11 +148,11 @@ func ReadSwapTiers() ([]SwapTier, error) {
 		}
 		tiers = append(tiers, t)
 	}
-	z, err := ReadZswapParams()
+	z, err := r.ReadZswapParams()
 	if err != nil || !z.Enabled {
 		return tiers, nil
 	}
-	fs, err := procfs.NewDefaultFS()
+	fs, err := procfs.NewFS(r.Proc)
 	if err != nil {
 		return nil, err
 	}

@@ -22,6 +22,15 @@ type PSITrigger struct {
 // cgroup's memory.pressure): kind "some" or "full", stall threshold within
 // each window. The kernel requires windows of 500 ms to 10 s.
 func NewPSITrigger(ctx context.Context, path, kind string, stall, window time.Duration) (*PSITrigger, error) {
+	// A trigger is written into the file: never into one that is not the
+	// kernel's (a fixture tree's would be overwritten).
+	var fs unix.Statfs_t
+	if err := unix.Statfs(path, &fs); err != nil {
+		return nil, fmt.Errorf("open %s for a PSI trigger: %w", path, err)
+	}
+	if fs.Type != unix.PROC_SUPER_MAGIC && fs.Type != unix.CGROUP2_SUPER_MAGIC {
+		return nil, fmt.Errorf("%s is not on procfs or cgroup2, so it takes no PSI trigger", path)
+	}
 	f, err := os.OpenFile(path, os.O_RDWR|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open %s for a PSI trigger: %w", path, err)

@@ -16,11 +16,9 @@ import (
 // Resolve turns the agent's Kubernetes settings into the source's: the
 // memory hierarchy, the kubelet's cgroup layout (its driver detected when
 // not given) and the protection rules. Nothing is contacted.
-func Resolve(kc agent.KubernetesConfig) (SourceConfig, error) {
-	v, mount, err := cgroup.Find()
-	if err != nil {
-		return SourceConfig{}, err
-	}
+func Resolve(kc agent.KubernetesConfig, h cgroup.Hierarchy) (SourceConfig, error) {
+	v, mount := h.Version, h.Mount
+	var err error
 	root := path.Clean("/" + kc.CgroupRoot)
 	driver := kc.CgroupDriver
 	if driver == "" {

@@ -18,10 +18,6 @@ import (
 	"github.com/headroom-dev/headroom/internal/policy"
 )
 
-// apiTimeout bounds one API call made from the agent's loop: an
-// unreachable apiserver must not hold the node's protection.
-const apiTimeout = 2 * time.Second
-
 // Evictor evicts pods through the Eviction API (policy/v1), so
 // PodDisruptionBudgets hold and KubeVirt can turn an eviction into a live
 // migration. It never deletes a pod or touches its finalizers: a pod that
@@ -39,18 +35,18 @@ func NewEvictor(c *Client, s *Source, ev *Events, log *slog.Logger) *Evictor {
 	return &Evictor{client: c, source: s, events: ev, log: log}
 }
 
-// Begin creates the Eviction. Accepted (201) and "in progress" (429 from
-// an admission webhook such as KubeVirt's, which migrates the VM instead)
+// Begin creates the Eviction, within ctx (the agent runs it beside its
+// loop, with a timeout). Accepted (201) and "in progress" (429 from an
+// admission webhook such as KubeVirt's, which migrates the VM instead)
 // both return nil: Finish waits for the pod to leave. A refusal by a
-// PodDisruptionBudget, a pod already replaced, or any other error ends the
-// eviction at once so the agent can choose the next candidate.
-func (e *Evictor) Begin(t agent.Target) error {
+// PodDisruptionBudget, a pod already replaced, an unreachable apiserver or
+// any other error is a refusal: the pod is backed off and the agent
+// chooses the next candidate at once.
+func (e *Evictor) Begin(ctx context.Context, t agent.Target) (string, error) {
 	p := e.source.Pod(t.Name)
 	if p == nil {
-		return nil // already gone: Finish reports it
+		return "", nil // already gone: Finish reports it
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
-	defer cancel()
 	uid := p.UID
 	ev := &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
@@ -60,20 +56,20 @@ func (e *Evictor) Begin(t agent.Target) error {
 	switch {
 	case err == nil:
 		e.events.Pod(p, corev1.EventTypeWarning, "Evicting", "headroom evicts the pod to relieve the node's memory: "+t.Reason)
-		return nil
+		return "", nil
 	case apierrors.IsNotFound(err):
-		return nil
+		return "", nil
 	case apierrors.IsTooManyRequests(err) && DisruptionBudgetRefusal(err):
 		e.events.Pod(p, corev1.EventTypeWarning, "EvictionBlocked", "headroom's eviction was refused by a PodDisruptionBudget: "+err.Error())
-		return fmt.Errorf("refused by a PodDisruptionBudget: %w", err)
+		return "", fmt.Errorf("refused by a PodDisruptionBudget: %w", err)
 	case apierrors.IsTooManyRequests(err):
 		// An admission webhook (KubeVirt's evacuation) took the request
 		// and works on it: in progress, not a failure.
 		e.events.Pod(p, corev1.EventTypeNormal, "EvictionInProgress", "headroom asked the pod to leave; the eviction is in progress: "+err.Error())
 		e.log.Info("eviction in progress", "pod", t.Name, "answer", err.Error())
-		return nil
+		return "eviction in progress: " + err.Error(), nil
 	}
-	return fmt.Errorf("create eviction for %s: %w", t.Name, err)
+	return "", fmt.Errorf("create eviction for %s: %w", t.Name, err)
 }
 
 // DisruptionBudgetRefusal tells a 429 that refuses the eviction (a
@@ -96,23 +92,29 @@ func DisruptionBudgetRefusal(err error) bool {
 }
 
 // Finish waits until the pod is gone from the API and its cgroup holds no
-// process, or ctx (the eviction deadline) ends.
+// process, or ctx (the eviction deadline, or the agent's stop) ends. It
+// forces nothing: the kubelet does, after the pod's grace period.
 func (e *Evictor) Finish(ctx context.Context, t agent.Target) policy.EvictionOutcome {
-	start := time.Now()
 	out := func(result, note string) policy.EvictionOutcome {
-		return policy.EvictionOutcome{Workload: t.Name, Result: result, Seconds: time.Since(start).Seconds(), Err: note}
+		return policy.EvictionOutcome{Workload: t.Name, Result: result, Seconds: time.Since(t.SignaledAt).Seconds(), Err: note}
+	}
+	ended := func(note string) policy.EvictionOutcome {
+		if agent.Interrupted(ctx) {
+			return out(policy.EvictionInterrupted, note)
+		}
+		return out(policy.EvictionFailed, note)
 	}
 	if p := e.source.Pod(t.Name); p != nil {
 		select {
 		case <-e.source.Gone(t.Name, p.UID):
 		case <-ctx.Done():
-			return out(policy.EvictionFailed, fmt.Sprintf("pod still bound to the node after %.0f s (a disruption budget, a migration or a finalizer holds it); it was not deleted",
-				time.Since(start).Seconds()))
+			return ended(fmt.Sprintf("pod still bound to the node after %.0f s (a disruption budget, a migration or a finalizer holds it); it was not deleted",
+				time.Since(t.SignaledAt).Seconds()))
 		}
 	}
 	if t.Group == nil || cgroup.WaitEmpty(ctx, t.Group, 50*time.Millisecond) {
 		return out(policy.EvictedGracefully, "")
 	}
 	n, _ := cgroup.CountProcesses(t.Group)
-	return out(policy.EvictionFailed, fmt.Sprintf("pod deleted but %d processes are left in its cgroup", n))
+	return ended(fmt.Sprintf("pod deleted but %d processes are left in its cgroup", n))
 }

@@ -43,6 +43,10 @@ type NodePressure struct {
 }
 
 // NewNodePressure starts the writer; it stops with ctx, clearing the marks
+// apiTimeout bounds one call that marks the node: an unreachable
+// apiserver is retried, never waited on.
+const apiTimeout = 2 * time.Second
+
 // it set (best effort, within a few seconds).
 func NewNodePressure(ctx context.Context, c *Client, node string, log *slog.Logger) *NodePressure {
 	n := &NodePressure{client: c, node: node, log: log, want: make(chan Pressure, 1), done: make(chan struct{})}

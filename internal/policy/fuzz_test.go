@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +53,9 @@ func FuzzDecide(f *testing.F) {
 		cfg.BalloonGuestMarginBytes = float64(src.upTo(4) << 24)
 		cfg.BalloonGuestMarginFraction = float64(src.upTo(4)) / 10
 		cfg.BalloonMOMIntervalSeconds = float64(1 + src.upTo(15))
+		// Short enough for a give-up to expire and a back-off to reach
+		// its cap within a scenario.
+		cfg.AbandonRetrySeconds, cfg.RefusalBackoffMaxSeconds = 2*cfg.EvictionDeadlineSeconds, 4
 		if err := cfg.Validate(); err != nil {
 			t.Fatalf("decoded config invalid: %v", err)
 		}
@@ -134,11 +138,13 @@ func FuzzDecide(f *testing.F) {
 			}
 			// Evictions in progress end (or fail) at random.
 			for name := range st.Evicting {
-				switch src.upTo(4) {
+				switch src.upTo(5) {
 				case 0:
 					snap.Outcomes = append(snap.Outcomes, EvictionOutcome{Workload: name, Result: EvictedGracefully})
 				case 1:
 					snap.Outcomes = append(snap.Outcomes, EvictionOutcome{Workload: name, Result: EvictionFailed, Err: "D state"})
+				case 2:
+					snap.Outcomes = append(snap.Outcomes, EvictionOutcome{Workload: name, Result: EvictionRefused, Err: "429: disruption budget"})
 				}
 			}
 
@@ -169,7 +175,24 @@ func checkDecisions(t *testing.T, snap Snapshot, cfg Config, prev State, decisio
 	}
 	evicted, ksmSets := 0, 0
 	ballooned := map[string]bool{}
+	now := snap.Sample.Time
+	// A refusal of the last victim gives back what its eviction took: the
+	// eviction before it (for the cool-down) and the window.
+	eff := prev
+	for _, o := range snap.Outcomes {
+		if o.Result == EvictionRefused && o.Workload == prev.lastVictim && prev.held != nil {
+			eff = prev.clone()
+			eff.LastEviction = prev.held.lastEviction
+			eff.Window = append(slices.Clone(prev.held.window), prev.Window...)
+		}
+	}
 	for _, d := range decisions {
+		if !slices.Contains(Actions, d.Action) {
+			t.Fatalf("decision with an action Actions does not list: %+v", d)
+		}
+		if d.Outcome != nil && !slices.Contains(EvictionResults, d.Outcome.Result) {
+			t.Fatalf("outcome with a result EvictionResults does not list: %+v", d.Outcome)
+		}
 		switch d.Action {
 		case ActionSetSwap:
 			w := byName[d.Workload]
@@ -205,8 +228,14 @@ func checkDecisions(t *testing.T, snap Snapshot, cfg Config, prev State, decisio
 			if _, already := prev.Evicting[w.Name]; already && w.Processes > 0 && !ended && prev.instances[w.Name] == w.Instance {
 				t.Fatalf("evicted %s twice", w.Name)
 			}
+			if at, abandoned := prev.Abandoned[w.Name]; abandoned && now.Sub(at).Seconds() < cfg.AbandonRetrySeconds {
+				t.Fatalf("evicted %s, given up on %.1f s ago (retry after %g s)", w.Name, now.Sub(at).Seconds(), cfg.AbandonRetrySeconds)
+			}
 			if _, abandoned := next.Abandoned[w.Name]; abandoned {
-				t.Fatalf("evicted %s, which was given up on", w.Name)
+				t.Fatalf("evicted %s, which is given up on", w.Name)
+			}
+			if r, refused := prev.Refused[w.Name]; refused && now.Before(r.Until) {
+				t.Fatalf("evicted %s %.1f s before its refusal back-off ends", w.Name, r.Until.Sub(now).Seconds())
 			}
 			if len(next.Evicting) != 1 {
 				t.Fatalf("evicting %v after choosing %s; one at a time", next.Evicting, w.Name)
@@ -214,11 +243,11 @@ func checkDecisions(t *testing.T, snap Snapshot, cfg Config, prev State, decisio
 			// Inside the cool-down only when the OOM point comes first,
 			// and saying so.
 			seen := snap.Sample
-			seen.Scope.SwapBytes = usableSwap(snap, prev)
-			then := prev.clone()
-			then.Window, then.VictimGone = appendToWindow(prev.Window, seen, cfg, prev.LastEviction), next.VictimGone
-			if inCooldown(prev, cfg, snap.Sample.Time) && (oomBeforeCooldownEnds(then, cfg, snap.Sample.Time) == "" || !strings.Contains(d.Reason, "OOM point")) {
-				t.Fatalf("evicted %.3f s after the last eviction, cooldown %g s, the OOM point not before its end (%q)", snap.Sample.Time.Sub(prev.LastEviction).Seconds(), cfg.CooldownSeconds, d.Reason)
+			seen.Scope.SwapBytes = usableSwap(snap, eff)
+			then := eff.clone()
+			then.Window, then.VictimGone = appendToWindow(eff.Window, seen, cfg, eff.LastEviction), next.VictimGone
+			if inCooldown(eff, cfg, now) && (oomBeforeCooldownEnds(then, cfg, now) == "" || !strings.Contains(d.Reason, "OOM point")) {
+				t.Fatalf("evicted %.3f s after the last eviction, cooldown %g s, the OOM point not before its end (%q)", now.Sub(eff.LastEviction).Seconds(), cfg.CooldownSeconds, d.Reason)
 			}
 			if len(next.Window) != 0 {
 				t.Fatal("window not restarted after an eviction")
@@ -291,6 +320,13 @@ func checkDecisions(t *testing.T, snap Snapshot, cfg Config, prev State, decisio
 			if _, ok := prev.Evicting[d.Workload]; !ok {
 				t.Fatalf("gave up on %s, which was not being evicted", d.Workload)
 			}
+		case ActionResumeEviction:
+			t.Fatal("Decide resumed an eviction; only ResumeEviction does")
+		case ActionAbandonExpired:
+			at, ok := prev.Abandoned[d.Workload]
+			if _, still := next.Abandoned[d.Workload]; !ok || still || now.Sub(at).Seconds() < cfg.AbandonRetrySeconds {
+				t.Fatalf("give-up on %s expired wrongly: given up at %v (%v), still %v", d.Workload, at, ok, still)
+			}
 		default:
 			t.Fatalf("unknown action %q", d.Action)
 		}
@@ -301,8 +337,8 @@ func checkDecisions(t *testing.T, snap Snapshot, cfg Config, prev State, decisio
 	if evicted > 1 {
 		t.Fatalf("%d evictions in one decision; one at a time", evicted)
 	}
-	if evicted == 0 && next.LastEviction != prev.LastEviction {
-		t.Fatal("last eviction time moved without an eviction")
+	if evicted == 0 && next.LastEviction != eff.LastEviction {
+		t.Fatal("last eviction time moved without an eviction or a refusal")
 	}
 	for name, have := range next.SwapAllowance {
 		confirmed := prev.SwapAllowance[name] == have

@@ -39,9 +39,19 @@ type Config struct {
 	CooldownSeconds float64 `json:"cooldownSeconds"`
 	// EvictionDeadlineSeconds bounds an eviction: a victim still present
 	// this long after it was chosen (processes that survive the kill, a VM
-	// that answers nothing) is given up on, never chosen again while it
-	// exists, and the next-ranked workload may be evicted.
+	// that answers nothing) is given up on for AbandonRetrySeconds, and
+	// the next-ranked workload may be evicted.
 	EvictionDeadlineSeconds float64 `json:"evictionDeadlineSeconds"`
+	// AbandonRetrySeconds is how long a victim given up on is not chosen
+	// again; after it, it is a candidate like any other (its own decision
+	// line says so).
+	AbandonRetrySeconds float64 `json:"abandonRetrySeconds"`
+	// RefusalBackoffMaxSeconds caps the back-off of a workload whose
+	// eviction was refused (a PodDisruptionBudget, a QMP or API error):
+	// it is not chosen for 1 s, then twice as long after each further
+	// refusal, up to this. The next candidate goes at once, without the
+	// cool-down: nothing was freed.
+	RefusalBackoffMaxSeconds float64 `json:"refusalBackoffMaxSeconds"`
 
 	// KSMMode is off (KSM left as it is), advisor (the kernel's advisor
 	// paces ksmd) or governor (decideKSM paces it by observed profit).
@@ -98,6 +108,8 @@ func DefaultConfig() Config {
 		AverageWindowSizeSeconds:       10,
 		CooldownSeconds:                5,
 		EvictionDeadlineSeconds:        30,
+		AbandonRetrySeconds:            600,
+		RefusalBackoffMaxSeconds:       60,
 		KSMMode:                        KSMOff,
 		KSMMaxCPUPercent:               50,
 		KSMIdleCPUPercent:              1,
@@ -132,6 +144,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("cooldownSeconds must be >= 0, got %g", c.CooldownSeconds)
 	case !(c.EvictionDeadlineSeconds >= 1 && c.EvictionDeadlineSeconds <= 3600):
 		return fmt.Errorf("evictionDeadlineSeconds must be in [1,3600], got %g", c.EvictionDeadlineSeconds)
+	case !(c.AbandonRetrySeconds >= c.EvictionDeadlineSeconds && c.AbandonRetrySeconds <= 86400):
+		return fmt.Errorf("abandonRetrySeconds must be in [evictionDeadlineSeconds,86400], got %g", c.AbandonRetrySeconds)
+	case !(c.RefusalBackoffMaxSeconds >= refusalBackoffSeconds && c.RefusalBackoffMaxSeconds <= 3600):
+		return fmt.Errorf("refusalBackoffMaxSeconds must be in [%g,3600], got %g", float64(refusalBackoffSeconds), c.RefusalBackoffMaxSeconds)
 	case c.KSMMode != KSMOff && c.KSMMode != KSMAdvisor && c.KSMMode != KSMGovernor && c.KSMMode != "":
 		return fmt.Errorf("ksmMode must be off, advisor or governor, got %q", c.KSMMode)
 	case !(c.KSMMaxCPUPercent > 0 && c.KSMMaxCPUPercent <= 100):
@@ -245,15 +261,25 @@ const (
 	EvictedGracefully = "graceful"
 	// EvictedForcibly: it had to be killed (SIGKILL, cgroup.kill, QMP quit).
 	EvictedForcibly = "forced"
-	// EvictionFailed: it could not be removed (processes survive the kill).
+	// EvictionFailed: it could not be removed within its deadline
+	// (processes survive the kill, a pod a finalizer holds): given up on.
 	EvictionFailed = "failed"
+	// EvictionRefused: the graceful request itself was refused (a
+	// PodDisruptionBudget, a QMP, libvirt or API error, permission
+	// denied): nothing was done, the workload is backed off and the next
+	// candidate may go at once.
+	EvictionRefused = "refused"
+	// EvictionInterrupted: the agent stopped while the victim was still
+	// leaving; it was left to finish on its own, never forced. Only the
+	// decision log has it: a new agent finds the victim in its journal.
+	EvictionInterrupted = "interrupted"
 )
 
 // EvictionOutcome is how an eviction ended, reported by the agent's actor
 // into the next snapshot.
 type EvictionOutcome struct {
 	Workload string `json:"workload"` // the victim
-	Result   string `json:"result"`   // graceful, forced or failed
+	Result   string `json:"result"`   // graceful, forced, failed, refused or interrupted
 	// Seconds from the eviction signal to the workload leaving (or to the
 	// actor giving up).
 	Seconds float64 `json:"seconds"`
@@ -290,8 +316,16 @@ type State struct {
 	// when each was chosen.
 	Evicting map[string]time.Time `json:"evicting"`
 	// Abandoned lists victims given up on (past the eviction deadline, or
-	// their eviction failed): never chosen again while they exist.
+	// their eviction failed), with when: not chosen again for
+	// Config.AbandonRetrySeconds.
 	Abandoned map[string]time.Time `json:"abandoned"`
+	// Refused lists workloads whose eviction was refused, with their
+	// back-off: not chosen before Until.
+	Refused map[string]Refusal `json:"refused,omitempty"`
+	// held is what the last eviction decision replaced (the eviction
+	// before it and the window), put back if that eviction is refused:
+	// nothing was freed, so no cool-down and no fresh window are owed.
+	held *heldEviction
 	// SwapAllowance is the allowance in force per workload: applied, as
 	// its SwapResult confirmed.
 	SwapAllowance map[string]uint64 `json:"swap_allowance"`
@@ -315,6 +349,23 @@ type State struct {
 	evictionHeld bool
 }
 
+// Refusal is a refused workload's back-off.
+type Refusal struct {
+	// Until is when it may be chosen again.
+	Until time.Time `json:"until"`
+	// DelaySeconds is the back-off that led there (doubled at the next
+	// refusal).
+	DelaySeconds float64 `json:"delay_seconds"`
+}
+
+// refusalBackoffSeconds is a refused workload's first back-off.
+const refusalBackoffSeconds = 1
+
+type heldEviction struct {
+	lastEviction time.Time
+	window       []Sample
+}
+
 // Actions a Decision asks for.
 const (
 	ActionSetSwap = "set_swap"
@@ -324,6 +375,11 @@ const (
 	// ActionAbandon gives up on an eviction that did not finish in time
 	// or failed; the next-ranked workload may then be evicted.
 	ActionAbandon = "abandon_eviction"
+	// ActionAbandonExpired: a victim given up on may be chosen again.
+	ActionAbandonExpired = "abandon_expired"
+	// ActionResumeEviction: an eviction the agent before this one began
+	// is waited for.
+	ActionResumeEviction = "resume_eviction"
 	// ActionSetKSM sets ksmd's pace.
 	ActionSetKSM = "set_ksm"
 	// ActionSetBalloon sets a VM's balloon target.
@@ -334,6 +390,13 @@ const (
 	// ActionNone records why a firing signal led to no eviction.
 	ActionNone = "none"
 )
+
+// Actions lists every action a decision line can carry.
+var Actions = []string{ActionSetSwap, ActionEvict, ActionEvicted, ActionAbandon, ActionAbandonExpired,
+	ActionResumeEviction, ActionSetKSM, ActionSetBalloon, ActionMemoryState, ActionNone}
+
+// EvictionResults lists every result an EvictionOutcome can carry.
+var EvictionResults = []string{EvictedGracefully, EvictedForcibly, EvictionFailed, EvictionRefused, EvictionInterrupted}
 
 // Decision is one decided action with its reasons; it is logged as a JSON
 // line. Besides the action, its subject and its reason, it carries the one
@@ -415,28 +478,20 @@ func (st State) Firing() bool { return firstFiring(st.Signals) != nil }
 func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 	st = st.clone()
 	now := snap.Sample.Time
-	sample := snap.Sample
-	sample.Scope.SwapBytes = usableSwap(snap, st)
-	st.Window = appendToWindow(st.Window, sample, cfg, st.LastEviction)
-
 	var out []Decision
 	present := make(map[string]*Workload, len(snap.Workloads))
 	for i := range snap.Workloads {
 		present[snap.Workloads[i].Name] = &snap.Workloads[i]
 	}
 	renewed := forgetRenewed(now, snap.Workloads, &st)
+	// Outcomes before the window: a refusal puts back the window and the
+	// eviction time its decision replaced.
 	for _, o := range snap.Outcomes {
-		out = append(out, outcomeDecision(now, o))
-		if o.Workload == st.lastVictim { // even if it left the listing before
-			st.VictimGone = now
-		}
-		delete(st.Evicting, o.Workload)
-		if o.Result == EvictionFailed && !renewed[o.Workload] {
-			if _, ok := present[o.Workload]; ok {
-				st.Abandoned[o.Workload] = now
-			}
-		}
+		out = append(out, st.endEviction(now, o, cfg, present, renewed))
 	}
+	sample := snap.Sample
+	sample.Scope.SwapBytes = usableSwap(snap, st)
+	st.Window = appendToWindow(st.Window, sample, cfg, st.LastEviction)
 	for name, since := range st.Evicting {
 		w, ok := present[name]
 		switch {
@@ -446,8 +501,15 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 			delete(st.Evicting, name)
 			st.Abandoned[name] = now
 			out = append(out, Decision{Time: now, Action: ActionAbandon, Workload: name,
-				Reason: fmt.Sprintf("still present %.1f s after it was chosen (%d processes), past the %g s eviction deadline; it is not chosen again and the next candidate may be evicted",
-					now.Sub(since).Seconds(), w.Processes, cfg.EvictionDeadlineSeconds)})
+				Reason: fmt.Sprintf("still present %.1f s after it was chosen (%d processes), past the %g s eviction deadline; it is not chosen again for %g s and the next candidate may be evicted",
+					now.Sub(since).Seconds(), w.Processes, cfg.EvictionDeadlineSeconds, cfg.AbandonRetrySeconds)})
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(st.Abandoned)) {
+		if at := st.Abandoned[name]; now.Sub(at).Seconds() >= cfg.AbandonRetrySeconds {
+			delete(st.Abandoned, name)
+			out = append(out, Decision{Time: now, Action: ActionAbandonExpired, Workload: name,
+				Reason: fmt.Sprintf("given up on %.1f s ago (abandonRetrySeconds %g); it may be chosen again", now.Sub(at).Seconds(), cfg.AbandonRetrySeconds)})
 		}
 	}
 	for _, r := range snap.SwapResults {
@@ -515,11 +577,12 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 
 	ranked := Rank(slices.DeleteFunc(slices.Clone(snap.Workloads), func(w Workload) bool {
 		_, abandoned := st.Abandoned[w.Name]
-		return abandoned
+		r, refused := st.Refused[w.Name]
+		return abandoned || refused && now.Before(r.Until)
 	}), st.SwapAllowance)
 	if len(ranked) == 0 {
 		out = st.note(out, Decision{Time: now, Action: ActionNone, Trigger: triggerOf(firing, nil),
-			Reason: "no evictable workload (all protected, empty, unreadable, or given up on)"})
+			Reason: "no evictable workload (all protected, empty, unreadable, given up on, or refused a moment ago)"})
 		return out, st
 	}
 	victim := ranked[0]
@@ -528,6 +591,7 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 		reason += fmt.Sprintf("; %.1f s after the last eviction, inside the %g s cool-down: %s",
 			now.Sub(st.LastEviction).Seconds(), cfg.CooldownSeconds, oomFirst)
 	}
+	st.held = &heldEviction{lastEviction: st.LastEviction, window: st.Window}
 	st.LastEviction, st.lastVictim = now, victim.Name
 	st.Evicting[victim.Name] = now
 	st.Window = nil // re-check on data gathered after this eviction
@@ -576,7 +640,7 @@ func oomBeforeCooldownEnds(st State, cfg Config, now time.Time) string {
 		i++
 	}
 	since := st.Window[i:]
-	if len(since) < 2 || last.Time.Sub(since[0].Time).Seconds() < minRateSpanSeconds {
+	if len(since) < 2 || last.Time.Sub(since[0].Time).Seconds() < rateSpanSeconds(cfg) {
 		return ""
 	}
 	left := cfg.CooldownSeconds - now.Sub(st.LastEviction).Seconds()
@@ -586,22 +650,82 @@ func oomBeforeCooldownEnds(st State, cfg Config, now time.Time) string {
 	return ""
 }
 
-// outcomeDecision logs how an eviction ended.
-func outcomeDecision(now time.Time, o EvictionOutcome) Decision {
+// endEviction takes an eviction's outcome into the state and returns its
+// decision line. A refusal backs the workload off and puts back the
+// cool-down and window its eviction replaced; a failure gives it up.
+func (st *State) endEviction(now time.Time, o EvictionOutcome, cfg Config, present map[string]*Workload, renewed map[string]bool) Decision {
+	delete(st.Evicting, o.Workload)
+	last := o.Workload == st.lastVictim // even if it left the listing before
+	_, listed := present[o.Workload]
+	var note string
+	switch o.Result {
+	case EvictionRefused:
+		if last && st.held != nil {
+			st.LastEviction = st.held.lastEviction
+			st.Window = append(slices.Clone(st.held.window), st.Window...)
+		}
+		if listed && !renewed[o.Workload] {
+			delay := float64(refusalBackoffSeconds)
+			if prev, ok := st.Refused[o.Workload]; ok {
+				delay = min(2*prev.DelaySeconds, cfg.RefusalBackoffMaxSeconds)
+			}
+			st.Refused[o.Workload] = Refusal{Until: now.Add(time.Duration(delay * float64(time.Second))), DelaySeconds: delay}
+			note = fmt.Sprintf("; not chosen again for %g s, and the next candidate may go now", delay)
+		}
+	case EvictionFailed:
+		if last {
+			st.VictimGone = now
+		}
+		if listed && !renewed[o.Workload] {
+			st.Abandoned[o.Workload] = now
+			note = fmt.Sprintf("; it is not chosen again for %g s", cfg.AbandonRetrySeconds)
+		}
+	default:
+		if last {
+			st.VictimGone = now
+		}
+	}
+	if last {
+		st.held = nil
+	}
+	return OutcomeDecision(now, o, note)
+}
+
+// OutcomeDecision is the decision line of how an eviction ended; note is
+// added to its reason (what the policy does next).
+func OutcomeDecision(now time.Time, o EvictionOutcome, note string) Decision {
 	var reason string
 	switch o.Result {
 	case EvictedGracefully:
 		reason = fmt.Sprintf("left gracefully %.1f s after the eviction signal, freeing %d B", o.Seconds, o.FreedBytes)
 	case EvictedForcibly:
 		reason = fmt.Sprintf("killed after the grace period; gone %.1f s after the eviction signal, freeing %d B", o.Seconds, o.FreedBytes)
+	case EvictionRefused:
+		reason = "the eviction was refused: " + o.Err
+	case EvictionInterrupted:
+		reason = fmt.Sprintf("the agent stopped %.1f s into the eviction; the victim was left to finish on its own, not forced: %s", o.Seconds, o.Err)
 	default:
-		reason = fmt.Sprintf("could not be removed in %.1f s: %s; it is not chosen again", o.Seconds, o.Err)
+		reason = fmt.Sprintf("could not be removed in %.1f s: %s", o.Seconds, o.Err)
 	}
-	if o.Err != "" && o.Result != EvictionFailed {
+	if o.Err != "" && (o.Result == EvictedGracefully || o.Result == EvictedForcibly) {
 		reason += " (" + o.Err + ")"
 	}
 	oc := o
-	return Decision{Time: now, Action: ActionEvicted, Workload: o.Workload, Reason: reason, Outcome: &oc}
+	return Decision{Time: now, Action: ActionEvicted, Workload: o.Workload, Reason: reason + note, Outcome: &oc}
+}
+
+// ResumeEviction is st with an eviction a previous agent began and did
+// not see end (its journal says so): the victim counts as being evicted
+// since chosenAt, so no second victim is chosen for the same pressure and
+// its deadline holds from its first choice. The decision line says so.
+func ResumeEviction(st State, name string, chosenAt, now time.Time) (State, Decision) {
+	st = st.clone()
+	st.Evicting[name] = chosenAt
+	if chosenAt.After(st.LastEviction) {
+		st.LastEviction, st.lastVictim = chosenAt, name
+	}
+	return st, Decision{Time: now, Action: ActionResumeEviction, Workload: name,
+		Reason: fmt.Sprintf("chosen %.1f s ago by the agent before this one and still present: waited for, no second victim is chosen meanwhile", now.Sub(chosenAt).Seconds())}
 }
 
 // note appends d unless the same note was the last one made.
@@ -628,6 +752,9 @@ func (st State) clone() State {
 	c.Abandoned = make(map[string]time.Time, len(st.Abandoned))
 	for k, v := range st.Abandoned {
 		c.Abandoned[k] = v
+	}
+	if c.Refused = maps.Clone(st.Refused); c.Refused == nil {
+		c.Refused = map[string]Refusal{}
 	}
 	c.SwapAllowance = maps.Clone(st.SwapAllowance)
 	c.swapPending = maps.Clone(st.swapPending)
@@ -692,6 +819,7 @@ func (st *State) forget(name string) {
 	delete(st.swapRetry, name)
 	delete(st.Evicting, name)
 	delete(st.Abandoned, name)
+	delete(st.Refused, name)
 	st.Balloon.forget(name)
 }
 
@@ -702,6 +830,7 @@ func (st *State) forgetGone(present map[string]*Workload) {
 	forgetAbsent(st.swapPending, listed, st.forget)
 	forgetAbsent(st.swapRetry, listed, st.forget)
 	forgetAbsent(st.Abandoned, listed, st.forget)
+	forgetAbsent(st.Refused, listed, st.forget)
 }
 
 // forgetAbsent calls forget with every key of m that present rejects

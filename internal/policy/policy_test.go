@@ -216,29 +216,37 @@ func TestEvaluate(t *testing.T) {
 		return s
 	}
 	tests := []struct {
-		name   string
-		window []Sample
-		firing []string
-		unread []string
+		name          string
+		window        []Sample
+		firing        []string
+		unread        []string
+		windowSeconds float64 // 0: cfg's
 	}{
-		{"calm", []Sample{withCounters(sample(0, 1, 0), 100, 100, 0, 0), withCounters(sample(10, 1, 0), 200, 200, 1e5, 0)}, nil, nil},
-		{"utilization over RAM + factor × swap", []Sample{sample(0, 4, 2.1)}, []string{SignalSwapUtilization}, nil},
-		{"utilization at the threshold does not fire", []Sample{sample(0, 4, 2)}, nil, nil},
-		{"compressed tiers' RAM counts in utilization", []Sample{withCompressedRAM(sample(0, 4, 2), 0.1)}, []string{SignalSwapUtilization}, nil},
-		{"swap-in average over threshold", []Sample{withCounters(sample(0, 1, 0), 0, 0, 0, 0), withCounters(sample(10, 1, 0), 10010, 0, 0, 0)}, []string{SignalSwapIn}, nil},
-		{"swap-out average is a difference, not the total", []Sample{withCounters(sample(0, 1, 0), 0, 1e9, 0, 0), withCounters(sample(10, 1, 0), 0, 1e9+100, 0, 0)}, nil, nil},
-		{"counter reset is no increase", []Sample{withCounters(sample(0, 1, 0), 1e9, 0, 0, 0), withCounters(sample(10, 1, 0), 5, 0, 0, 0)}, nil, nil},
-		{"PSI full share of the window", []Sample{withCounters(sample(0, 1, 0), 0, 0, 0, 0), withCounters(sample(10, 1, 0), 0, 0, 3e6, 2.5e6)}, []string{SignalPSIFull}, nil},
-		{"PSI some share of the window", []Sample{withCounters(sample(0, 1, 0), 0, 0, 0, 0), withCounters(sample(10, 1, 0), 0, 0, 6e6, 0)}, []string{SignalPSISome}, nil},
-		{"rates need a second of samples", []Sample{withCounters(sample(0, 1, 0), 0, 0, 0, 0), withCounters(sample(0.5, 1, 0), 1e6, 1e6, 1e6, 1e6)}, nil, nil},
-		{"growth reaching RAM + swap within the horizon", []Sample{sample(0, 3, 1), sample(5, 4, 1.5), sample(10, 4, 2)}, []string{SignalSwapExhaustion}, nil},
-		{"slow growth is not exhaustion", []Sample{sample(0, 3, 1), sample(10, 3, 1.01)}, nil, nil},
-		{"unreadable vmstat leaves rates out", []Sample{{Time: at(0), VMStatErr: "boom"}, withCounters(sample(10, 1, 0), 1e9, 1e9, 0, 0)}, nil, []string{SignalSwapIn, SignalSwapOut}},
-		{"unreadable scope", []Sample{sample(0, 1, 0), {Time: at(10), ScopeErr: "gone"}}, nil, []string{SignalSwapUtilization, SignalSwapExhaustion}},
+		{"calm", []Sample{withCounters(sample(0, 1, 0), 100, 100, 0, 0), withCounters(sample(10, 1, 0), 200, 200, 1e5, 0)}, nil, nil, 0},
+		{"utilization over RAM + factor × swap", []Sample{sample(0, 4, 2.1)}, []string{SignalSwapUtilization}, nil, 0},
+		{"utilization at the threshold does not fire", []Sample{sample(0, 4, 2)}, nil, nil, 0},
+		{"compressed tiers' RAM counts in utilization", []Sample{withCompressedRAM(sample(0, 4, 2), 0.1)}, []string{SignalSwapUtilization}, nil, 0},
+		{"swap-in average over threshold", []Sample{withCounters(sample(0, 1, 0), 0, 0, 0, 0), withCounters(sample(10, 1, 0), 10010, 0, 0, 0)}, []string{SignalSwapIn}, nil, 0},
+		{"swap-out average is a difference, not the total", []Sample{withCounters(sample(0, 1, 0), 0, 1e9, 0, 0), withCounters(sample(10, 1, 0), 0, 1e9+100, 0, 0)}, nil, nil, 0},
+		{"counter reset is no increase", []Sample{withCounters(sample(0, 1, 0), 1e9, 0, 0, 0), withCounters(sample(10, 1, 0), 5, 0, 0, 0)}, nil, nil, 0},
+		{"PSI full share of the window", []Sample{withCounters(sample(0, 1, 0), 0, 0, 0, 0), withCounters(sample(10, 1, 0), 0, 0, 3e6, 2.5e6)}, []string{SignalPSIFull}, nil, 0},
+		{"PSI some share of the window", []Sample{withCounters(sample(0, 1, 0), 0, 0, 0, 0), withCounters(sample(10, 1, 0), 0, 0, 6e6, 0)}, []string{SignalPSISome}, nil, 0},
+		{"rates need a second of samples", []Sample{withCounters(sample(0, 1, 0), 0, 0, 0, 0), withCounters(sample(0.5, 1, 0), 1e6, 1e6, 1e6, 1e6)}, nil, nil, 0},
+		// The samples of a 1 s window span less than 1 s: half of it will do.
+		{"a 1 s window gives rates", []Sample{withCounters(sample(0, 1, 0), 0, 0, 0, 0), withCounters(sample(0.95, 1, 0), 0, 0, 0, 1e6)}, []string{SignalPSIFull}, nil, 1},
+		{"a 1 s window needs half a second", []Sample{withCounters(sample(0, 1, 0), 0, 0, 0, 0), withCounters(sample(0.45, 1, 0), 0, 0, 0, 1e6)}, nil, nil, 1},
+		{"growth reaching RAM + swap within the horizon", []Sample{sample(0, 3, 1), sample(5, 4, 1.5), sample(10, 4, 2)}, []string{SignalSwapExhaustion}, nil, 0},
+		{"slow growth is not exhaustion", []Sample{sample(0, 3, 1), sample(10, 3, 1.01)}, nil, nil, 0},
+		{"unreadable vmstat leaves rates out", []Sample{{Time: at(0), VMStatErr: "boom"}, withCounters(sample(10, 1, 0), 1e9, 1e9, 0, 0)}, nil, []string{SignalSwapIn, SignalSwapOut}, 0},
+		{"unreadable scope", []Sample{sample(0, 1, 0), {Time: at(10), ScopeErr: "gone"}}, nil, []string{SignalSwapUtilization, SignalSwapExhaustion}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			signals, unread := Evaluate(tt.window, cfg)
+			c := cfg
+			if tt.windowSeconds != 0 {
+				c.AverageWindowSizeSeconds = tt.windowSeconds
+			}
+			signals, unread := Evaluate(tt.window, c)
 			var firing []string
 			for _, s := range signals {
 				if s.Firing {

@@ -30,6 +30,15 @@ type Signal struct {
 // computed over; less is noise.
 const minRateSpanSeconds = 1.0
 
+// rateSpanSeconds is the shortest stretch a rate is computed over with
+// this window: minRateSpanSeconds, or half the window when that is
+// shorter. The window's samples never span all of it (the first is at
+// most one interval younger than its start), so a 1 s window and a 1 s
+// span would never give a rate.
+func rateSpanSeconds(cfg Config) float64 {
+	return min(minRateSpanSeconds, cfg.AverageWindowSizeSeconds/2)
+}
+
 // Evaluate computes every enabled signal over the window (oldest sample
 // first). Signals whose data was unreadable in the window are left out and
 // named in unreadable.
@@ -39,6 +48,7 @@ func Evaluate(window []Sample, cfg Config) (signals []Signal, unreadable []strin
 	}
 	first, last := window[0], window[len(window)-1]
 	span := last.Time.Sub(first.Time).Seconds()
+	minSpan := rateSpanSeconds(cfg)
 
 	if last.ScopeErr != "" {
 		unreadable = append(unreadable, SignalSwapUtilization)
@@ -73,7 +83,7 @@ func Evaluate(window []Sample, cfg Config) (signals []Signal, unreadable []strin
 			unreadable = append(unreadable, a.name)
 			continue
 		}
-		if span >= minRateSpanSeconds {
+		if span >= minSpan {
 			perSec := delta(a.counter(first), a.counter(last)) / span
 			signals = append(signals, above(a.name, a.scale*perSec, a.threshold, a.unit))
 		}
@@ -82,7 +92,7 @@ func Evaluate(window []Sample, cfg Config) (signals []Signal, unreadable []strin
 	if cfg.ExhaustionHorizonSeconds > 0 {
 		if anyErr(window, func(s Sample) string { return s.ScopeErr }) {
 			unreadable = append(unreadable, SignalSwapExhaustion)
-		} else if span >= minRateSpanSeconds {
+		} else if span >= minSpan {
 			if secs, ok := secondsToExhaustion(window); ok {
 				signals = append(signals, Signal{Name: SignalSwapExhaustion, Value: secs, Threshold: cfg.ExhaustionHorizonSeconds,
 					Unit: "seconds", Below: true, Firing: secs < cfg.ExhaustionHorizonSeconds})

@@ -91,7 +91,7 @@ func TestKSMGovernorFitsWhatSwapAloneEvicts(t *testing.T) {
 			Workload: Workload{SizeBytes: 512 << 20, Scan: memload.ScanRandom, RatePagesPerSec: 1e5, DupFraction: 0.8}},
 		Deployments: []int{10}, RuntimeSeconds: 60, Seed: 1}
 	cfg := policy.DefaultConfig()
-	p.Agent = &cfg
+	p.Agent = withAgent(cfg)
 	run, _, err := Run(context.Background(), p, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +104,7 @@ func TestKSMGovernorFitsWhatSwapAloneEvicts(t *testing.T) {
 	}
 	governed := cfg
 	governed.KSMMode = policy.KSMGovernor
-	p.Agent = &governed
+	p.Agent = withAgent(governed)
 	run, decisions, err := Run(context.Background(), p, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -193,7 +193,7 @@ func ksmBench(t *testing.T, ksmdPastSeconds float64, setting policy.KSMSetting, 
 	running(n, 1)
 	var agent *simAgent
 	if cfg != nil {
-		agent = newSimAgent(Params{Agent: cfg, VM: vm}, time.Unix(0, 0))
+		agent = newSimAgent(Params{Agent: withAgent(*cfg), VM: vm}, time.Unix(0, 0))
 	} else {
 		n.ksm.set(setting)
 	}

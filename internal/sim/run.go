@@ -20,8 +20,8 @@ type Params struct {
 	// TickSeconds is the model's time step (0: DefaultTickSeconds).
 	TickSeconds   float64
 	StopOnFailure bool
-	// Agent runs the agent's policy on the simulated node (nil: none).
-	Agent *policy.Config
+	// Agent runs the agent's own loop on the simulated node (nil: none).
+	Agent *AgentParams
 	Label string
 }
 
@@ -30,16 +30,6 @@ const DefaultTickSeconds = 0.25
 
 // populateTimeoutSeconds ends a step whose workers never all populate.
 const populateTimeoutSeconds = 3600
-
-// agentIntervalSeconds is how often the simulated agent decides: the
-// agent's default intervalSeconds. At the default tick that is every tick,
-// so the agent acts within a tick of a threshold crossing, as the real one
-// does on either hierarchy (v1 wakes it at the crossing, v2 samples every
-// interval); at a finer tick the simulated agent is v2's.
-const agentIntervalSeconds = 0.25
-
-// gracefulExitSeconds is how long an evicted VM takes to leave.
-const gracefulExitSeconds = 0.5
 
 func workerName(i int) string { return fmt.Sprintf("w%d", i) }
 
@@ -155,7 +145,7 @@ func simulateStep(p Params, n, index int, dt float64, start time.Time) (results.
 	summarizeStep(&step, s, before, t, measureFrom, p.RuntimeSeconds)
 	var ds []policy.Decision
 	if a != nil {
-		ds = a.decisions
+		ds = a.decisions()
 	}
 	return step, ds
 }

@@ -523,7 +523,7 @@ func TestStepsAndDecisionsOnOneClock(t *testing.T) {
 	p.Deployments = []int{3, 5}
 	cfg := policy.DefaultConfig()
 	cfg.Balloon = true
-	p.Agent = &cfg
+	p.Agent = withAgent(cfg)
 	run, decisions, err := Run(context.Background(), p, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -602,8 +602,8 @@ func TestPaperScenario(t *testing.T) {
 // default, and at the default tick that is every tick.
 func TestSimulatedAgentDecidesAtTheAgentsInterval(t *testing.T) {
 	want := agent.DefaultConfig().IntervalSeconds
-	if agentIntervalSeconds != want {
-		t.Errorf("simulated agent every %g s; the agent samples every %g s", agentIntervalSeconds, want)
+	if DefaultAgentIntervalSeconds != want {
+		t.Errorf("simulated agent every %g s; the agent samples every %g s", DefaultAgentIntervalSeconds, want)
 	}
 	if DefaultTickSeconds != want {
 		t.Errorf("a tick of %g s; the agent samples every %g s", DefaultTickSeconds, want)
@@ -633,7 +633,7 @@ func TestAgentEvictsBeforeTheOOMPoint(t *testing.T) {
 	}
 	cfg := policy.DefaultConfig()
 	cfg.MaxAverageSwapInPagesPerSecond, cfg.MaxAverageSwapOutPagesPerSecond = 20000, 15000
-	p.Agent = &cfg
+	p.Agent = withAgent(cfg)
 	with, decisions, err := Run(context.Background(), p, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -789,7 +789,7 @@ func TestBalloonHoldsWhatSwapAloneEvicts(t *testing.T) {
 		p := balloonBench(7)
 		cfg := policy.DefaultConfig()
 		cfg.Balloon, cfg.BalloonPolicy = balloon != "", balloon
-		p.Agent = &cfg
+		p.Agent = withAgent(cfg)
 		run, decisions, err := Run(context.Background(), p, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -1354,4 +1354,11 @@ func processSeqTick(nd Node, workers int) *node {
 	n.capacityPages = 1e12
 	n.tick(0, true)
 	return n
+}
+
+// withAgent is the default agent with policy cfg.
+func withAgent(cfg policy.Config) *AgentParams {
+	a := DefaultAgent()
+	a.Policy = cfg
+	return &a
 }

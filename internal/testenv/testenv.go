@@ -425,3 +425,18 @@ func (cg *MemoryCgroup) StartLoad(t testing.TB, args ...string) (stop func()) {
 	}()
 	return stop
 }
+
+// Eventually polls cond every 10 ms until it holds, and fails the test
+// when timeout passes first. It is for conditions no event announces (a
+// cgroup emptying on v1, a file another process writes); where an event
+// exists, wait on it instead.
+func Eventually(t testing.TB, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %s", timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -71,19 +72,43 @@ func Parse(b []byte) (Metadata, error) {
 	return m, nil
 }
 
+// MaxFileBytes bounds a metadata file: a larger one is refused, not read
+// into memory.
+const MaxFileBytes = 64 << 10
+
 // Read reads from dir the metadata of the workload whose cgroup is named
-// cgroupName; a missing file is not an error.
+// cgroupName; a missing file is not an error. The file is opened inside
+// dir only: a symlink that leads out of it (or a name with a path in it)
+// is refused, never followed. On an error the defaults are returned with
+// it.
 func Read(dir, cgroupName string) (Metadata, error) {
-	b, err := os.ReadFile(filepath.Join(dir, cgroupName+".json"))
+	def := Metadata{Name: cgroupName}
+	root, err := os.OpenRoot(dir)
 	if errors.Is(err, os.ErrNotExist) {
-		return Metadata{Name: cgroupName}, nil
+		return def, nil
 	}
 	if err != nil {
-		return Metadata{Name: cgroupName}, err
+		return def, err
+	}
+	defer root.Close()
+	f, err := root.Open(cgroupName + ".json")
+	if errors.Is(err, os.ErrNotExist) {
+		return def, nil
+	}
+	if err != nil {
+		return def, fmt.Errorf("%s: %w", cgroupName+".json", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	switch {
+	case err != nil:
+		return def, fmt.Errorf("%s: %w", cgroupName+".json", err)
+	case len(b) > MaxFileBytes:
+		return def, fmt.Errorf("%s: larger than %d bytes", cgroupName+".json", MaxFileBytes)
 	}
 	m, err := Parse(b)
 	if err != nil {
-		return Metadata{Name: cgroupName}, fmt.Errorf("%s: %w", cgroupName+".json", err)
+		return def, fmt.Errorf("%s: %w", cgroupName+".json", err)
 	}
 	if m.Name == "" {
 		m.Name = cgroupName

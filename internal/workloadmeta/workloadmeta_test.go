@@ -61,3 +61,36 @@ func TestRead(t *testing.T) {
 		t.Errorf("a bad file: %v, want an error naming vm-z.json", err)
 	}
 }
+
+// A file that is truncated, too large, or a symlink leading out of the
+// directory gives the defaults and an error; a symlink inside the
+// directory is followed.
+func TestReadRefusesWhatLeavesItsDirectory(t *testing.T) {
+	outside := t.TempDir()
+	secret := filepath.Join(outside, "secret.json")
+	os.WriteFile(secret, []byte(`{"priority":99,"protected":true}`), 0o644)
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "real.json"), []byte(`{"priority":7}`), 0o644)
+	os.Symlink(secret, filepath.Join(dir, "escape.json"))
+	os.Symlink("../"+filepath.Base(outside)+"/secret.json", filepath.Join(dir, "relative.json"))
+	os.Symlink("real.json", filepath.Join(dir, "inside.json"))
+	os.WriteFile(filepath.Join(dir, "cut.json"), []byte(`{"priority":7,"memoryReq`), 0o644)
+	os.WriteFile(filepath.Join(dir, "huge.json"), []byte(`{"name":"`+strings.Repeat("x", MaxFileBytes)+`"}`), 0o644)
+	for _, c := range []struct {
+		name    string
+		want    Metadata
+		wantErr bool
+	}{
+		{"escape", Metadata{Name: "escape"}, true},
+		{"relative", Metadata{Name: "relative"}, true},
+		{"inside", Metadata{Name: "inside", Priority: 7}, false},
+		{"cut", Metadata{Name: "cut"}, true},
+		{"huge", Metadata{Name: "huge"}, true},
+		{"../" + filepath.Base(outside) + "/secret", Metadata{Name: "../" + filepath.Base(outside) + "/secret"}, true},
+	} {
+		md, err := Read(dir, c.name)
+		if md != c.want || (err != nil) != c.wantErr {
+			t.Errorf("%s: %+v, %v; want %+v, error %v", c.name, md, err, c.want, c.wantErr)
+		}
+	}
+}

@@ -1,0 +1,191 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/headroom-dev/headroom/internal/policy"
+	"github.com/headroom-dev/headroom/internal/testenv"
+)
+
+// overloadedFixture is the fixture tree with two workloads (vm-a, the
+// lower priority, and vm-b) on a node over its swap threshold.
+func overloadedFixture(t *testing.T) string {
+	t.Helper()
+	_, root := fixtureScope(t, "inactive_file 0\n")
+	os.WriteFile(filepath.Join(root, "node/memory.swap.max"), []byte("1000000000\n"), 0o644)
+	for name, content := range map[string]string{
+		"memory.current": "1000000000\n", "memory.swap.current": "0\n", "memory.stat": "inactive_file 0\n",
+		"memory.max": "max\n", "memory.swap.max": "max\n", "memory.events": "oom_kill 0\n",
+		"cgroup.procs": "999999998\n", "cgroup.kill": "",
+	} {
+		p := filepath.Join(root, "node/vm-b", name)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte(content), 0o644)
+	}
+	return root
+}
+
+func lifecycleAgent(t *testing.T, root, stateDir string, evictor Evictor) (*Agent, *testenv.Buffer) {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Scope, cfg.WorkloadsDir, cfg.Listen, cfg.CgroupMount, cfg.StateDir = "node", filepath.Join(root, "meta"), "", root, stateDir
+	cfg.EvictionGraceSeconds, cfg.EvictionDeadlineSeconds = 0.3, 30
+	os.MkdirAll(cfg.WorkloadsDir, 0o755)
+	os.WriteFile(filepath.Join(cfg.WorkloadsDir, "vm-b.json"), []byte(`{"priority": 10}`), 0o644)
+	out := &testenv.Buffer{}
+	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if evictor != nil {
+		a.SetEvictor(evictor)
+	}
+	return a, out
+}
+
+// records parses the decision log.
+func records(t *testing.T, log string) []Record {
+	t.Helper()
+	var out []Record
+	for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
+		var r Record
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("decision line %q: %v", line, err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func actions(rs []Record, action string) []Record {
+	var out []Record
+	for _, r := range rs {
+		if r.Action == action {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// A stop never forces a victim: the eviction's grace runs out while the
+// agent waits for it, and nothing is killed (the fixture's cgroup.kill
+// stays unwritten); the eviction is recorded as interrupted and stays in
+// the journal. A new agent on the same journal resumes it: it waits for
+// that victim and chooses no second one for the same pressure.
+func TestStopNeverForcesAndARestartResumes(t *testing.T) {
+	root := overloadedFixture(t)
+	state := t.TempDir()
+	a, out := lifecycleAgent(t, root, state, nil)
+	a.Tick(time.Now(), true)
+	testenv.Eventually(t, 5*time.Second, func() bool { return len(actions(records(t, out.String()), policy.ActionEvict)) == 1 })
+	if ev := actions(records(t, out.String()), policy.ActionEvict); ev[0].Workload != "vm-a" || ev[0].SignaledAt == nil {
+		t.Fatalf("eviction %+v", ev)
+	}
+	a.cfg.ShutdownGraceSeconds = 1 // past the eviction's 0.3 s grace
+	a.stop(nil)
+	if b, _ := os.ReadFile(filepath.Join(root, "node/vm-a/cgroup.kill")); len(b) != 0 {
+		t.Fatalf("the stop forced the victim (cgroup.kill %q)", b)
+	}
+	ended := actions(records(t, out.String()), policy.ActionEvicted)
+	if len(ended) != 1 || ended[0].Outcome.Result != policy.EvictionInterrupted || !strings.Contains(ended[0].Reason, "not forced") {
+		t.Fatalf("the interrupted eviction's line: %+v", ended)
+	}
+	journal, err := os.ReadFile(filepath.Join(state, journalFile))
+	if err != nil || !strings.Contains(string(journal), `"workload":"vm-a"`) || !strings.Contains(string(journal), "signaled_at") {
+		t.Fatalf("journal after the stop: %s, %v", journal, err)
+	}
+
+	ev := &recordingEvictor{}
+	b, out2 := lifecycleAgent(t, root, state, ev)
+	b.Tick(time.Now(), true)
+	b.Tick(time.Now().Add(250*time.Millisecond), false)
+	rs := records(t, out2.String())
+	if resumed := actions(rs, policy.ActionResumeEviction); len(resumed) != 1 || resumed[0].Workload != "vm-a" {
+		t.Fatalf("the restarted agent did not resume vm-a's eviction: %s", out2)
+	}
+	if ev := actions(rs, policy.ActionEvict); len(ev) != 0 {
+		t.Fatalf("the restarted agent chose a second victim: %+v", ev)
+	}
+	b.act.evictions.wg.Wait()
+	if got := ev.names(); len(got) != 0 {
+		t.Fatalf("the resumed eviction was requested again (%v): its request had gone out", got)
+	}
+}
+
+// refusingEvictor refuses the first workload it is asked for.
+type refusingEvictor struct {
+	recordingEvictor
+	refuse string
+}
+
+func (e *refusingEvictor) Begin(ctx context.Context, t Target) (string, error) {
+	e.recordingEvictor.Begin(ctx, t)
+	if t.Name == e.refuse {
+		return "", errors.New("refused by a PodDisruptionBudget")
+	}
+	return "", nil
+}
+
+// A refused eviction comes back as an outcome in the next round, and that
+// round begins the next candidate's eviction.
+func TestRefusalBeginsTheNextCandidateWithinOneRound(t *testing.T) {
+	root := overloadedFixture(t)
+	ev := &refusingEvictor{refuse: "vm-a"}
+	a, out := lifecycleAgent(t, root, "", ev)
+	t.Cleanup(func() { a.act.evictions.stop(0) })
+	now := time.Now()
+	a.Tick(now, true)
+	a.act.evictions.wg.Wait() // the refusal is in
+	a.Tick(now.Add(250*time.Millisecond), false)
+	a.act.evictions.wg.Wait()
+	if got := ev.names(); len(got) != 2 || got[0] != "vm-a" || got[1] != "vm-b" {
+		t.Fatalf("evictions begun %v, want vm-a then vm-b in the next round", got)
+	}
+	rs := records(t, out.String())
+	if refused := actions(rs, policy.ActionEvicted); len(refused) == 0 || refused[0].Outcome.Result != policy.EvictionRefused {
+		t.Fatalf("no refused outcome: %s", out)
+	}
+}
+
+// blockingEvictor's Begin waits until it is released: an apiserver that
+// does not answer.
+type blockingEvictor struct {
+	recordingEvictor
+	release chan struct{}
+}
+
+func (e *blockingEvictor) Begin(ctx context.Context, t Target) (string, error) {
+	select {
+	case <-e.release:
+	case <-ctx.Done():
+	}
+	return e.recordingEvictor.Begin(ctx, t)
+}
+
+// An eviction's request runs beside the loop: rounds go on while it hangs.
+func TestABlockedRequestNeverHoldsTheLoop(t *testing.T) {
+	root := overloadedFixture(t)
+	ev := &blockingEvictor{release: make(chan struct{})}
+	a, out := lifecycleAgent(t, root, "", ev)
+	now := time.Now()
+	for i := range 8 {
+		a.Tick(now.Add(time.Duration(i)*250*time.Millisecond), i == 0)
+	}
+	if n := strings.Count(out.String(), "waiting for the previous victim"); n != 1 || len(ev.names()) != 0 {
+		t.Fatalf("rounds while the request hangs: %s", out)
+	}
+	close(ev.release)
+	a.act.evictions.wg.Wait()
+	if got := ev.names(); len(got) != 1 {
+		t.Fatalf("evictions %v after the release", got)
+	}
+}

@@ -1,0 +1,161 @@
+package agent
+
+import (
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/headroom-dev/headroom/internal/cgroup"
+	"github.com/headroom-dev/headroom/internal/loop"
+	"github.com/headroom-dev/headroom/internal/policy"
+	"github.com/headroom-dev/headroom/internal/workloadmeta"
+)
+
+// hostNode is the loop's Node on a host: the observer's readings of the
+// scope, the kernel's counters and the workloads' cgroups, with the
+// workloads' stats cached between refreshes.
+type hostNode struct {
+	obs *observer
+	// discovered is called after every listing (journal entries wait for
+	// their workloads to be listed).
+	discovered func(now time.Time)
+
+	groups    map[string]cgroup.Group
+	workloads map[string]policy.Workload
+	names     []string // of workloads, sorted; rebuilt when the set changes
+	meta      map[string]workloadmeta.Metadata
+	// display are the workloads' display names and cgroupPaths their
+	// cgroups, replaced (not changed) when metadata is read or the set
+	// changes, so HTTP readers may keep the old maps.
+	display     map[string]string
+	cgroupPaths map[string]string
+}
+
+func newHostNode(obs *observer, discovered func(time.Time)) *hostNode {
+	return &hostNode{obs: obs, discovered: discovered, groups: map[string]cgroup.Group{},
+		workloads: map[string]policy.Workload{}, meta: map[string]workloadmeta.Metadata{}}
+}
+
+// Discover updates the set of workloads; new ones are read at once.
+func (n *hostNode) Discover(now time.Time) {
+	n.obs.refreshLimits()
+	kids, err := n.obs.discover()
+	if err != nil {
+		n.obs.log.Warn("cannot list workloads", "err", err)
+		return
+	}
+	seen := map[string]bool{}
+	changed := false
+	for _, l := range kids {
+		seen[l.Name] = true
+		if known, ok := n.groups[l.Name]; !ok || known.Path() != l.Group.Path() || n.obs.madeAgain(l.Name, l.Group) {
+			changed = true
+			n.groups[l.Name] = l.Group
+			n.workloads[l.Name], n.meta[l.Name] = n.obs.workload(now, l.Name, l.Group, true)
+		}
+	}
+	for name := range n.groups {
+		if !seen[name] {
+			changed = true
+			delete(n.groups, name)
+			delete(n.workloads, name)
+			delete(n.meta, name)
+			n.obs.forget(name)
+		}
+	}
+	if changed {
+		n.names = slices.Sorted(maps.Keys(n.workloads))
+		n.refreshDisplay()
+	}
+	if n.discovered != nil {
+		n.discovered(now)
+	}
+}
+
+// Refresh re-reads every workload.
+func (n *hostNode) Refresh(now time.Time, full bool) {
+	for name, g := range n.groups {
+		n.workloads[name], n.meta[name] = n.obs.workload(now, name, g, full)
+	}
+	n.refreshDisplay()
+}
+
+// Sample reads the scope and the node's counters.
+func (n *hostNode) Sample(now time.Time) policy.Sample { return n.obs.sample(now) }
+
+// Workloads lists the workloads, each VM with its latest guest statistics
+// (its goroutine reads them every round; taking them costs no I/O): the
+// balloon controller follows a guest's growth from one second to the next.
+func (n *hostNode) Workloads(now time.Time) []policy.Workload {
+	out := make([]policy.Workload, 0, len(n.names))
+	for _, name := range n.names {
+		w := n.workloads[name]
+		if vm := n.obs.vms[name]; vm != nil {
+			w.Guest = vm.Guest(now)
+			n.workloads[name] = w
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+// refreshDisplay replaces the display names and cgroup paths.
+func (n *hostNode) refreshDisplay() {
+	d := make(map[string]string, len(n.meta))
+	for name, md := range n.meta {
+		d[name] = md.Name
+	}
+	n.display = d
+	paths := make(map[string]string, len(n.groups))
+	for name, g := range n.groups {
+		paths[name] = g.Path()
+	}
+	n.cgroupPaths = paths
+}
+
+// hostActuators are the loop's Actuators on a host: cgroup swap limits,
+// QMP balloons, ksmd's sysfs, and evictions run beside the loop.
+type hostActuators struct {
+	node      *hostNode
+	ksm       *ksmActuator // nil unless a KSM mode is on
+	ballooned map[string]uint64
+	evictions *evictions
+	log       *slog.Logger
+}
+
+func (h *hostActuators) SetSwap(d policy.Decision) policy.SwapResult {
+	return applySwap(h.node.groups[d.Workload], d)
+}
+
+func (h *hostActuators) SetKSM(s policy.KSMSetting) error { return h.ksm.apply(s) }
+
+func (h *hostActuators) SetBalloon(d policy.Decision) error {
+	return h.applyBalloon(h.node.obs.vms[d.Workload], d)
+}
+
+// Evict starts the eviction beside the loop.
+func (h *hostActuators) Evict(e loop.Eviction) {
+	d := e.Decision
+	g := h.node.groups[d.Workload]
+	if g == nil {
+		e.Record(Record{Decision: d, Error: "workload cgroup no longer exists"})
+		e.Report(policy.EvictionOutcome{Workload: d.Workload, Result: policy.EvictionRefused, Err: "workload cgroup no longer exists"})
+		return
+	}
+	t := Target{Name: d.Workload, Group: g, Reason: d.Reason}
+	if d.Trigger != nil {
+		t.Reason = triggerText(d.Trigger) + "; " + d.Reason
+	}
+	if vm := h.node.obs.vms[d.Workload]; vm != nil {
+		t.VM = vm
+	}
+	w := h.node.workloads[d.Workload]
+	h.evictions.start(e, t, w.Instance, w.WorkingSetBytes+w.SwapBytes)
+}
+
+// triggerText says which signal fired, for the eviction's reason.
+func triggerText(t *policy.Trigger) string {
+	return fmt.Sprintf("%s %.4g %s over its threshold %.4g", t.Signal, t.Value, t.Unit, t.Threshold)
+}
