@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -112,10 +110,7 @@ type e2eAgent struct {
 	cmd    *exec.Cmd
 	addr   string
 	stderr *testenv.Buffer
-
-	mu      sync.Mutex
-	records []agent.Record
-	more    chan struct{} // a record came, or the output ended
+	log    *testenv.Lines[agent.Record]
 }
 
 func startE2EAgent(t *testing.T, f e2eTree) *e2eAgent {
@@ -126,7 +121,7 @@ func startE2EAgent(t *testing.T, f e2eTree) *e2eAgent {
 		"--state-dir", filepath.Join(f.root, "state"), "--listen", "127.0.0.1:0", "--mlock=false", "--oom-score-adj", "0",
 		"--interval", "50ms", "--window", "1s", "--cooldown", "500ms", "--psi-full-percent", "10",
 		"--eviction-grace", "60s", "--eviction-deadline", "120s", "--shutdown-grace", "300ms")
-	a := &e2eAgent{t: t, cmd: cmd, stderr: &testenv.Buffer{}, more: make(chan struct{}, 1)}
+	a := &e2eAgent{t: t, cmd: cmd, stderr: &testenv.Buffer{}}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -139,44 +134,14 @@ func startE2EAgent(t *testing.T, f e2eTree) *e2eAgent {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			a.stderr.Write([]byte(sc.Text() + "\n"))
-			if _, after, ok := strings.Cut(sc.Text(), "msg=serving addr="); ok {
-				addr <- after
-			}
-		}
-	}()
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			var r agent.Record
-			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-				t.Errorf("decision line %q: %v", sc.Text(), err)
-				continue
-			}
-			a.mu.Lock()
-			a.records = append(a.records, r)
-			a.mu.Unlock()
-			a.notify()
-		}
-		close(a.more)
-	}()
+	addr := testenv.CopyLines(stderr, a.stderr, "msg=serving addr=")
+	a.log = testenv.FollowLines[agent.Record](stdout)
 	select {
 	case a.addr = <-addr:
 	case <-time.After(5 * time.Second):
 		t.Fatalf("agent not serving; stderr:\n%s", a.stderr.String())
 	}
 	return a
-}
-
-func (a *e2eAgent) notify() {
-	select {
-	case a.more <- struct{}{}:
-	default:
-	}
 }
 
 // waitAll waits for a line of each workload with action, past the first
@@ -194,26 +159,9 @@ func (a *e2eAgent) waitAll(action string, from int, workloads ...string) int {
 // past the first `from` lines, and returns the count of lines then.
 func (a *e2eAgent) waitFor(what string, from int, match func(agent.Record) bool) int {
 	a.t.Helper()
-	timeout := time.After(5 * time.Second)
-	for {
-		a.mu.Lock()
-		for i := from; i < len(a.records); i++ {
-			if match(a.records[i]) {
-				a.mu.Unlock()
-				return i + 1
-			}
-		}
-		a.mu.Unlock()
-		select {
-		case _, open := <-a.more:
-			if !open {
-				a.t.Fatalf("agent's output ended before %s; stderr:\n%s", what, a.stderr.String())
-			}
-		case <-timeout:
-			sig, _ := json.Marshal(a.snapshot().Signals)
-			a.t.Fatalf("no %s within 5 s; signals now %s; decisions so far:\n%s\nstderr:\n%s", what, sig, a.masked(), a.stderr.String())
-		}
-	}
+	return a.log.WaitFor(a.t, what, from, 5*time.Second, match, func() string {
+		return fmt.Sprintf("decisions so far:\n%s\nstderr:\n%s", a.masked(), a.stderr.String())
+	})
 }
 
 func (a *e2eAgent) line(action, workload string) func(agent.Record) bool {
@@ -246,8 +194,7 @@ func (a *e2eAgent) seen(cond func(agent.View) bool) {
 func (a *e2eAgent) stop() {
 	a.t.Helper()
 	a.cmd.Process.Signal(syscall.SIGTERM)
-	for range a.more { // the output ends with the process
-	}
+	<-a.log.Done() // the output ends with the process
 	if err := a.cmd.Wait(); err != nil {
 		a.t.Fatalf("agent after SIGTERM: %v; stderr:\n%s", err, a.stderr.String())
 	}
@@ -259,10 +206,8 @@ var digits = regexp.MustCompile(`[0-9]+(\.[0-9]+)?`)
 // decision with its action, workload, signal, result and allowance, and
 // its reason with every number replaced by N.
 func (a *e2eAgent) masked() string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	var b strings.Builder
-	for _, r := range a.records {
+	for _, r := range a.log.All() {
 		fmt.Fprintf(&b, "%s %s", r.Action, r.Workload)
 		if r.Trigger != nil {
 			fmt.Fprintf(&b, " signal=%s", r.Trigger.Signal)

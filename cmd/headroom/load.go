@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -65,6 +66,7 @@ type loadFlags struct {
 	controller string
 	workerID   string
 	workers    int
+	stopDelay  time.Duration
 }
 
 // newLoadFlags returns the flags with their defaults.
@@ -95,6 +97,7 @@ func (f *loadFlags) register(fl *pflag.FlagSet) {
 	fl.BoolVar(&f.mergeable, "mergeable", false, "mark the block MADV_MERGEABLE so KSM may merge its pages")
 	fl.Var(&f.hugePages, "hugepages", "transparent huge pages for the block: never (MADV_NOHUGEPAGE) or madvise (MADV_HUGEPAGE)")
 	fl.DurationVar(&f.interval, "interval", time.Second, "reporting interval")
+	fl.DurationVar(&f.stopDelay, "stop-delay", 0, "on SIGTERM/SIGINT, go on (memory held, touching) this long before exiting, as a guest powering down does")
 	fl.DurationVar(&f.pace, "pace", 0, "with --rate: how often the run wakes to touch its next batch (default 10ms); where a wake-up is dear, as in a TCG guest (about 3 ms of CPU each here), a coarser pace costs less CPU, and intervals shorter than a few paces show the batches")
 	fl.BoolVar(&f.json, "json", false, "print JSON lines (interval records, then a final {\"type\":\"summary\"} line)")
 	fl.StringVar(&f.controller, "controller", "", "join a controller at unix:/path or tcp:host:port: report ready, wait for start, stream records")
@@ -149,6 +152,8 @@ func runLoad(cmd *cobra.Command, f *loadFlags, pageBytes uint64) error {
 		return usagef("--workers must be between 1 and 4096, got %d", f.workers)
 	case f.workers > 0 && f.controller != "":
 		return usagef("--workers and --controller cannot be combined: --workers runs its own controller")
+	case f.stopDelay < 0:
+		return usagef("--stop-delay must not be negative, got %s", f.stopDelay)
 	}
 	if f.controller != "" {
 		if _, _, err := loadctl.ParseAddr(f.controller); err != nil {
@@ -160,7 +165,7 @@ func runLoad(cmd *cobra.Command, f *loadFlags, pageBytes uint64) error {
 	}
 
 	o := loadrun.Options{Params: p, Controller: f.controller, Worker: f.workerID, JSON: f.json, Out: cmd.OutOrStdout()}
-	ctx := cmd.Context()
+	ctx := delayedStop(cmd.Context(), f.stopDelay)
 	var err error
 	switch {
 	case f.workers > 0:
@@ -183,6 +188,17 @@ func runLoad(cmd *cobra.Command, f *loadFlags, pageBytes uint64) error {
 		err = loadrun.Standalone(ctx, o)
 	}
 	return err
+}
+
+// delayedStop is a context that ends delay after ctx does, with its cause
+// (the signal, which the summary's stop reason names).
+func delayedStop(ctx context.Context, delay time.Duration) context.Context {
+	if delay <= 0 {
+		return ctx
+	}
+	delayed, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	context.AfterFunc(ctx, func() { time.AfterFunc(delay, func() { cancel(context.Cause(ctx)) }) })
+	return delayed
 }
 
 // checkFits refuses a workload larger than the machine's RAM + swap: it could

@@ -245,7 +245,7 @@ func metricsReference() (string, error) {
 	}
 	return generatedNote + "# headroom agent: metrics\n\n" +
 		"Served at `GET /metrics` (Prometheus text format), named `headroom_<subsystem>_<name>_<unit>`: raw counters and gauges, rates left to PromQL. " +
-		"`headroom_kube_*` only in Kubernetes mode. The Go runtime's and process metrics are not served.\n\n" +
+		"`headroom_kube_*` only in Kubernetes mode. Besides these, the Go runtime's (`go_*`) and the process's own (`process_*`: resident memory, open files) from client_golang's standard collectors.\n\n" +
 		refdoc.Table([]string{"metric", "labels", "meaning"}, rows), nil
 }
 

@@ -116,7 +116,9 @@ func (e DefaultEvictor) Finish(ctx context.Context, t Target) policy.EvictionOut
 		notes = append(notes, fmt.Sprintf("%d processes left", n))
 		return outcome(policy.EvictionInterrupted)
 	}
-	grace, cancel := context.WithDeadline(ctx, t.SignaledAt.Add(e.Grace))
+	// Deadlines are durations from the clock's now: the clock may be a
+	// test's, and a context's deadline is wall-clock time.
+	grace, cancel := context.WithTimeout(ctx, e.Grace-e.Clock.Now().Sub(t.SignaledAt))
 	defer cancel()
 	if cgroup.WaitEmpty(grace, t.Group, e.Poll) {
 		return outcome(policy.EvictedGracefully)
@@ -205,7 +207,7 @@ func (e *evictions) start(ev loop.Eviction, t Target, instance, heldBytes uint64
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
-		ctx, cancel := context.WithDeadline(e.base, d.Time.Add(e.deadline))
+		ctx, cancel := context.WithTimeout(e.base, e.deadline-e.clock.Now().Sub(d.Time))
 		defer cancel()
 		r := loop.Record{Decision: d}
 		bctx, bcancel := context.WithTimeout(ctx, beginTimeout)
@@ -241,7 +243,7 @@ func (e *evictions) resume(t Target, entry journalEntry, heldBytes uint64, recor
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
-		ctx, cancel := context.WithDeadline(e.base, entry.ChosenAt.Add(e.deadline))
+		ctx, cancel := context.WithTimeout(e.base, e.deadline-e.clock.Now().Sub(entry.ChosenAt))
 		defer cancel()
 		var note string
 		t.SignaledAt = entry.SignaledAt

@@ -104,7 +104,7 @@ func NewWithClock(cfg Config, log *slog.Logger, decisions io.Writer, clock loop.
 	}
 	a.obs = &observer{roots: roots, scope: scope, hostScope: filepath.Clean("/"+cfg.Scope) == "/", source: files,
 		readErrors: func(src string) { a.metrics.readErrors.WithLabelValues(src).Inc() },
-		vms:        map[string]*vmConn{}, vmPoll: seconds(cfg.IntervalSeconds),
+		vms:        map[string]*vmConn{}, vmPoll: seconds(cfg.IntervalSeconds), clock: clock,
 		usageWake: make(chan time.Time, 1), log: log}
 	var ksm *ksmActuator
 	if cfg.KSMMode != policy.KSMOff && cfg.KSMMode != "" {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/headroom-dev/headroom/internal/loop"
 	"github.com/headroom-dev/headroom/internal/policy"
 	"github.com/headroom-dev/headroom/internal/testenv"
 )
@@ -36,13 +37,18 @@ func overloadedFixture(t *testing.T) string {
 
 func lifecycleAgent(t *testing.T, root, stateDir string, evictor Evictor) (*Agent, *testenv.Buffer) {
 	t.Helper()
+	return lifecycleAgentOn(t, root, stateDir, evictor, loop.RealClock{})
+}
+
+func lifecycleAgentOn(t *testing.T, root, stateDir string, evictor Evictor, clock loop.Clock) (*Agent, *testenv.Buffer) {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Scope, cfg.WorkloadsDir, cfg.Listen, cfg.CgroupMount, cfg.StateDir = "node", filepath.Join(root, "meta"), "", root, stateDir
 	cfg.EvictionGraceSeconds, cfg.EvictionDeadlineSeconds = 0.3, 30
 	os.MkdirAll(cfg.WorkloadsDir, 0o755)
 	os.WriteFile(filepath.Join(cfg.WorkloadsDir, "vm-b.json"), []byte(`{"priority": 10}`), 0o644)
 	out := &testenv.Buffer{}
-	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), out)
+	a, err := NewWithClock(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), out, clock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,5 +193,39 @@ func TestABlockedRequestNeverHoldsTheLoop(t *testing.T) {
 	a.act.evictions.wg.Wait()
 	if got := ev.names(); len(got) != 1 {
 		t.Fatalf("evictions %v after the release", got)
+	}
+}
+
+// Run keeps to the clock it is given: its rounds come on that clock's
+// ticks and every decision carries that clock's time, not the wall
+// clock's (a fake clock set in 2030 here).
+func TestRunKeepsToItsClock(t *testing.T) {
+	root := overloadedFixture(t)
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := loop.NewFakeClock(start)
+	a, out := lifecycleAgentOn(t, root, "", &recordingEvictor{}, clock)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	testenv.Eventually(t, 5*time.Second, func() bool { return a.Snapshot().Time.Equal(start) })
+	const rounds = 4
+	for i := 1; i <= rounds; i++ {
+		clock.Advance(250 * time.Millisecond)
+		want := start.Add(time.Duration(i) * 250 * time.Millisecond)
+		testenv.Eventually(t, 5*time.Second, func() bool { return a.Snapshot().Time.Equal(want) })
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	rs := records(t, out.String())
+	if ev := actions(rs, policy.ActionEvict); len(ev) != 1 || !ev[0].Time.Equal(start) || !ev[0].SignaledAt.Equal(start) {
+		t.Fatalf("eviction %+v, want one decided and signalled at the clock's start", ev)
+	}
+	last := start.Add(rounds * 250 * time.Millisecond)
+	for _, r := range rs {
+		if r.Time.Before(start) || r.Time.After(last) {
+			t.Fatalf("a decision at %s, outside the clock's %s..%s: %+v", r.Time, start, last, r)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/headroom-dev/headroom/internal/host"
@@ -58,6 +59,9 @@ func newMetrics(a *Agent) *metrics {
 			Help: "Decision log lines that could not be written (a full disk, a closed pipe); the agent decided and acted on them."}),
 	}
 	m.registry.MustRegister(m.collectors()...)
+	// The Go runtime's and the process's own (goroutines, RSS, open
+	// files): what shows a leak in the agent itself.
+	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/headroom-dev/headroom/internal/cgroup"
 	"github.com/headroom-dev/headroom/internal/host"
+	"github.com/headroom-dev/headroom/internal/loop"
 	"github.com/headroom-dev/headroom/internal/policy"
 	"github.com/headroom-dev/headroom/internal/workloadmeta"
 )
@@ -35,6 +36,7 @@ type observer struct {
 	// read every vmPoll (the agent's round interval).
 	vms    map[string]*vmConn
 	vmPoll time.Duration
+	clock  loop.Clock
 	// instances are the workloads' cgroup IDs: a workload whose cgroup
 	// was made again is a new one (a density step's VMs keep their
 	// predecessors' names), and its VM connection starts over.
@@ -322,7 +324,7 @@ func (o *observer) followVM(name, socket string) *vmConn {
 		vm = nil
 	}
 	if vm == nil && socket != "" {
-		vm = newVMConn(socket, o.vmPoll)
+		vm = newVMConn(socket, o.vmPoll, o.clock)
 		o.vms[name] = vm
 	}
 	return vm

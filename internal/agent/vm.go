@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/headroom-dev/headroom/internal/loop"
 	"github.com/headroom-dev/headroom/internal/policy"
 	"github.com/headroom-dev/headroom/internal/qmp"
 )
@@ -31,7 +32,10 @@ type vmConn struct {
 	// got its memory back in 1.63, 1.73 and 3.07 s at 0.25 s, against
 	// 2.94 and 3.05 s at 1 s).
 	pollEvery time.Duration
-	stop      chan struct{}
+	// clock stamps the statistics (the loop's clock: their age is taken
+	// against a round's now).
+	clock loop.Clock
+	stop  chan struct{}
 	// balloonSet wakes the goroutine to send a new balloon target.
 	balloonSet chan struct{}
 
@@ -55,8 +59,8 @@ const (
 
 // newVMConn follows the VM at socket, reading its statistics every poll
 // (bounded to [vmPollMin, vmPollMax]).
-func newVMConn(socket string, poll time.Duration) *vmConn {
-	v := &vmConn{socket: socket, pollEvery: min(max(poll, vmPollMin), vmPollMax), stop: make(chan struct{}), balloonSet: make(chan struct{}, 1)}
+func newVMConn(socket string, poll time.Duration, clock loop.Clock) *vmConn {
+	v := &vmConn{socket: socket, pollEvery: min(max(poll, vmPollMin), vmPollMax), clock: clock, stop: make(chan struct{}), balloonSet: make(chan struct{}, 1)}
 	go v.run()
 	return v
 }
@@ -130,7 +134,7 @@ func (v *vmConn) poll() {
 			g.MaxBytes = v.maxBytes
 			v.mu.Unlock()
 			v.mu.Lock()
-			v.guest, v.guestAt, v.err = &g, time.Now(), nil
+			v.guest, v.guestAt, v.err = &g, v.clock.Now(), nil
 			v.mu.Unlock()
 			return
 		}

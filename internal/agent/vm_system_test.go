@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/headroom-dev/headroom/internal/loop"
 	"github.com/headroom-dev/headroom/internal/microvm"
 	"github.com/headroom-dev/headroom/internal/policy"
 	"github.com/headroom-dev/headroom/internal/testenv"
@@ -45,7 +46,7 @@ type testVM struct {
 // vmNode builds the node (swapBytes of swap) and its three VMs' cgroups
 // and metadata; start boots a VM whose workload populates and then holds
 // its memory (idle, so reclaim can swap it out).
-func vmNode(t *testing.T, swapBytes int64) (node *testenv.MemoryCgroup, metaDir string, start func(name string) *testVM) {
+func vmNode(t *testing.T, swapBytes int64) (node *testenv.MemoryCgroup, metaDir string, start func(name string, loadArgs ...string) *testVM) {
 	img := testenv.GuestImage(t)
 	testenv.SwapFile(t, swapBytes)
 	node = testenv.NewMemoryCgroup(t, vmNodeRAM)
@@ -73,13 +74,13 @@ func vmNode(t *testing.T, swapBytes int64) (node *testenv.MemoryCgroup, metaDir 
 		}
 		slots[name] = slot{cg.Path, dir, sock}
 	}
-	return node, metaDir, func(name string) *testVM {
+	return node, metaDir, func(name string, loadArgs ...string) *testVM {
 		s := slots[name]
 		out := &testenv.Buffer{}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		vm, err := microvm.Start(ctx, microvm.Config{Image: img, Name: name, MemoryBytes: vmMemory, Dir: s.dir, QMPSocket: s.sock,
 			Cgroup: s.cgroup, Stdout: out, Stderr: out, GraceSeconds: 5,
-			Args: []string{"load", "--size", vmWorkload, "--scan", "none", "--duration", "300s", "--json"}})
+			Args: append([]string{"load", "--size", vmWorkload, "--scan", "none", "--duration", "300s", "--json"}, loadArgs...)})
 		cancel()
 		if err != nil {
 			t.Fatal(err)
@@ -137,18 +138,7 @@ func TestSystemAgentEvictsVMGracefully(t *testing.T) {
 	node, metaDir, start := vmNode(t, 640<<20)
 	live, stop := startAgent(t, node, metaDir, "--eviction-grace", "20", "--swap-utilization-threshold-factor", "0.5")
 	awaitAllowances(t, live, vmLowName, vmMidName, vmHighName)
-	vms := map[string]*testVM{}
-	for _, name := range []string{vmLowName, vmMidName} {
-		vms[name] = start(name)
-	}
-	for _, name := range []string{vmLowName, vmMidName} {
-		waitOutput(t, vms[name], vmPopulated, 120*time.Second)
-	}
-	vms[vmHighName] = start(vmHighName)
-	evict := awaitRecord(t, live, 180*time.Second, func(r Record) bool { return r.Action == policy.ActionEvict })
-	if evict.Workload != vmLowName {
-		t.Fatalf("evicted %s first, want %s: %s", evict.Workload, vmLowName, evict.Reason)
-	}
+	vms, evict := crowdUntilEviction(t, live, start)
 	outcome := awaitRecord(t, live, 60*time.Second, outcomeOf(vmLowName))
 	low := vms[vmLowName]
 	e := wait(t, low.vm, 30*time.Second)
@@ -177,6 +167,63 @@ func TestSystemAgentEvictsVMGracefully(t *testing.T) {
 }
 
 var wait = testenv.WaitVM
+
+// crowdUntilEviction starts vm-low (its load given lowArgs) and vm-mid,
+// and once both hold their memory vm-high, and returns the VMs and the
+// agent's first eviction, which must be vm-low's.
+func crowdUntilEviction(t *testing.T, live <-chan Record, start func(string, ...string) *testVM, lowArgs ...string) (map[string]*testVM, Record) {
+	t.Helper()
+	vms := map[string]*testVM{vmLowName: start(vmLowName, lowArgs...), vmMidName: start(vmMidName)}
+	for _, name := range []string{vmLowName, vmMidName} {
+		waitOutput(t, vms[name], vmPopulated, 120*time.Second)
+	}
+	vms[vmHighName] = start(vmHighName)
+	evict := awaitRecord(t, live, 180*time.Second, func(r Record) bool { return r.Action == policy.ActionEvict })
+	if evict.Workload != vmLowName {
+		t.Fatalf("evicted %s first, want %s: %s", evict.Workload, vmLowName, evict.Reason)
+	}
+	return vms, evict
+}
+
+// The agent is stopped (SIGTERM) while the VM it evicts powers down, which
+// takes the guest 4 s: the stop forces nothing (no QMP quit, no SIGKILL),
+// the eviction is recorded as interrupted, and the guest ends on its own,
+// gracefully. (With the stop forcing in-flight evictions, as before issue
+// 57, the outcome is forced and the guest never finishes its shutdown.)
+func TestSystemAgentStopDuringVMPowerdownForcesNothing(t *testing.T) {
+	node, metaDir, start := vmNode(t, 640<<20)
+	live, stop := startAgent(t, node, metaDir, "--eviction-grace", "20", "--swap-utilization-threshold-factor", "0.5",
+		"--shutdown-grace", "1s")
+	awaitAllowances(t, live, vmLowName, vmMidName, vmHighName)
+	vms, _ := crowdUntilEviction(t, live, start, "--stop-delay", "4s")
+	// The other two go at once, or the node, still past RAM, would starve
+	// vm-low's TCG guest of the CPU and memory its shutdown needs.
+	for _, name := range []string{vmMidName, vmHighName} {
+		vms[name].vm.Close()
+	}
+	stopped := time.Now()
+	all := stop()
+	t.Logf("the agent exited %.1f s after SIGTERM", time.Since(stopped).Seconds())
+	var outcome *Record
+	for i, r := range all {
+		if r.Action == policy.ActionEvicted && r.Workload == vmLowName {
+			outcome = &all[i]
+		}
+	}
+	if outcome == nil || outcome.Outcome.Result != policy.EvictionInterrupted {
+		t.Fatalf("outcome %+v at the stop, want interrupted", outcome)
+	}
+	low := vms[vmLowName]
+	e := wait(t, low.vm, 30*time.Second)
+	if e.Status != 0 || !strings.Contains(low.out.String(), `"stop_reason":"signal: terminated"`) {
+		t.Fatalf("the guest did not end gracefully after the agent stopped: exit %+v; guest output:\n%s", e, low.out.String())
+	}
+	t.Logf("%s: eviction interrupted by the stop (%s); the guest powered off on its own %.1f s after SIGTERM to the agent",
+		vmLowName, outcome.Outcome.Err, time.Since(stopped).Seconds())
+	if kills, err := node.OOMKills(); err != nil || kills != 0 {
+		t.Errorf("%d OOM kills in the node (%v)", kills, err)
+	}
+}
 
 // A VM whose QMP socket does not answer (its QEMU stopped) is still removed
 // within the eviction deadline, forcibly.
@@ -308,7 +355,7 @@ func TestSystemVMConnReadsGuestAndPowersDown(t *testing.T) {
 	img := testenv.GuestImage(t)
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "qmp.sock")
-	v := newVMConn(sock, time.Second) // before the VM exists, as when the agent finds its cgroup first
+	v := newVMConn(sock, time.Second, loop.RealClock{}) // before the VM exists, as when the agent finds its cgroup first
 	defer v.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"strings"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -68,8 +71,28 @@ func (e *Evictor) Begin(ctx context.Context, t agent.Target) (string, error) {
 		e.events.Pod(p, corev1.EventTypeNormal, "EvictionInProgress", "headroom asked the pod to leave; the eviction is in progress: "+err.Error())
 		e.log.Info("eviction in progress", "pod", t.Name, "answer", err.Error())
 		return "eviction in progress: " + err.Error(), nil
+	case mayHaveArrived(err):
+		// The apiserver may have taken the request and not answered (it
+		// hangs, or answers after the timeout): as a refusal the next
+		// candidate would go too, and both pods would leave. Wait for this
+		// one as if accepted; the deadline bounds it.
+		e.log.Warn("eviction unanswered; waiting for the pod as if it was accepted", "pod", t.Name, "err", err)
+		return "eviction request unanswered (" + err.Error() + "): waited for as if accepted", nil
 	}
 	return "", fmt.Errorf("create eviction for %s: %w", t.Name, err)
+}
+
+// mayHaveArrived: err (from creating an Eviction) leaves open whether the
+// apiserver took the request: a timeout or a connection lost mid-request,
+// not an answer of the API's, nor a connection never made.
+func mayHaveArrived(err error) bool {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) || errors.Is(err, syscall.ECONNREFUSED) {
+		return false
+	}
+	var netErr net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.As(err, &netErr) && netErr.Timeout()
 }
 
 // DisruptionBudgetRefusal tells a 429 that refuses the eviction (a

@@ -1,9 +1,15 @@
 package kube
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -231,6 +237,31 @@ func TestDisruptionBudgetRefusal(t *testing.T) {
 	}{{pdb, true}, {webhook, false}, {forbidden, false}, {errors.New("plain"), false}} {
 		if got := DisruptionBudgetRefusal(tt.err); got != tt.want {
 			t.Errorf("%v: %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}
+
+// An eviction request that may have reached the apiserver (a timeout, a
+// connection lost mid-request) is waited for, not taken as a refusal; an
+// answer of the API's or a connection never made is definite.
+func TestEvictionMayHaveArrived(t *testing.T) {
+	refused := &url.Error{Op: "Post", URL: "https://127.0.0.1:6443", Err: &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}}
+	reset := &url.Error{Op: "Post", URL: "https://127.0.0.1:6443", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+	for _, tt := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"deadline", fmt.Errorf("create: %w", context.DeadlineExceeded), true},
+		{"reset mid-request", reset, true},
+		{"EOF", &url.Error{Op: "Post", URL: "https://x", Err: io.EOF}, true},
+		{"connection refused", refused, false},
+		{"an API answer", apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "web", errors.New("no")), false},
+		{"an API timeout answer", apierrors.NewTimeoutError("slow", 1), false},
+		{"anything else", errors.New("plain"), false},
+	} {
+		if got := mayHaveArrived(tt.err); got != tt.want {
+			t.Errorf("%s (%v): %v, want %v", tt.name, tt.err, got, tt.want)
 		}
 	}
 }

@@ -34,6 +34,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -444,12 +445,19 @@ spec:
 	blocked := a.waitFor(t, "a refused eviction of batch-pdb", 60*time.Second, func(r agent.Record) bool {
 		return r.Action == policy.ActionEvicted && r.Workload == "apps/batch-pdb"
 	})
-	if blocked.Outcome == nil || blocked.Outcome.Result != policy.EvictionFailed || !strings.Contains(blocked.Outcome.Err, "PodDisruptionBudget") {
-		t.Fatalf("batch-pdb outcome %+v, want failed: refused by a PodDisruptionBudget", blocked.Outcome)
+	if blocked.Outcome == nil || blocked.Outcome.Result != policy.EvictionRefused || !strings.Contains(blocked.Outcome.Err, "PodDisruptionBudget") {
+		t.Fatalf("batch-pdb outcome %+v, want refused by a PodDisruptionBudget", blocked.Outcome)
 	}
 	evicted := a.waitFor(t, "the eviction of batch", 60*time.Second, func(r agent.Record) bool {
 		return r.Action == policy.ActionEvict && r.Workload == "apps/batch"
 	})
+	// A refusal freed nothing: the next candidate goes within one round
+	// (0.25 s), not after the cool-down.
+	gap := evicted.Time.Sub(blocked.Time)
+	t.Logf("batch-pdb refused by its budget; batch chosen %.0f ms later", gap.Seconds()*1000)
+	if gap > 250*time.Millisecond {
+		t.Errorf("the next candidate went %s after the refusal, want within one round (250ms)", gap)
+	}
 	gone := a.waitFor(t, "batch gone", 30*time.Second, func(r agent.Record) bool {
 		return r.Action == policy.ActionEvicted && r.Workload == "apps/batch"
 	})
@@ -1096,4 +1104,116 @@ func (c *cluster) cgroupOf(t *testing.T, a *runningAgent, name string) string {
 		}
 	}
 	return ""
+}
+
+// The apiserver stops answering for 30 s (SIGSTOP) right after it accepted
+// an eviction: the agent's loop goes on (its /healthz answers), it chooses
+// no second victim, records the eviction's outcome once the API is back,
+// and its informer resyncs (a pod made afterwards gets its allowance).
+// Then the agent is stopped (SIGTERM) in the middle of a second eviction:
+// the eviction is recorded as interrupted, nothing is forced, and the pod
+// leaves in its own grace period.
+func TestSystemKubeAPIServerPausedAndAgentStoppedMidEviction(t *testing.T) {
+	const ram, swap = 1024 * mi, 1024 * mi
+	const podGrace = 6 // s: each pod's load takes 4 s to stop
+	c := newCluster(t, ram, swap)
+	kubeconfig := c.deployRBAC(t)
+	c.priorityClasses(t, map[string]int{"test-vm": 100, "test-batch": 200, "test-web": 1000})
+	kubetest.Namespace(t, c.core, "vms")
+	a := c.startAgent(t, kubeconfig, "--swap-utilization-threshold-factor", "0.8", "--eviction-deadline", "90s",
+		"--shutdown-grace", "1s")
+	// 3 × 650 MiB: over the threshold (1843 MiB) by about 110 MiB, under
+	// RAM + swap by about 100 MiB.
+	load := "--size 650Mi --scan random --seed 5 --stop-delay 4s"
+	mk := func(name, class string) *corev1.Pod {
+		p := pod("vms", name, class, 256, 1024, load)
+		p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](podGrace)
+		return p
+	}
+	for _, p := range []*corev1.Pod{mk("vm-1", "test-vm"), mk("web", "test-web")} {
+		c.createPod(t, p)
+	}
+	for _, name := range []string{"vms/vm-1", "vms/web"} {
+		a.waitFor(t, "set_swap for "+name, 10*time.Second, func(r agent.Record) bool {
+			return r.Action == policy.ActionSetSwap && r.Workload == name && r.Error == ""
+		})
+	}
+	c.createPod(t, mk("batch", "test-batch"))
+	ev := a.waitFor(t, "the first eviction", 60*time.Second, func(r agent.Record) bool { return r.Action == policy.ActionEvict })
+	if ev.Workload != "vms/vm-1" {
+		t.Fatalf("first victim %s, want vms/vm-1 (lowest priority)", ev.Workload)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		p, err := c.core.Pods("vms").Get(context.Background(), "vm-1", metav1.GetOptions{})
+		return err == nil && p.DeletionTimestamp != nil
+	})
+
+	resume := c.cp.Pause(t, "kube-apiserver")
+	paused := time.Now()
+	for _, at := range []time.Duration{5 * time.Second, 25 * time.Second} {
+		time.Sleep(time.Until(paused.Add(at)))
+		resp, err := http.Get("http://" + a.listen + "/healthz")
+		if err != nil {
+			t.Fatalf("the agent's /healthz %s into the apiserver's pause: %v", at, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("the agent's /healthz %s into the apiserver's pause: %d (its loop waits on the API)", at, resp.StatusCode)
+		}
+	}
+	time.Sleep(time.Until(paused.Add(30 * time.Second)))
+	resume()
+	done := a.waitFor(t, "vm-1's outcome after the pause", 30*time.Second, func(r agent.Record) bool {
+		return r.Action == policy.ActionEvicted && r.Workload == ev.Workload
+	})
+	t.Logf("apiserver paused 30 s mid-eviction: outcome %s after %.1f s, recorded %.1f s after the API came back",
+		done.Outcome.Result, done.Outcome.Seconds, done.Time.Sub(paused.Add(30*time.Second)).Seconds())
+	if done.Outcome.Result != policy.EvictedGracefully {
+		t.Errorf("vm-1's outcome %+v, want graceful", done.Outcome)
+	}
+	c.createPod(t, mk("late", "test-vm"))
+	a.waitFor(t, "set_swap for the pod made after the pause", 15*time.Second, func(r agent.Record) bool {
+		return r.Action == policy.ActionSetSwap && r.Workload == "vms/late" && r.Error == ""
+	})
+	for _, r := range a.records() {
+		if r.Action == policy.ActionEvict && r.Workload != ev.Workload {
+			t.Fatalf("a second victim while the first was leaving: %s (%s)", r.Workload, r.Reason)
+		}
+	}
+
+	// web, batch and late outgrow the threshold again: late (test-vm) goes,
+	// and the agent is stopped while its 4 s shutdown runs.
+	second := a.waitFor(t, "the second eviction", 60*time.Second, func(r agent.Record) bool {
+		return r.Action == policy.ActionEvict && r.Workload != ev.Workload
+	})
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the agent did not exit within 15 s of SIGTERM")
+	}
+	stopped := a.waitFor(t, "the second eviction's outcome at the stop", time.Second, func(r agent.Record) bool {
+		return r.Action == policy.ActionEvicted && r.Workload == second.Workload
+	})
+	if r := stopped.Outcome.Result; r != policy.EvictionInterrupted && r != policy.EvictedGracefully {
+		t.Errorf("the stop ended %s's eviction as %s, want interrupted (or graceful)", second.Workload, r)
+	}
+	for _, r := range a.records() {
+		if r.Outcome != nil && r.Outcome.Result == policy.EvictedForcibly {
+			t.Errorf("forced: %s", r.Workload)
+		}
+	}
+	ns, name, _ := strings.Cut(second.Workload, "/")
+	p, err := c.core.Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err == nil && (p.DeletionGracePeriodSeconds == nil || *p.DeletionGracePeriodSeconds != podGrace) {
+		t.Errorf("%s is being deleted with grace %v, want its own %d s", second.Workload, p.DeletionGracePeriodSeconds, podGrace)
+	}
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		_, err := c.core.Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	t.Logf("agent stopped mid-eviction: %s recorded %s, the pod left on its own", second.Workload, stopped.Outcome.Result)
+	if n, err := c.kubepods.OOMKills(); err != nil || n != 0 {
+		t.Errorf("kernel OOM kills in kubepods: %d (%v)", n, err)
+	}
 }

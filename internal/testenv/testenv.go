@@ -9,10 +9,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -439,4 +442,91 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// Lines follows a process's output of JSON lines: every line that decodes
+// as a T is kept, and waiters are woken as lines come.
+type Lines[T any] struct {
+	mu    sync.Mutex
+	lines []T
+	more  chan struct{}
+	done  chan struct{}
+}
+
+// FollowLines reads r to its end in a goroutine of its own.
+func FollowLines[T any](r io.Reader) *Lines[T] {
+	l := &Lines[T]{more: make(chan struct{}, 1), done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		sc := bufio.NewScanner(r)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			var v T
+			if json.Unmarshal(sc.Bytes(), &v) != nil {
+				continue
+			}
+			l.mu.Lock()
+			l.lines = append(l.lines, v)
+			l.mu.Unlock()
+			select {
+			case l.more <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return l
+}
+
+// All returns the lines so far.
+func (l *Lines[T]) All() []T {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.lines)
+}
+
+// Done is closed once the output has ended.
+func (l *Lines[T]) Done() <-chan struct{} { return l.done }
+
+// WaitFor waits up to d for a line past the first `from` that match
+// accepts and returns its index + 1. It fails the test when d passes or
+// the output ends first, with what and explain() (the process's log, say).
+func (l *Lines[T]) WaitFor(t testing.TB, what string, from int, d time.Duration, match func(T) bool, explain func() string) int {
+	t.Helper()
+	timeout := time.After(d)
+	for {
+		lines := l.All()
+		for i := from; i < len(lines); i++ {
+			if match(lines[i]) {
+				return i + 1
+			}
+		}
+		select {
+		case <-l.more:
+		case <-l.done:
+			if len(l.All()) == len(lines) {
+				t.Fatalf("the output ended before %s; %s", what, explain())
+			}
+		case <-timeout:
+			t.Fatalf("no %s within %s; %s", what, d, explain())
+		}
+	}
+}
+
+// CopyLines copies r's lines into b in a goroutine of its own and sends,
+// once, what follows marker on the first line that holds it (a logged
+// address, say).
+func CopyLines(r io.Reader, b *Buffer, marker string) <-chan string {
+	found := make(chan string, 1)
+	go func() {
+		sent := false
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			b.Write([]byte(sc.Text() + "\n"))
+			if _, after, ok := strings.Cut(sc.Text(), marker); ok && !sent {
+				found <- after
+				sent = true
+			}
+		}
+	}()
+	return found
 }

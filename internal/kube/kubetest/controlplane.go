@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -49,6 +50,32 @@ type ControlPlane struct {
 	// Bin is where the binaries are.
 	Bin string
 	dir string
+	// procs are the running components by name.
+	procs map[string]*exec.Cmd
+}
+
+// Pause stops a component (SIGSTOP: its sockets stay open and its clients
+// hang, as with an apiserver that stopped answering) until resume is
+// called, or the test ends.
+func (cp *ControlPlane) Pause(t testing.TB, name string) (resume func()) {
+	t.Helper()
+	cmd, ok := cp.procs[name]
+	if !ok {
+		t.Fatalf("no component %s", name)
+	}
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("pause %s: %v", name, err)
+	}
+	var once sync.Once
+	resume = func() {
+		once.Do(func() {
+			if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGCONT); err != nil {
+				t.Errorf("resume %s: %v", name, err)
+			}
+		})
+	}
+	t.Cleanup(resume)
+	return resume
 }
 
 // Binaries returns the directory of the control plane's binaries, building
@@ -295,6 +322,10 @@ func (cp *ControlPlane) start(t testing.TB, name string, args ...string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
+	if cp.procs == nil {
+		cp.procs = map[string]*exec.Cmd{}
+	}
+	cp.procs[name] = cmd
 	done := make(chan struct{})
 	var stopping atomic.Bool
 	go func() {

@@ -92,7 +92,7 @@ func StartKubelet(t testing.TB, core corev1client.CoreV1Interface, node string, 
 		}
 		k.mu.Unlock()
 		for _, p := range procs {
-			k.kill(p)
+			k.kill(p, 2*time.Second)
 		}
 	})
 	cache.WaitForCacheSync(stop, inf.HasSynced)
@@ -157,16 +157,20 @@ func (k *Kubelet) sync(p *corev1.Pod) {
 	}()
 }
 
-// stop ends a pod's processes (SIGTERM, SIGKILL after 2 s), removes its
-// cgroup and, when the pod was only marked for deletion, finishes the
-// deletion as the kubelet does.
+// stop ends a pod's processes (SIGTERM, SIGKILL after the deletion's
+// grace period, 2 s if it has none), removes its cgroup and, when the pod
+// was only marked for deletion, finishes the deletion as the kubelet does.
 func (k *Kubelet) stop(p *corev1.Pod, finalize bool) {
 	k.mu.Lock()
 	pp, ok := k.running[p.UID]
 	delete(k.running, p.UID)
 	k.mu.Unlock()
+	grace := 2 * time.Second
+	if g := p.DeletionGracePeriodSeconds; g != nil && *g > 0 {
+		grace = time.Duration(*g) * time.Second
+	}
 	if ok {
-		k.kill(pp)
+		k.kill(pp, grace)
 	}
 	if finalize {
 		zero := int64(0)
@@ -175,12 +179,12 @@ func (k *Kubelet) stop(p *corev1.Pod, finalize bool) {
 	}
 }
 
-func (k *Kubelet) kill(pp *podProc) {
+func (k *Kubelet) kill(pp *podProc, grace time.Duration) {
 	if pp.cmd != nil {
 		pp.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-pp.done:
-		case <-time.After(2 * time.Second):
+		case <-time.After(grace):
 			pp.cmd.Process.Kill()
 			<-pp.done
 		}
