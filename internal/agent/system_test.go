@@ -337,7 +337,10 @@ func TestSystemAgentSetsSwapOfAGroupMadeAgain(t *testing.T) {
 	applied("the group made again")
 }
 
-func TestSystemProtectedAndUnreadableAreNeverChosen(t *testing.T) {
+// A protected workload is never chosen; one whose metadata file does not
+// parse gets the defaults (priority 0, no request), so it ranks first, ahead
+// of w-high (priority 10).
+func TestSystemProtectedNeverChosenUnusableMetadataGetsDefaults(t *testing.T) {
 	run := runNode(t, []string{}, map[string]string{
 		"w-low": `{"name":"w-low","priority":1,"memoryRequest":"512Mi","protected":true}`,
 		"w-mid": `{"priority": "not a number"`,
@@ -346,9 +349,12 @@ func TestSystemProtectedAndUnreadableAreNeverChosen(t *testing.T) {
 	if len(ev) == 0 {
 		t.Fatal("no eviction: the scenario outgrows RAM + swap")
 	}
+	if ev[0] != "w-mid" {
+		t.Fatalf("first victim %s, want w-mid (the defaults: priority 0) (evictions %v)", ev[0], ev)
+	}
 	for _, name := range ev {
-		if name != "w-high" {
-			t.Fatalf("evicted %s; only w-high is neither protected nor unreadable (evictions %v)", name, ev)
+		if name == "w-low" {
+			t.Fatalf("evicted the protected w-low (evictions %v)", ev)
 		}
 	}
 }

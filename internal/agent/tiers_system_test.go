@@ -35,7 +35,7 @@ func TestSystemZramRAMCountsAgainstTheScope(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := &observer{scope: scope, readErrors: func(src string) { t.Errorf("read error: %s", src) }}
+	o := &observer{roots: host.DefaultRoots, scope: scope, readErrors: func(src string) { t.Errorf("read error: %s", src) }}
 	o.refreshLimits()
 	s := o.sample(time.Now())
 	var zramRAM uint64
