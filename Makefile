@@ -19,8 +19,10 @@ all: build
 # System packages: util-linux (swap tools), gcc (bench reference), chromium
 # (the report is rendered in a headless browser by a test), qemu-system-x86
 # and busybox-static (micro-VMs; the guest kernel is downloaded by
-# `headroom vm image` into the cache, not installed).
-APT_PACKAGES := util-linux gcc chromium qemu-system-x86 busybox-static
+# `headroom vm image` into the cache, not installed), libvirt's daemon,
+# client and QEMU driver (the libvirt system tests use the libvirtd that
+# runs, or start their own with a virtlogd and stop both).
+APT_PACKAGES := util-linux gcc chromium qemu-system-x86 busybox-static libvirt-daemon-system libvirt-clients libvirt-daemon-driver-qemu
 
 # headroom is built static (it is also the micro-VM guest's /init) and
 # stripped (a smaller initramfs boots faster).
@@ -30,7 +32,7 @@ GOBUILD := $(GO) build -trimpath -ldflags='-s -w -X main.buildVersion=$(VERSION)
 
 deps:
 	@command -v $(GO) >/dev/null || { echo "Go toolchain not found: install Go 1.26 (/usr/local/go/bin)"; exit 1; }
-	@for tool in mkswap swapon swapoff gcc taskset chromium qemu-system-x86_64 busybox; do \
+	@for tool in mkswap swapon swapoff gcc taskset chromium qemu-system-x86_64 busybox libvirtd virtlogd virsh; do \
 	  command -v $$tool >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PACKAGES) >/dev/null; break; }; \
 	done
 	$(GO) mod download

@@ -15,7 +15,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/headroom-dev/headroom/internal/agent"
+	"github.com/headroom-dev/headroom/internal/cgroup"
 	"github.com/headroom-dev/headroom/internal/kube"
+	"github.com/headroom-dev/headroom/internal/libvirt"
 	"github.com/headroom-dev/headroom/internal/probe"
 	"github.com/headroom-dev/headroom/internal/units"
 )
@@ -49,6 +51,15 @@ Workload metadata: <workloads-dir>/<child-cgroup-name>.json, e.g.
 A workload without a file has priority 0, request 0 (no swap), unprotected.
 With "qmp", the agent reads the guest's memory statistics through the VM's
 balloon (into /v1/snapshot and /metrics) and evicts it with a power-down.
+
+On a libvirt host (--libvirt-uri qemu:///system): the workloads are the
+running domains, each in its QEMU's memory cgroup, with priority, request,
+protection and eviction mode from headroom's element in the domain's
+<metadata> (namespace https://headroom.dev/xmlns/workload/1, set with virsh
+metadata; without it: priority 0, the current memory as the request); the
+scope "/" means libvirt's machine partition. Evictions are an ACPI shutdown
+then destroy, or a managed save (eviction="managedsave"). See
+docs/guide/libvirt.md.
 
 On a Kubernetes node (--kubernetes-node NAME, from the DaemonSet in
 deploy/): the workloads are the node's pods from the API (a pod watch on
@@ -128,6 +139,7 @@ func agentConfigFlags() []configFlag {
 		{"balloon-min-free", "the scope's minFree, the unit of the memory states (0: VMware's 899 MiB per 28 GiB + 1% of the rest, scaled to the scope)", func(c *agent.Config) any { return (*bytesFloatValue)(&c.BalloonMinFreeBytes) }},
 		{"balloon-guest-margin", "a guest is never ballooned below its active memory plus this (or the fraction below, if more)", func(c *agent.Config) any { return (*bytesFloatValue)(&c.BalloonGuestMarginBytes) }},
 		{"balloon-guest-margin-fraction", "the guest margin as a fraction of its RAM", func(c *agent.Config) any { return &c.BalloonGuestMarginFraction }},
+		{"libvirt-uri", "run on a libvirt host: its running domains are the workloads (metadata in each domain's XML), evictions go through libvirt (e.g. qemu:///system)", func(c *agent.Config) any { return &c.Libvirt.URI }},
 		{"kubernetes-node", "run on this Kubernetes node: its pods are the workloads, evictions go through the Eviction API, the node is tainted under pressure", func(c *agent.Config) any { return &c.Kubernetes.NodeName }},
 		{"kubeconfig", `Kubernetes: kubeconfig file ("": the pod's service account)`, func(c *agent.Config) any { return &c.Kubernetes.Kubeconfig }},
 		{"kubernetes-cgroup-root", "Kubernetes: the kubelet's --cgroup-root", func(c *agent.Config) any { return &c.Kubernetes.CgroupRoot }},
@@ -251,9 +263,26 @@ func newAgentCommand() *cobra.Command {
 				final.Scope = sc.Scope(final.Scope)
 				onNode = &sc
 			}
+			var hierarchy cgroup.Hierarchy
+			if final.Libvirt.URI != "" {
+				if hierarchy, err = agent.Hierarchy(final); err != nil {
+					return usageError{err}
+				}
+				final.Scope = libvirt.Scope(hierarchy, final.Scope)
+			}
 			a, err := agent.New(final, log, cmd.OutOrStdout())
 			if err != nil {
 				return usageError{err}
+			}
+			if final.Libvirt.URI != "" {
+				// Like the pod watch: libvirtd is followed while the agent
+				// stops, so evictions in progress are seen to their end.
+				attached, detach := context.WithCancel(context.WithoutCancel(cmd.Context()))
+				defer detach()
+				if _, err := libvirt.Attach(attached, a, libvirt.Config{URI: final.Libvirt.URI, Hierarchy: hierarchy, ProcRoot: final.ProcRoot},
+					time.Duration(final.EvictionGraceSeconds*float64(time.Second)), log); err != nil {
+					return usageError{err}
+				}
 			}
 			if onNode != nil {
 				// The pod watch outlives the stop signal: evictions in

@@ -21,6 +21,7 @@ import (
 
 	"github.com/headroom-dev/headroom/internal/agent"
 	"github.com/headroom-dev/headroom/internal/kube"
+	"github.com/headroom-dev/headroom/internal/libvirt"
 	"github.com/headroom-dev/headroom/internal/policy"
 	"github.com/headroom-dev/headroom/internal/refdoc"
 	"github.com/headroom-dev/headroom/internal/results"
@@ -235,7 +236,11 @@ func metricsReference() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	ms, err := refdoc.Metrics(append(agent.MetricCollectors(), src.Collectors()...)...)
+	lv, err := libvirt.Open(libvirt.Config{URI: "qemu:///system"}, nil)
+	if err != nil {
+		return "", err
+	}
+	ms, err := refdoc.Metrics(slices.Concat(agent.MetricCollectors(), src.Collectors(), lv.Collectors())...)
 	if err != nil {
 		return "", err
 	}
@@ -245,7 +250,7 @@ func metricsReference() (string, error) {
 	}
 	return generatedNote + "# headroom agent: metrics\n\n" +
 		"Served at `GET /metrics` (Prometheus text format), named `headroom_<subsystem>_<name>_<unit>`: raw counters and gauges, rates left to PromQL. " +
-		"`headroom_kube_*` only in Kubernetes mode. Besides these, the Go runtime's (`go_*`) and the process's own (`process_*`: resident memory, open files) from client_golang's standard collectors.\n\n" +
+		"`headroom_kube_*` only in Kubernetes mode, `headroom_libvirt_*` only on a libvirt host. Besides these, the Go runtime's (`go_*`) and the process's own (`process_*`: resident memory, open files) from client_golang's standard collectors.\n\n" +
 		refdoc.Table([]string{"metric", "labels", "meaning"}, rows), nil
 }
 

@@ -59,7 +59,7 @@ func (r *recorder) count(rec Record) {
 	case policy.ActionEvicted:
 		o := d.Outcome
 		m.evictionResults.WithLabelValues(o.Result).Inc()
-		if o.Result == policy.EvictedGracefully || o.Result == policy.EvictedForcibly {
+		if o.Result == policy.EvictedGracefully || o.Result == policy.EvictedForcibly || o.Result == policy.EvictedSaved {
 			m.evictionSeconds.Observe(o.Seconds)
 			m.evictedBytes.Add(float64(o.FreedBytes))
 		}

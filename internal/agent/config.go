@@ -68,6 +68,17 @@ type Config struct {
 	CgroupMount string `json:"cgroupMount"`
 	// Kubernetes, with a node name, makes the node's pods the workloads.
 	Kubernetes KubernetesConfig `json:"kubernetes"`
+	// Libvirt, with a URI, makes a libvirt host's running domains the
+	// workloads (internal/libvirt).
+	Libvirt LibvirtConfig `json:"libvirt"`
+}
+
+// LibvirtConfig puts the agent on a libvirt host: the domains libvirtd
+// runs are the workloads, each in its QEMU's cgroup, their metadata in the
+// domain XML; evictions go through libvirt.
+type LibvirtConfig struct {
+	// URI turns the mode on: libvirt's connection URI, e.g. qemu:///system.
+	URI string `json:"uri"`
 }
 
 // KubernetesConfig puts the agent on a Kubernetes node (internal/kube):
@@ -192,6 +203,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("kubernetes.swap must be auto, agent or kubelet, got %q", k.Swap)
 	case k.NodeName == "" && (k.Kubeconfig != "" || k.ProtectedSelector != "" || k.Namespace != ""):
 		return fmt.Errorf("kubernetes settings given without kubernetes.nodeName (--kubernetes-node)")
+	case c.Libvirt.URI != "" && k.NodeName != "":
+		return fmt.Errorf("libvirt.uri (--libvirt-uri) and kubernetes.nodeName (--kubernetes-node) name two sources of workloads; give one")
 	}
 	for _, name := range c.IgnoreCgroups {
 		if name == "" || strings.Contains(name, "/") {

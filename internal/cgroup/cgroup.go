@@ -161,14 +161,45 @@ func (h Hierarchy) Self(procRoot string) ([]Group, error) {
 	if err != nil {
 		return nil, err
 	}
-	entries, err := self.Cgroups()
+	return h.groupsOf(self)
+}
+
+// ProcessPath is the path, within h, of the memory cgroup process pid is
+// in (from pid/cgroup under procRoot).
+func (h Hierarchy) ProcessPath(procRoot string, pid int) (string, error) {
+	fs, err := procfs.NewFS(procRoot)
+	if err != nil {
+		return "", err
+	}
+	p, err := fs.Proc(pid)
+	if err != nil {
+		return "", err
+	}
+	entries, err := p.Cgroups()
+	if err != nil {
+		return "", err
+	}
+	for _, e := range entries {
+		if h.holds(e) {
+			return e.Path, nil
+		}
+	}
+	return "", fmt.Errorf("process %d is in no memory cgroup of %s", pid, h.Mount)
+}
+
+// holds: e is a line of /proc/PID/cgroup for h's memory hierarchy.
+func (h Hierarchy) holds(e procfs.Cgroup) bool {
+	return (h.Version == V2 && e.HierarchyID == 0) || (h.Version == V1 && slices.Contains(e.Controllers, "memory"))
+}
+
+func (h Hierarchy) groupsOf(p procfs.Proc) ([]Group, error) {
+	entries, err := p.Cgroups()
 	if err != nil {
 		return nil, err
 	}
 	var groups []Group
 	for _, e := range entries {
-		mine := (h.Version == V2 && e.HierarchyID == 0) || (h.Version == V1 && slices.Contains(e.Controllers, "memory"))
-		if e.Path == "/" || !mine {
+		if e.Path == "/" || !h.holds(e) {
 			continue
 		}
 		if g, err := h.Open(e.Path); err == nil {

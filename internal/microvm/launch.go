@@ -261,17 +261,7 @@ func (vm *VM) start(ctx context.Context) error {
 func (vm *VM) qemuArgs(initrd string) []string {
 	c := vm.cfg
 	nports := 3
-	// init_on_alloc=0: Debian's kernel zeroes every page it allocates,
-	// the balloon driver's too, so inflating a balloon wrote each page
-	// before handing it back — the host faulted in (from swap, if it had
-	// swapped the page) every page it was being given, only to discard it.
-	append_ := []string{"console=ttyS0", "no_timer_check", "panic=-1", "quiet", "init_on_alloc=0", guest.ArgsKey + "=" + guest.EncodeArgs(c.Args)}
-	if vm.accel == AccelTCG {
-		append_ = append(append_, tcgBootArgs(c.CPUs)...)
-	}
-	if c.GraceSeconds > 0 {
-		append_ = append(append_, guest.GraceKey+"="+strconv.Itoa(c.GraceSeconds))
-	}
+	append_ := GuestKernelArgs(c.Args, c.CPUs, vm.accel == AccelTCG, c.GraceSeconds)
 	// virtio-blk disks are named in the order of their devices.
 	disks := 0
 	diskName := func() string { disks++; return "vd" + string(rune('a'+disks-1)) }
@@ -331,6 +321,25 @@ func (vm *VM) qemuArgs(initrd string) []string {
 	append_ = append(append_, guest.PortsKey+"="+strconv.Itoa(nports))
 	append_ = append(append_, c.KernelArgs...)
 	return append(args, "-append", strings.Join(append_, " "))
+}
+
+// GuestKernelArgs are the kernel command line of headroom's guest image
+// running command: on cpus vCPUs, under TCG or not, with graceSeconds
+// between a power-down's SIGTERM and SIGKILL (0: the guest's default).
+// The host adds the ports key (guest.PortsKey) and its disks' keys.
+func GuestKernelArgs(command []string, cpus int, tcg bool, graceSeconds int) []string {
+	// init_on_alloc=0: Debian's kernel zeroes every page it allocates,
+	// the balloon driver's too, so inflating a balloon wrote each page
+	// before handing it back — the host faulted in (from swap, if it had
+	// swapped the page) every page it was being given, only to discard it.
+	args := []string{"console=ttyS0", "no_timer_check", "panic=-1", "quiet", "init_on_alloc=0", guest.ArgsKey + "=" + guest.EncodeArgs(command)}
+	if tcg {
+		args = append(args, tcgBootArgs(cpus)...)
+	}
+	if graceSeconds > 0 {
+		args = append(args, guest.GraceKey+"="+strconv.Itoa(graceSeconds))
+	}
+	return args
 }
 
 // tcgBootArgs skip the slowest parts of a kernel boot under TCG, measured

@@ -273,13 +273,16 @@ const (
 	// leaving; it was left to finish on its own, never forced. Only the
 	// decision log has it: a new agent finds the victim in its journal.
 	EvictionInterrupted = "interrupted"
+	// EvictedSaved: a libvirt domain's state went to disk (managed save)
+	// and its RAM was freed; started again, it carries on.
+	EvictedSaved = "saved"
 )
 
 // EvictionOutcome is how an eviction ended, reported by the agent's actor
 // into the next snapshot.
 type EvictionOutcome struct {
 	Workload string `json:"workload"` // the victim
-	Result   string `json:"result"`   // graceful, forced, failed, refused or interrupted
+	Result   string `json:"result"`   // graceful, forced, saved, failed, refused or interrupted
 	// Seconds from the eviction signal to the workload leaving (or to the
 	// actor giving up).
 	Seconds float64 `json:"seconds"`
@@ -396,7 +399,7 @@ var Actions = []string{ActionSetSwap, ActionEvict, ActionEvicted, ActionAbandon,
 	ActionResumeEviction, ActionSetKSM, ActionSetBalloon, ActionMemoryState, ActionNone}
 
 // EvictionResults lists every result an EvictionOutcome can carry.
-var EvictionResults = []string{EvictedGracefully, EvictedForcibly, EvictionFailed, EvictionRefused, EvictionInterrupted}
+var EvictionResults = []string{EvictedGracefully, EvictedForcibly, EvictionFailed, EvictionRefused, EvictionInterrupted, EvictedSaved}
 
 // Decision is one decided action with its reasons; it is logged as a JSON
 // line. Besides the action, its subject and its reason, it carries the one
@@ -704,6 +707,8 @@ func OutcomeDecision(now time.Time, o EvictionOutcome, note string) Decision {
 		reason = "the eviction was refused: " + o.Err
 	case EvictionInterrupted:
 		reason = fmt.Sprintf("the agent stopped %.1f s into the eviction; the victim was left to finish on its own, not forced: %s", o.Seconds, o.Err)
+	case EvictedSaved:
+		reason = fmt.Sprintf("saved to disk (managed save) %.1f s after the eviction signal, freeing %d B", o.Seconds, o.FreedBytes)
 	default:
 		reason = fmt.Sprintf("could not be removed in %.1f s: %s", o.Seconds, o.Err)
 	}

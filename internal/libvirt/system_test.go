@@ -1,0 +1,360 @@
+//go:build system
+
+package libvirt_test
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	golibvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/headroom-dev/headroom/internal/agent"
+	"github.com/headroom-dev/headroom/internal/cgroup"
+	"github.com/headroom-dev/headroom/internal/libvirt"
+	"github.com/headroom-dev/headroom/internal/libvirt/libvirttest"
+	"github.com/headroom-dev/headroom/internal/policy"
+	"github.com/headroom-dev/headroom/internal/testenv"
+)
+
+// runAgent runs the agent binary with --libvirt-uri on libvirt's machine
+// partition.
+func runAgent(t *testing.T, args ...string) *testenv.Lines[agent.Record] {
+	t.Helper()
+	cmd := exec.Command(testenv.HeadroomBinary(t), append([]string{"agent", "--libvirt-uri", libvirttest.URI, "--listen", "",
+		"--mlock=false"}, args...)...)
+	stderr := &testenv.Buffer{}
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := testenv.FollowLines[agent.Record](out)
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-lines.Done()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("agent log:\n%s", stderr.String())
+		}
+	})
+	return lines
+}
+
+// guestSpec is a domain of memMiB running load.
+// limitOverheadMiB is how far above its RAM a test domain's memory limit
+// lies (QEMU's own memory and the image it maps: never the constraint).
+const limitOverheadMiB = 192
+
+func guestSpec(img libvirttest.Image, memMiB uint64, load string, w *libvirt.Workload) libvirt.GuestSpec {
+	return libvirt.GuestSpec{MemoryBytes: memMiB << 20, Kernel: img.Kernel, Initramfs: img.Initramfs, GraceSeconds: 5,
+		Command: append([]string{"load", "--json", "--interval", "1s"}, strings.Fields(load)...), TBCacheMiB: libvirt.DefaultTBCacheMiB, Workload: w}
+}
+
+// The agent on a libvirt host: three domains with headroom's metadata get
+// their swap allowance within 1 s of their start (the lifecycle event),
+// each in its QEMU's memory cgroup; a metadata change set with virsh takes
+// effect without a restart.
+func TestSystemLibvirtAgentFollowsDomains(t *testing.T) {
+	libvirttest.Start(t)
+	testenv.SwapFile(t, 1<<30)
+	l := libvirttest.Connect(t)
+	img := libvirttest.GuestImage(t)
+	// Metadata is re-read at every stats refresh: each second here.
+	config := filepath.Join(t.TempDir(), "agent.yaml")
+	os.WriteFile(config, []byte("workloadStatsSeconds: 1\n"), 0o644)
+	lines := runAgent(t, "--config", config)
+
+	var guests []*libvirttest.Guest
+	for i, prio := range []int{1, 5, 10} {
+		w := &libvirt.Workload{Priority: strconv.Itoa(prio), MemoryRequest: fmt.Sprintf("%dMi", 128*(i+1))}
+		guests = append(guests, libvirttest.Define(t, l, guestSpec(img, 256, "--size 64Mi --scan none --duration 300s", w)))
+	}
+	h, err := cgroup.Find()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for i, g := range guests {
+		started := time.Now()
+		g.Start(t, l)
+		g.LimitMemory(t, h, (256+limitOverheadMiB)<<20)
+		n = lines.WaitFor(t, "the swap allowance of "+g.Name, n, 10*time.Second, func(r agent.Record) bool {
+			return r.Action == policy.ActionSetSwap && r.Workload == g.Name && r.Error == ""
+		}, func() string { return "" })
+		lat := time.Since(started)
+		rec := lines.All()[n-1]
+		t.Logf("%s: allowance %d MiB decided %.0f ms after the start was asked for", g.Name, rec.Swap.SwapBytes>>20, lat.Seconds()*1000)
+		if lat > 2*time.Second { // the start call itself takes part of it
+			t.Errorf("%s: allowance %s after the start", g.Name, lat)
+		}
+		if rec.Swap.SwapBytes == 0 {
+			t.Errorf("%s: an allowance of 0 B for a request of %d MiB", g.Name, 128*(i+1))
+		}
+		// In the kernel, on the domain's cgroup.
+		pidPath := filepath.Join("/run/libvirt/qemu", g.Name+".pid")
+		var cg cgroup.Group
+		testenv.Eventually(t, 5*time.Second, func() bool {
+			b, err := exec.Command("cat", pidPath).Output()
+			if err != nil {
+				return false
+			}
+			pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			p, err := h.ProcessPath("/proc", pid)
+			if err != nil {
+				return false
+			}
+			cg, err = h.Open(libvirt.DomainCgroupPath(p))
+			return err == nil
+		})
+		testenv.Eventually(t, 5*time.Second, func() bool {
+			m, err := cg.Memory()
+			return err == nil && m.SwapLimitBytes == rec.Swap.SwapBytes&^4095 // the kernel keeps whole pages
+		})
+		t.Logf("%s: cgroup %s holds the allowance", g.Name, cg.Path())
+	}
+
+	// A metadata change (virsh, as an operator would) takes effect: a
+	// protected domain gets no swap.
+	out, err := exec.Command("virsh", "-c", libvirttest.URI, "metadata", guests[0].Name, "--uri", libvirt.Namespace, "--key", libvirt.MetadataKey,
+		"--live", "--config", "--set", libvirt.MetadataElement(libvirt.Workload{Priority: "1", Protected: "true"})).CombinedOutput()
+	if err != nil {
+		t.Fatalf("virsh metadata: %v %s", err, out)
+	}
+	changed := time.Now()
+	lines.WaitFor(t, "the protected domain's allowance", n, 10*time.Second, func(r agent.Record) bool {
+		return r.Action == policy.ActionSetSwap && r.Workload == guests[0].Name && r.Swap.SwapBytes == 0
+	}, func() string { return "" })
+	t.Logf("virsh metadata --set protected=true: allowance 0 %.1f s later", time.Since(changed).Seconds())
+	for _, g := range guests {
+		g.WaitStdout(t, `"type":"populate"`, 120*time.Second)
+	}
+}
+
+// node is a partition of the test's own (1 GiB of RAM, 512 MiB of swap)
+// with three 512 MiB domains of priority 1, 5 and 10 each holding 384 MiB:
+// together past RAM + 0.5 × swap once all three have populated. low is the
+// lowest-priority domain's metadata.
+func crowdedNode(t *testing.T, low libvirt.Workload) (parts libvirttest.Partition, guests []*libvirttest.Guest, l *golibvirt.Libvirt) {
+	libvirttest.Start(t)
+	testenv.SwapFile(t, 768<<20)
+	l = libvirttest.Connect(t)
+	img := libvirttest.GuestImage(t)
+	parts = libvirttest.NewPartition(t, 1<<30, 512<<20)
+	for _, w := range []libvirt.Workload{low, {Priority: "5", MemoryRequest: "256Mi"}, {Priority: "10", MemoryRequest: "256Mi"}} {
+		spec := guestSpec(img, 512, "--size 384Mi --scan none --duration 300s", &w)
+		spec.Partition = parts.Name
+		guests = append(guests, libvirttest.Define(t, l, spec))
+	}
+	return parts, guests, l
+}
+
+// scopeOf is the agent's --scope for a partition.
+func scopeOf(p libvirttest.Partition) string {
+	return strings.TrimPrefix(p.Memory, "/sys/fs/cgroup/memory")
+}
+
+// The node outgrows its threshold as the third domain populates: the
+// agent shuts the lowest-priority domain down through libvirt (ACPI), its
+// guest workload stops on SIGTERM and prints its summary, and the kernel
+// kills nothing.
+func TestSystemLibvirtAgentShutsDownTheLowest(t *testing.T) {
+	parts, guests, l := crowdedNode(t, libvirt.Workload{Priority: "1", MemoryRequest: "256Mi"})
+	lines := runAgent(t, "--scope", scopeOf(parts), "--swap-utilization-threshold-factor", "0.5", "--eviction-grace", "20s")
+	for _, g := range guests[:2] {
+		startLimited(t, l, g, 512)
+	}
+	for _, g := range guests[:2] {
+		g.WaitStdout(t, `"type":"populate"`, 120*time.Second)
+	}
+	startLimited(t, l, guests[2], 512)
+	n := lines.WaitFor(t, "an eviction", 0, 180*time.Second, func(r agent.Record) bool { return r.Action == policy.ActionEvict },
+		func() string { return "" })
+	ev := lines.All()[n-1]
+	if ev.Workload != guests[0].Name {
+		t.Fatalf("evicted %s, want %s (lowest priority): %s", ev.Workload, guests[0].Name, ev.Reason)
+	}
+	t.Logf("evict line: threshold crossing to signal <= %.3f s: %s", ev.LatencyBoundSeconds, ev.Reason)
+	if ev.LatencyBoundSeconds > 0.3 {
+		t.Errorf("crossing to eviction bounded by %.3f s, want <= 0.3 s", ev.LatencyBoundSeconds)
+	}
+	n = lines.WaitFor(t, "its outcome", n, 60*time.Second, func(r agent.Record) bool {
+		return r.Action == policy.ActionEvicted && r.Workload == guests[0].Name
+	}, func() string { return "" })
+	o := lines.All()[n-1].Outcome
+	t.Logf("%s: %s in %.1f s, freeing %d MiB", guests[0].Name, o.Result, o.Seconds, o.FreedBytes>>20)
+	if o.Result != policy.EvictedGracefully {
+		t.Fatalf("outcome %+v, want graceful", o)
+	}
+	if o.Seconds > 5 {
+		t.Errorf("graceful shutdown took %.1f s, want <= 5 s", o.Seconds)
+	}
+	if !strings.Contains(guests[0].Stdout(), `"stop_reason":"signal: terminated"`) {
+		t.Errorf("the guest's workload printed no summary after SIGTERM:\n%s", guests[0].Stdout())
+	}
+	for _, g := range guests[1:] {
+		if !g.Running(l) {
+			t.Errorf("%s stopped", g.Name)
+		}
+	}
+	if kills := oomKills(t, parts); kills != 0 {
+		t.Errorf("%d OOM kills in the partition", kills)
+	}
+}
+
+// A domain whose metadata says managedsave is parked: its state goes to
+// disk, its RAM is freed (outcome saved), and started again it carries on
+// where it stopped (the same process: no second populate, its elapsed
+// time continuing).
+func TestSystemLibvirtAgentParksByManagedSave(t *testing.T) {
+	parts, guests, l := crowdedNode(t, libvirt.Workload{Priority: "1", MemoryRequest: "256Mi", Eviction: libvirt.EvictManagedSave})
+	lines := runAgent(t, "--scope", scopeOf(parts), "--swap-utilization-threshold-factor", "0.5", "--eviction-grace", "20s",
+		"--eviction-deadline", "120s")
+	for _, g := range guests[:2] {
+		startLimited(t, l, g, 512)
+	}
+	for _, g := range guests[:2] {
+		g.WaitStdout(t, `"type":"populate"`, 120*time.Second)
+	}
+	guests[0].WaitStdout(t, `"type":"interval"`, 30*time.Second)
+	startLimited(t, l, guests[2], 512)
+	n := lines.WaitFor(t, "an eviction", 0, 180*time.Second, func(r agent.Record) bool { return r.Action == policy.ActionEvict },
+		func() string { return "" })
+	if ev := lines.All()[n-1]; ev.Workload != guests[0].Name {
+		t.Fatalf("evicted %s, want %s", ev.Workload, guests[0].Name)
+	}
+	n = lines.WaitFor(t, "its outcome", n, 120*time.Second, func(r agent.Record) bool {
+		return r.Action == policy.ActionEvicted && r.Workload == guests[0].Name
+	}, func() string { return "" })
+	o := lines.All()[n-1].Outcome
+	t.Logf("%s: %s in %.1f s, freeing %d MiB", guests[0].Name, o.Result, o.Seconds, o.FreedBytes>>20)
+	if o.Result != policy.EvictedSaved {
+		t.Fatalf("outcome %+v, want saved", o)
+	}
+	if has, err := l.DomainHasManagedSaveImage(guests[0].Dom, 0); err != nil || has != 1 {
+		t.Fatalf("no managed-save image after the save (%d, %v)", has, err)
+	}
+	before := guests[0].Stdout()
+	lastElapsed := lastElapsedSeconds(before)
+	// Room again: the others go, and the parked one is started.
+	for _, g := range guests[1:] {
+		l.DomainDestroyFlags(g.Dom, golibvirt.DomainDestroyDefault)
+	}
+	resumed := time.Now()
+	guests[0].Start(t, l)
+	testenv.Eventually(t, 60*time.Second, func() bool { return lastElapsedSeconds(guests[0].Stdout()) > lastElapsed+2 })
+	t.Logf("resumed in %.1f s (to two more seconds of its workload); elapsed %.1f s before the save, %.1f s now",
+		time.Since(resumed).Seconds(), lastElapsed, lastElapsedSeconds(guests[0].Stdout()))
+	if strings.Count(guests[0].Stdout(), `"type":"populate"`) != 1 {
+		t.Fatalf("the guest populated again: it restarted instead of carrying on:\n%s", guests[0].Stdout())
+	}
+}
+
+// lastElapsedSeconds is the elapsed time of the last interval record.
+func lastElapsedSeconds(stdout string) float64 {
+	var last float64
+	for _, line := range strings.Split(stdout, "\n") {
+		if _, after, ok := strings.Cut(line, `"elapsed_seconds":`); ok {
+			v, _, _ := strings.Cut(after, ",")
+			if f, err := strconv.ParseFloat(v, 64); err == nil {
+				last = f
+			}
+		}
+	}
+	return last
+}
+
+func oomKills(t *testing.T, p libvirttest.Partition) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(p.Memory, "memory.oom_control"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	return 0
+}
+
+// startLimited starts a domain of memMiB and gives its cgroup a memory
+// limit limitOverheadMiB above that (cgroup v1 needs one for a swap
+// allowance).
+func startLimited(t *testing.T, l *golibvirt.Libvirt, g *libvirttest.Guest, memMiB uint64) {
+	t.Helper()
+	h, err := cgroup.Find()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Start(t, l)
+	g.LimitMemory(t, h, (memMiB+limitOverheadMiB)<<20)
+}
+
+// libvirtd stopped under the agent: the agent keeps running and its
+// /metrics say libvirt is down; libvirtd back, it says up, and a domain
+// started then gets its allowance.
+func TestSystemLibvirtAgentSurvivesLibvirtdRestart(t *testing.T) {
+	d := libvirttest.Start(t)
+	if !d.Own() {
+		testenv.Require(t, false, "a libvirtd of the test's own (one is running already; the test may not stop it)")
+	}
+	testenv.SwapFile(t, 512<<20)
+	img := libvirttest.GuestImage(t)
+	port := freePort(t)
+	lines := runAgent(t, "--listen", "127.0.0.1:"+port)
+	up := func() float64 {
+		resp, err := http.Get("http://127.0.0.1:" + port + "/metrics")
+		if err != nil {
+			return -1
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "headroom_libvirt_up "); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				return f
+			}
+		}
+		return -1
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return up() == 1 })
+	d.StopLibvirtd()
+	stopped := time.Now()
+	testenv.Eventually(t, 10*time.Second, func() bool { return up() == 0 })
+	t.Logf("libvirtd stopped: headroom_libvirt_up 0 after %.1f s", time.Since(stopped).Seconds())
+	d.StartLibvirtd()
+	started := time.Now()
+	testenv.Eventually(t, 10*time.Second, func() bool { return up() == 1 })
+	t.Logf("libvirtd back: headroom_libvirt_up 1 after %.1f s", time.Since(started).Seconds())
+
+	l := libvirttest.Connect(t)
+	g := libvirttest.Define(t, l, guestSpec(img, 256, "--size 32Mi --scan none --duration 300s", &libvirt.Workload{MemoryRequest: "128Mi"}))
+	startLimited(t, l, g, 256)
+	lines.WaitFor(t, "the allowance of a domain started after libvirtd came back", 0, 10*time.Second, func(r agent.Record) bool {
+		return r.Action == policy.ActionSetSwap && r.Workload == g.Name && r.Error == ""
+	}, func() string { return "" })
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
+}
