@@ -1,7 +1,12 @@
 // Package policy is the agent's decide step: from observed samples and
 // workloads it computes swap allowances, evaluates eviction signals over a
-// sliding window and ranks eviction victims. It is pure — no I/O, no clock,
-// no globals — so the agent, the simulator and tests run the same decisions.
+// sliding window, ranks eviction victims and bounds each eviction (its
+// deadline, a refused one's back-off, abandonment that expires), paces
+// ksmd by what merging saves (the KSM governor, ksm.go) and sets VMs'
+// balloon targets from memory states (balloon.go). It is pure — no I/O, no
+// clock, no globals: the state it needs between rounds is State — so the
+// agent, the simulator (both through internal/loop) and tests run the same
+// decisions.
 package policy
 
 import (

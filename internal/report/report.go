@@ -1,4 +1,4 @@
-// Package report turns result directories (from `headroom density`, later
+// Package report turns result directories (from `headroom density` and
 // `headroom sim`) into one self-contained HTML page with charts, PNG files
 // of the main charts, and a JSON summary. Charts are drawn with gonum/plot;
 // several runs overlay on the same axes.

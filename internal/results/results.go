@@ -1,5 +1,5 @@
-// Package results is the result schema shared by `headroom density` (and
-// later `headroom sim`) and read by `headroom report`: one directory per
+// Package results is the result schema shared by `headroom density` and
+// `headroom sim` and read by `headroom report`: one directory per
 // run with run.json (parameters, machine, steps, stop reason), steps.csv,
 // timeline.jsonl (node samples) and workers.jsonl (every worker's interval
 // records).
