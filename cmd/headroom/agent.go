@@ -279,7 +279,8 @@ func newAgentCommand() *cobra.Command {
 				// stops, so evictions in progress are seen to their end.
 				attached, detach := context.WithCancel(context.WithoutCancel(cmd.Context()))
 				defer detach()
-				if _, err := libvirt.Attach(attached, a, libvirt.Config{URI: final.Libvirt.URI, Hierarchy: hierarchy, ProcRoot: final.ProcRoot},
+				if _, err := libvirt.Attach(attached, a, libvirt.Config{URI: final.Libvirt.URI, Hierarchy: hierarchy, ProcRoot: final.ProcRoot,
+					Resync: time.Duration(final.WorkloadStatsSeconds * float64(time.Second))},
 					time.Duration(final.EvictionGraceSeconds*float64(time.Second)), log); err != nil {
 					return usageError{err}
 				}

@@ -358,3 +358,65 @@ func freePort(t *testing.T) string {
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	return port
 }
+
+// The agent's own cost on a libvirt host with 20 running domains: CPU
+// over 30 s of rounds (0.25 s apart) and resident memory.
+func TestSystemLibvirtAgentOverheadWith20Domains(t *testing.T) {
+	libvirttest.Start(t)
+	testenv.SwapFile(t, 512<<20)
+	l := libvirttest.Connect(t)
+	img := libvirttest.GuestImage(t)
+	const domains = 20
+	var guests []*libvirttest.Guest
+	for i := range domains {
+		w := &libvirt.Workload{Priority: strconv.Itoa(i), MemoryRequest: "64Mi"}
+		guests = append(guests, libvirttest.Define(t, l, guestSpec(img, 192, "--size 16Mi --scan none --duration 600s", w)))
+	}
+	for _, g := range guests {
+		startLimited(t, l, g, 192)
+	}
+	for _, g := range guests {
+		g.WaitStdout(t, `"type":"populate"`, 180*time.Second)
+	}
+	cmd := exec.Command(testenv.HeadroomBinary(t), "agent", "--libvirt-uri", libvirttest.URI, "--listen", "", "--mlock=false")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := testenv.FollowLines[agent.Record](out)
+	t.Cleanup(func() { cmd.Process.Kill(); <-lines.Done(); cmd.Wait() })
+	n := 0
+	for _, g := range guests {
+		n = max(n, lines.WaitFor(t, "the allowance of "+g.Name, 0, 20*time.Second, func(r agent.Record) bool {
+			return r.Action == policy.ActionSetSwap && r.Workload == g.Name && r.Error == ""
+		}, func() string { return "" }))
+	}
+	cpu := func() time.Duration {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := strings.Fields(string(b)[strings.LastIndexByte(string(b), ')')+2:])
+		utime, _ := strconv.ParseUint(f[11], 10, 64)
+		stime, _ := strconv.ParseUint(f[12], 10, 64)
+		return time.Duration(utime+stime) * 10 * time.Millisecond // USER_HZ 100
+	}
+	const span = 30 * time.Second
+	c0, t0 := cpu(), time.Now()
+	time.Sleep(span) // the measurement's own length: nothing to wait for
+	share := float64(cpu()-c0) / float64(time.Since(t0))
+	st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	var rssKiB uint64
+	for _, line := range strings.Split(string(st), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			rssKiB, _ = strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		}
+	}
+	t.Logf("agent with %d domains: %.2f%% of a core over %s, RSS %.1f MiB", domains, 100*share, span, float64(rssKiB)/1024)
+	if share > 0.01 || rssKiB > 40<<10 {
+		t.Errorf("agent overhead %.2f%% of a core, %d KiB RSS: want < 1%% and < 40 MiB", 100*share, rssKiB)
+	}
+}
