@@ -35,8 +35,9 @@ type Target struct {
 	Stopping <-chan struct{}
 }
 
-// stopping reports whether the agent is stopping.
-func (t Target) stopping() bool {
+// AgentStopping reports whether the agent is stopping (nothing may be
+// forced from then on).
+func (t Target) AgentStopping() bool {
 	select {
 	case <-t.Stopping:
 		return true
@@ -123,7 +124,7 @@ func (e DefaultEvictor) Finish(ctx context.Context, t Target) policy.EvictionOut
 	if cgroup.WaitEmpty(grace, t.Group, e.Poll) {
 		return outcome(policy.EvictedGracefully)
 	}
-	if t.stopping() || Interrupted(ctx) {
+	if t.AgentStopping() || Interrupted(ctx) {
 		// Nothing is forced once the agent stops: the victim may still
 		// leave on its own, as it was asked to.
 		if cgroup.WaitEmpty(ctx, t.Group, e.Poll) {
@@ -284,7 +285,7 @@ func (e *evictions) finish(ctx context.Context, t Target, heldBytes uint64, note
 		o.FreedBytes = heldBytes - min(left, heldBytes)
 	}
 	e.journal.remove(t.Name)
-	if t.stopping() {
+	if t.AgentStopping() {
 		// No round follows to take the outcome: its line is written here.
 		record(loop.Record{Decision: policy.OutcomeDecision(e.clock.Now(), o, "")})
 		return

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -166,26 +165,6 @@ func (a *agentProc) stop() {
 	if err := a.cmd.Wait(); err != nil {
 		a.t.Fatalf("the agent after SIGTERM: %v; its log:\n%s", err, a.stderr.String())
 	}
-}
-
-// procStatus is the agent process's resident memory and open files.
-func procStatus(t *testing.T, pid int) (rssBytes uint64, fds int) {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			rssBytes = kb << 10
-		}
-	}
-	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rssBytes, len(ents)
 }
 
 func writeMeta(t *testing.T, dir, name, content string) {
@@ -509,7 +488,7 @@ func TestSystemWorkloadChurn(t *testing.T) {
 			i++
 		}
 		if i == 10*perSec && startRSS == 0 { // warm: 10 s in
-			startRSS, startFDs = procStatus(t, a.cmd.Process.Pid)
+			startRSS, startFDs = testenv.ProcessStatus(t, a.cmd.Process.Pid)
 			startGoroutines = int(a.metric("go_goroutines"))
 			if startGoroutines == 0 {
 				t.Fatal("no go_goroutines in /metrics")
@@ -530,7 +509,7 @@ func TestSystemWorkloadChurn(t *testing.T) {
 		}
 	}
 	time.Sleep(2 * time.Second) // the last removals listed
-	endRSS, endFDs := procStatus(t, a.cmd.Process.Pid)
+	endRSS, endFDs := testenv.ProcessStatus(t, a.cmd.Process.Pid)
 	endGoroutines := int(a.metric("go_goroutines"))
 	t.Logf("%d cgroups at %d/s: %d got an allowance; agent RSS %.1f → %.1f MiB, goroutines %d → %d, open files %d → %d",
 		total, perSec, total-len(missing), float64(startRSS)/(1<<20), float64(endRSS)/(1<<20), startGoroutines, endGoroutines, startFDs, endFDs)

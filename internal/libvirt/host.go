@@ -237,19 +237,13 @@ func (h *Host) setConn(c *golibvirt.Libvirt, err error) {
 
 // call runs one libvirtd call with rpcTimeout.
 func (h *Host) call(what string, f func() error) error {
-	done := make(chan error, 1)
-	go func() { done <- f() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			h.rpcErrs.Inc()
-			return fmt.Errorf("libvirt %s: %w", what, err)
-		}
-		return nil
-	case <-time.After(rpcTimeout):
+	ctx, cancel := context.WithTimeoutCause(context.Background(), rpcTimeout, fmt.Errorf("no answer in %s", rpcTimeout))
+	defer cancel()
+	if err := callCtx(ctx, f); err != nil {
 		h.rpcErrs.Inc()
-		return fmt.Errorf("libvirt %s: no answer in %s", what, rpcTimeout)
+		return fmt.Errorf("libvirt %s: %w", what, err)
 	}
+	return nil
 }
 
 // resync lists the running domains and finds each one's cgroup and

@@ -124,7 +124,7 @@ func (e *Evictor) Finish(ctx context.Context, t agent.Target) policy.EvictionOut
 	if e.gone(grace, t.Group) {
 		return out(policy.EvictedGracefully, "")
 	}
-	if agent.Interrupted(ctx) || stopping(t) {
+	if agent.Interrupted(ctx) || t.AgentStopping() {
 		if e.gone(ctx, t.Group) {
 			return out(policy.EvictedGracefully, "")
 		}
@@ -153,15 +153,6 @@ func (e *Evictor) ended(ctx context.Context, out func(string, string) policy.Evi
 // the cgroup with it), or ctx ends.
 func (e *Evictor) gone(ctx context.Context, g cgroup.Group) bool {
 	return g == nil || cgroup.WaitEmpty(ctx, g, e.poll)
-}
-
-func stopping(t agent.Target) bool {
-	select {
-	case <-t.Stopping:
-		return true
-	default:
-		return false
-	}
 }
 
 // callCtx runs f, a libvirtd call that takes no context, and returns when

@@ -29,6 +29,13 @@ import (
 // partition.
 func runAgent(t *testing.T, args ...string) *testenv.Lines[agent.Record] {
 	t.Helper()
+	lines, _ := runAgentPID(t, args...)
+	return lines
+}
+
+// runAgentPID is runAgent, also returning the agent's PID.
+func runAgentPID(t *testing.T, args ...string) (*testenv.Lines[agent.Record], int) {
+	t.Helper()
 	cmd := exec.Command(testenv.HeadroomBinary(t), append([]string{"agent", "--libvirt-uri", libvirttest.URI, "--listen", "",
 		"--mlock=false"}, args...)...)
 	stderr := &testenv.Buffer{}
@@ -49,7 +56,7 @@ func runAgent(t *testing.T, args ...string) *testenv.Lines[agent.Record] {
 			t.Logf("agent log:\n%s", stderr.String())
 		}
 	})
-	return lines
+	return lines, cmd.Process.Pid
 }
 
 // guestSpec is a domain of memMiB running load.
@@ -378,16 +385,7 @@ func TestSystemLibvirtAgentOverheadWith20Domains(t *testing.T) {
 	for _, g := range guests {
 		g.WaitStdout(t, `"type":"populate"`, 180*time.Second)
 	}
-	cmd := exec.Command(testenv.HeadroomBinary(t), "agent", "--libvirt-uri", libvirttest.URI, "--listen", "", "--mlock=false")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := testenv.FollowLines[agent.Record](out)
-	t.Cleanup(func() { cmd.Process.Kill(); <-lines.Done(); cmd.Wait() })
+	lines, pid := runAgentPID(t)
 	n := 0
 	for _, g := range guests {
 		n = max(n, lines.WaitFor(t, "the allowance of "+g.Name, 0, 20*time.Second, func(r agent.Record) bool {
@@ -395,7 +393,7 @@ func TestSystemLibvirtAgentOverheadWith20Domains(t *testing.T) {
 		}, func() string { return "" }))
 	}
 	cpu := func() time.Duration {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -408,13 +406,8 @@ func TestSystemLibvirtAgentOverheadWith20Domains(t *testing.T) {
 	c0, t0 := cpu(), time.Now()
 	time.Sleep(span) // the measurement's own length: nothing to wait for
 	share := float64(cpu()-c0) / float64(time.Since(t0))
-	st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
-	var rssKiB uint64
-	for _, line := range strings.Split(string(st), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			rssKiB, _ = strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		}
-	}
+	rssBytes, _ := testenv.ProcessStatus(t, pid)
+	rssKiB := rssBytes >> 10
 	t.Logf("agent with %d domains: %.2f%% of a core over %s, RSS %.1f MiB", domains, 100*share, span, float64(rssKiB)/1024)
 	if share > 0.01 || rssKiB > 40<<10 {
 		t.Errorf("agent overhead %.2f%% of a core, %d KiB RSS: want < 1%% and < 40 MiB", 100*share, rssKiB)

@@ -530,3 +530,23 @@ func CopyLines(r io.Reader, b *Buffer, marker string) <-chan string {
 	}()
 	return found
 }
+
+// ProcessStatus is a process's resident memory and open files.
+func ProcessStatus(t testing.TB, pid int) (rssBytes uint64, fds int) {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			rssBytes = kb << 10
+		}
+	}
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rssBytes, len(ents)
+}
