@@ -178,10 +178,16 @@ func checkDecisions(t *testing.T, snap Snapshot, cfg Config, prev State, decisio
 	now := snap.Sample.Time
 	// A refusal of the last victim gives back what its eviction took: the
 	// eviction before it (for the cool-down) and the window.
-	eff := prev
+	// A workload made again has lost its allowance before the window
+	// takes this sample.
+	eff := prev.clone()
+	for _, w := range snap.Workloads {
+		if was, ok := prev.instances[w.Name]; ok && w.Instance != 0 && was != w.Instance {
+			delete(eff.SwapAllowance, w.Name)
+		}
+	}
 	for _, o := range snap.Outcomes {
 		if o.Result == EvictionRefused && o.Workload == prev.lastVictim && prev.held != nil {
-			eff = prev.clone()
 			eff.LastEviction = prev.held.lastEviction
 			eff.Window = append(slices.Clone(prev.held.window), prev.Window...)
 		}
@@ -228,13 +234,17 @@ func checkDecisions(t *testing.T, snap Snapshot, cfg Config, prev State, decisio
 			if _, already := prev.Evicting[w.Name]; already && w.Processes > 0 && !ended && prev.instances[w.Name] == w.Instance {
 				t.Fatalf("evicted %s twice", w.Name)
 			}
-			if at, abandoned := prev.Abandoned[w.Name]; abandoned && now.Sub(at).Seconds() < cfg.AbandonRetrySeconds {
+			// A workload made again (a new instance) is a new workload:
+			// its predecessor's give-up and back-off do not carry over.
+			was, seenBefore := prev.instances[w.Name]
+			renewed := w.Instance != 0 && seenBefore && was != w.Instance
+			if at, abandoned := prev.Abandoned[w.Name]; abandoned && !renewed && now.Sub(at).Seconds() < cfg.AbandonRetrySeconds {
 				t.Fatalf("evicted %s, given up on %.1f s ago (retry after %g s)", w.Name, now.Sub(at).Seconds(), cfg.AbandonRetrySeconds)
 			}
 			if _, abandoned := next.Abandoned[w.Name]; abandoned {
 				t.Fatalf("evicted %s, which is given up on", w.Name)
 			}
-			if r, refused := prev.Refused[w.Name]; refused && now.Before(r.Until) {
+			if r, refused := prev.Refused[w.Name]; refused && !renewed && now.Before(r.Until) {
 				t.Fatalf("evicted %s %.1f s before its refusal back-off ends", w.Name, r.Until.Sub(now).Seconds())
 			}
 			if len(next.Evicting) != 1 {
