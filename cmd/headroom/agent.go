@@ -134,7 +134,7 @@ func agentConfigFlags() []configFlag {
 		{"ksm-idle-cpu-percent", "KSM governor: share of a core ksmd uses once a full scan no longer pays (0: stopped)", func(c *agent.Config) any { return &c.KSMIdleCPUPercent }},
 		{"ksm-min-profit", "KSM governor: a burst ends when a full scan saved less than this per ksmd CPU-second (e.g. 16Mi)", func(c *agent.Config) any { return (*bytesFloatValue)(&c.KSMMinProfitBytesPerCPUSecond) }},
 		{"ksm-ram-need", "KSM governor: burst only when the scope's working set and swap reach this fraction of its RAM", func(c *agent.Config) any { return &c.KSMRAMNeedFraction }},
-		{"balloon", "balloon controller for VMs whose metadata names a QMP socket", func(c *agent.Config) any { return &c.Balloon }},
+		{"balloon", "balloon controller for VMs: those whose metadata names a QMP socket, or libvirt domains with a virtio balloon", func(c *agent.Config) any { return &c.Balloon }},
 		{"balloon-policy", "balloon controller: headroom (memory states, targets from the guest's stats) or mom (oVirt MOM's balloon.rules)", func(c *agent.Config) any { return &c.BalloonPolicy }},
 		{"balloon-min-free", "the scope's minFree, the unit of the memory states (0: VMware's 899 MiB per 28 GiB + 1% of the rest, scaled to the scope)", func(c *agent.Config) any { return (*bytesFloatValue)(&c.BalloonMinFreeBytes) }},
 		{"balloon-guest-margin", "a guest is never ballooned below its active memory plus this (or the fraction below, if more)", func(c *agent.Config) any { return (*bytesFloatValue)(&c.BalloonGuestMarginBytes) }},

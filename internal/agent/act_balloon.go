@@ -1,18 +1,16 @@
 package agent
 
 import (
-	"context"
 	"errors"
 
 	"github.com/headroom-dev/headroom/internal/policy"
-	"github.com/headroom-dev/headroom/internal/qmp"
 )
 
 // applyBalloon hands a balloon target to the VM's goroutine and remembers
 // which VMs are ballooned, to give them their memory back at exit.
-func (h *hostActuators) applyBalloon(vm *vmConn, d policy.Decision) error {
+func (h *hostActuators) applyBalloon(vm Balloon, d policy.Decision) error {
 	if vm == nil {
-		return errors.New("the VM has no QMP connection")
+		return errors.New("the VM has no balloon the agent can reach")
 	}
 	vm.SetBalloon(d.Balloon.TargetBytes)
 	if d.Balloon.TargetBytes < d.Balloon.MaxBytes {
@@ -28,14 +26,13 @@ func (h *hostActuators) applyBalloon(vm *vmConn, d policy.Decision) error {
 
 // restoreBalloons deflates every balloon the agent inflated: a guest must
 // not stay starved of memory nobody manages any more.
-func (h *hostActuators) restoreBalloons(vms map[string]*vmConn) {
+func (h *hostActuators) restoreBalloons(balloon func(name string) Balloon) {
 	for name, maxBytes := range h.ballooned {
-		vm := vms[name]
+		vm := balloon(name)
 		if vm == nil {
 			continue
 		}
-		err := vm.command(func(ctx context.Context, c *qmp.Client) error { return c.Balloon(ctx, maxBytes) })
-		if err != nil {
+		if err := vm.Deflate(maxBytes); err != nil {
 			h.log.Warn("could not deflate the balloon", "workload", name, "err", err)
 		}
 		delete(h.ballooned, name)

@@ -154,6 +154,10 @@ func (a *Agent) SetEvictor(e Evictor) { a.act.evictions.evictor = e }
 // cgroups and their metadata files).
 func (a *Agent) SetSource(s Source) { a.obs.source = s }
 
+// SetBalloons makes b the VMs' balloons, in place of the QMP sockets
+// their metadata names.
+func (a *Agent) SetBalloons(b Balloons) { a.obs.balloons = b }
+
 // SetPressureReporter makes the agent tell r, after every round, which
 // signals fire (the Kubernetes node taint and condition).
 func (a *Agent) SetPressureReporter(r PressureReporter) { a.pressure = r }
@@ -223,7 +227,7 @@ func (a *Agent) stop(srv *http.Server) {
 	if srv != nil {
 		srv.Close()
 	}
-	a.act.restoreBalloons(a.obs.vms)
+	a.act.restoreBalloons(a.obs.balloon)
 	a.obs.closeVMs()
 	a.obs.closeUsageWatch()
 	if a.act.ksm != nil {

@@ -92,8 +92,8 @@ func (n *hostNode) Workloads(now time.Time) []policy.Workload {
 	out := make([]policy.Workload, 0, len(n.names))
 	for _, name := range n.names {
 		w := n.workloads[name]
-		if vm := n.obs.vms[name]; vm != nil {
-			w.Guest = vm.Guest(now)
+		if b := n.obs.balloon(name); b != nil {
+			w.Guest = b.Guest(now)
 			n.workloads[name] = w
 		}
 		out = append(out, w)
@@ -132,7 +132,7 @@ func (h *hostActuators) SetSwap(d policy.Decision) policy.SwapResult {
 func (h *hostActuators) SetKSM(s policy.KSMSetting) error { return h.ksm.apply(s) }
 
 func (h *hostActuators) SetBalloon(d policy.Decision) error {
-	return h.applyBalloon(h.node.obs.vms[d.Workload], d)
+	return h.applyBalloon(h.node.obs.balloon(d.Workload), d)
 }
 
 // Evict starts the eviction beside the loop.

@@ -34,9 +34,11 @@ type observer struct {
 	workloadLimits map[string]uint64
 	// vms follows the workloads whose metadata names a QMP socket, each
 	// read every vmPoll (the agent's round interval).
-	vms    map[string]*vmConn
-	vmPoll time.Duration
-	clock  loop.Clock
+	vms map[string]*vmConn
+	// balloons, when set, are the VMs' balloons instead (libvirt's).
+	balloons Balloons
+	vmPoll   time.Duration
+	clock    loop.Clock
 	// instances are the workloads' cgroup IDs: a workload whose cgroup
 	// was made again is a new one (a density step's VMs keep their
 	// predecessors' names), and its VM connection starts over.
@@ -328,6 +330,18 @@ func (o *observer) followVM(name, socket string) *vmConn {
 		o.vms[name] = vm
 	}
 	return vm
+}
+
+// balloon is the workload's balloon: the platform's, or its VM's QMP
+// connection (nil: none).
+func (o *observer) balloon(name string) Balloon {
+	if o.balloons != nil {
+		return o.balloons.Balloon(name)
+	}
+	if vm := o.vms[name]; vm != nil {
+		return vm
+	}
+	return nil
 }
 
 // closeVMs ends every VM connection.

@@ -11,6 +11,28 @@ import (
 	"github.com/headroom-dev/headroom/internal/qmp"
 )
 
+// Balloon is one VM's balloon and its guest's memory statistics, followed
+// beside the loop: reading them costs a round no I/O, and a VM that stops
+// answering never delays it.
+type Balloon interface {
+	// Guest is the latest statistics, aged to now (nil: none yet).
+	Guest(now time.Time) *policy.GuestMemory
+	// SetBalloon asks for a target, sent beside the loop.
+	SetBalloon(targetBytes uint64)
+	// BalloonErr is how the last request went.
+	BalloonErr() error
+	// Deflate gives the guest maxBytes now (the agent's exit).
+	Deflate(maxBytes uint64) error
+}
+
+// Balloons gives the agent the VMs' balloons where a platform owns them:
+// libvirt holds a domain's only QMP monitor. Without it the agent follows
+// the QMP socket a workload's metadata names.
+type Balloons interface {
+	// Balloon is the workload's balloon (nil: it has none).
+	Balloon(name string) Balloon
+}
+
 // balloonPath is the QOM path of a headroom micro-VM's balloon (and of any
 // VM whose balloon has id balloon0, as libvirt names it).
 const balloonPath = "/machine/peripheral/balloon0"
@@ -233,6 +255,11 @@ func (v *vmConn) command(f func(ctx context.Context, c *qmp.Client) error) error
 	ctx, cancel := context.WithTimeout(context.Background(), qmpTimeout)
 	defer cancel()
 	return f(ctx, c)
+}
+
+// Deflate sets the balloon to maxBytes and waits for QEMU's answer.
+func (v *vmConn) Deflate(maxBytes uint64) error {
+	return v.command(func(ctx context.Context, c *qmp.Client) error { return c.Balloon(ctx, maxBytes) })
 }
 
 // Powerdown presses the guest's power button.

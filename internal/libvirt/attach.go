@@ -31,8 +31,8 @@ func Scope(h cgroup.Hierarchy, configured string) string {
 	return configured
 }
 
-// Attach makes a's workloads the host's running domains and its evictions
-// libvirt's, and follows libvirtd until ctx ends. grace is the time from
+// Attach makes a's workloads the host's running domains, and its evictions
+// and balloons libvirt's, and follows libvirtd until ctx ends. grace is the time from
 // a shutdown request to the destroy.
 func Attach(ctx context.Context, a *agent.Agent, cfg Config, grace time.Duration, log *slog.Logger) (*Host, error) {
 	h, err := Open(cfg, log)
@@ -44,6 +44,7 @@ func Attach(ctx context.Context, a *agent.Agent, cfg Config, grace time.Duration
 	}
 	a.SetSource(h.Source())
 	a.SetEvictor(h.Evictor(grace))
+	a.SetBalloons(h.Balloons())
 	go h.Run(ctx)
 	return h, nil
 }

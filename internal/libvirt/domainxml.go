@@ -43,6 +43,11 @@ type GuestSpec struct {
 	// limit of the domain's cgroup. On cgroup v1 a swap allowance needs
 	// one (memsw counts memory and swap together).
 	HardLimitBytes uint64
+	// NoBalloon gives the domain no balloon (<memballoon model='none'>).
+	NoBalloon bool
+	// BalloonStatsSeconds is the balloon's statistics period (0: none, so
+	// the guest reports nothing until someone sets one).
+	BalloonStatsSeconds int
 }
 
 // DefaultTBCacheMiB is the translation cache headroom's micro-VMs use
@@ -78,8 +83,14 @@ func GuestDomainXML(s GuestSpec) (string, error) {
 			Controllers: []libvirtxml.DomainController{{Type: "virtio-serial"}},
 			Channels: []libvirtxml.DomainChannel{channel(guest.PortControl, "control"), channel(guest.PortStdout, "stdout"),
 				channel(guest.PortStderr, "stderr")},
-			MemBalloon: &libvirtxml.DomainMemBalloon{Model: "virtio", Stats: &libvirtxml.DomainMemBalloonStats{Period: 1}},
+			MemBalloon: &libvirtxml.DomainMemBalloon{Model: "virtio"},
 		},
+	}
+	switch {
+	case s.NoBalloon:
+		d.Devices.MemBalloon.Model = "none"
+	case s.BalloonStatsSeconds > 0:
+		d.Devices.MemBalloon.Stats = &libvirtxml.DomainMemBalloonStats{Period: uint(s.BalloonStatsSeconds)}
 	}
 	if s.HardLimitBytes > 0 {
 		d.MemoryTune = &libvirtxml.DomainMemoryTune{HardLimit: &libvirtxml.DomainMemoryTuneLimit{Value: s.HardLimitBytes >> 10, Unit: "KiB"}}

@@ -44,6 +44,9 @@ type Config struct {
 	// has no event followed here, takes effect within it; the agent passes
 	// its workload stats interval, at which it re-reads metadata anyway.
 	Resync time.Duration
+	// BalloonPoll is how often the balloons' statistics are read (0: a
+	// second, the period the guests report at).
+	BalloonPoll time.Duration
 }
 
 // Bounds of the connection's work.
@@ -74,6 +77,9 @@ type Host struct {
 	connErr  error              // why there is no connection (nil: connected)
 	reported map[string]string  // the last problem logged of each domain
 	saves    map[string]chan error
+	balloons map[string]*domainBalloon // running domains with a balloon
+
+	balloonWake chan struct{}
 
 	changed chan struct{}
 	up      prometheus.Gauge
@@ -113,7 +119,7 @@ func Open(cfg Config, log *slog.Logger) (*Host, error) {
 		cfg.ProcRoot = "/proc"
 	}
 	h := &Host{cfg: cfg, uri: u, pidDir: pidDir, log: log, domains: map[string]entry{}, reported: map[string]string{},
-		saves: map[string]chan error{}, changed: make(chan struct{}, 1), connErr: errors.New("not connected yet"),
+		saves: map[string]chan error{}, balloons: map[string]*domainBalloon{}, balloonWake: make(chan struct{}, 1), changed: make(chan struct{}, 1), connErr: errors.New("not connected yet"),
 		up: prometheus.NewGauge(prometheus.GaugeOpts{Name: "headroom_libvirt_up",
 			Help: "1 while the agent is connected to libvirtd, 0 while it is not (the agent keeps the domains it knew)."}),
 		rpcErrs: prometheus.NewCounter(prometheus.CounterOpts{Name: "headroom_libvirt_rpc_errors_total",
@@ -128,6 +134,7 @@ func (h *Host) Collectors() []prometheus.Collector { return []prometheus.Collect
 // Run connects, follows the domains and reconnects when the connection is
 // lost, until ctx ends.
 func (h *Host) Run(ctx context.Context) {
+	go h.pollBalloons(ctx)
 	down := ""
 	for ctx.Err() == nil {
 		conn, events, err := h.connect(ctx)
@@ -274,6 +281,7 @@ func (h *Host) resync(conn *golibvirt.Libvirt) error {
 	}
 	h.mu.Lock()
 	h.domains = next
+	h.followBalloons()
 	h.mu.Unlock()
 	if changedSet(old, next) {
 		select {
@@ -301,7 +309,8 @@ func (h *Host) describe(conn *golibvirt.Libvirt, d golibvirt.Domain, prev entry)
 		// memory as the request (if the XML gave it), priority 0.
 		h.report(d.Name+" metadata", err)
 		e.metaOK = false
-		info = Domain{Name: d.Name, Eviction: EvictShutdown, CurrentMemoryBytes: info.CurrentMemoryBytes, HasBalloon: info.HasBalloon}
+		info = Domain{Name: d.Name, Eviction: EvictShutdown, CurrentMemoryBytes: info.CurrentMemoryBytes,
+			MaxMemoryBytes: info.MaxMemoryBytes, HasBalloon: info.HasBalloon, BalloonStatsSeconds: info.BalloonStatsSeconds}
 		info.Meta.Name, info.Meta.MemoryRequestBytes = d.Name, info.CurrentMemoryBytes
 	} else {
 		h.report(d.Name+" metadata", nil)

@@ -57,9 +57,14 @@ type Domain struct {
 	Meta               workloadmeta.Metadata
 	// Eviction is EvictShutdown or EvictManagedSave.
 	Eviction string
+	// MaxMemoryBytes is <memory>: the most the balloon gives back.
+	MaxMemoryBytes uint64
 	// HasBalloon: the domain has a virtio balloon (<memballoon
 	// model='virtio'>), so it may be ballooned.
 	HasBalloon bool
+	// BalloonStatsSeconds is the balloon's statistics period (<stats
+	// period>; 0: the guest reports none until it is set).
+	BalloonStatsSeconds int
 }
 
 // ParseDomain reads a domain's XML (as DomainGetXMLDesc returns it): its
@@ -78,9 +83,15 @@ func ParseDomain(domainXML string) (Domain, error) {
 	} else if m := dx.Memory; m != nil {
 		d.CurrentMemoryBytes = memoryBytes(m.Value, m.Unit)
 	}
+	if m := dx.Memory; m != nil {
+		d.MaxMemoryBytes = memoryBytes(m.Value, m.Unit)
+	}
 	if dx.Devices != nil && dx.Devices.MemBalloon != nil {
-		d.HasBalloon = dx.Devices.MemBalloon.Model == "virtio" || dx.Devices.MemBalloon.Model == "virtio-transitional" ||
-			dx.Devices.MemBalloon.Model == "virtio-non-transitional"
+		b := dx.Devices.MemBalloon
+		d.HasBalloon = b.Model == "virtio" || b.Model == "virtio-transitional" || b.Model == "virtio-non-transitional"
+		if b.Stats != nil {
+			d.BalloonStatsSeconds = int(b.Stats.Period)
+		}
 	}
 	d.Meta = workloadmeta.Metadata{Name: dx.Name, MemoryRequestBytes: d.CurrentMemoryBytes}
 	if dx.Metadata == nil {

@@ -66,7 +66,8 @@ const limitOverheadMiB = 192
 
 func guestSpec(img libvirttest.Image, memMiB uint64, load string, w *libvirt.Workload) libvirt.GuestSpec {
 	return libvirt.GuestSpec{MemoryBytes: memMiB << 20, Kernel: img.Kernel, Initramfs: img.Initramfs, GraceSeconds: 5,
-		Command: append([]string{"load", "--json", "--interval", "1s"}, strings.Fields(load)...), TBCacheMiB: libvirt.DefaultTBCacheMiB, Workload: w}
+		Command: append([]string{"load", "--json", "--interval", "1s"}, strings.Fields(load)...), TBCacheMiB: libvirt.DefaultTBCacheMiB, Workload: w,
+		BalloonStatsSeconds: 1}
 }
 
 // The agent on a libvirt host: three domains with headroom's metadata get
