@@ -140,6 +140,9 @@ func agentConfigFlags() []configFlag {
 		{"balloon-guest-margin", "a guest is never ballooned below its active memory plus this (or the fraction below, if more)", func(c *agent.Config) any { return (*bytesFloatValue)(&c.BalloonGuestMarginBytes) }},
 		{"balloon-guest-margin-fraction", "the guest margin as a fraction of its RAM", func(c *agent.Config) any { return &c.BalloonGuestMarginFraction }},
 		{"libvirt-uri", "run on a libvirt host: its running domains are the workloads (metadata in each domain's XML), evictions go through libvirt (e.g. qemu:///system)", func(c *agent.Config) any { return &c.Libvirt.URI }},
+		{"libvirt-resume", "libvirt: start the domains the agent parked (managed save) again, highest priority first, once the scope has room for one", func(c *agent.Config) any { return &c.ResumeParked }},
+		{"resume-margin", "room a parked domain needs above its memory, under the eviction threshold, to be resumed", func(c *agent.Config) any { return (*bytesFloatValue)(&c.ResumeMarginBytes) }},
+		{"resume-hold", "time that room must last before a parked domain is resumed", func(c *agent.Config) any { return (*secondsValue)(&c.ResumeHoldSeconds) }},
 		{"kubernetes-node", "run on this Kubernetes node: its pods are the workloads, evictions go through the Eviction API, the node is tainted under pressure", func(c *agent.Config) any { return &c.Kubernetes.NodeName }},
 		{"kubeconfig", `Kubernetes: kubeconfig file ("": the pod's service account)`, func(c *agent.Config) any { return &c.Kubernetes.Kubeconfig }},
 		{"kubernetes-cgroup-root", "Kubernetes: the kubelet's --cgroup-root", func(c *agent.Config) any { return &c.Kubernetes.CgroupRoot }},
@@ -280,7 +283,7 @@ func newAgentCommand() *cobra.Command {
 				attached, detach := context.WithCancel(context.WithoutCancel(cmd.Context()))
 				defer detach()
 				if _, err := libvirt.Attach(attached, a, libvirt.Config{URI: final.Libvirt.URI, Hierarchy: hierarchy, ProcRoot: final.ProcRoot,
-					Resync: time.Duration(final.WorkloadStatsSeconds * float64(time.Second))},
+					Resync: time.Duration(final.WorkloadStatsSeconds * float64(time.Second)), Balloon: final.Balloon},
 					time.Duration(final.EvictionGraceSeconds*float64(time.Second)), log); err != nil {
 					return usageError{err}
 				}

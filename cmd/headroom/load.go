@@ -59,6 +59,7 @@ type loadFlags struct {
 	content    contentValue
 	seed       uint64
 	mergeable  bool
+	checksum   bool
 	hugePages  hugePagesValue
 	interval   time.Duration
 	pace       time.Duration
@@ -95,6 +96,7 @@ func (f *loadFlags) register(fl *pflag.FlagSet) {
 	fl.Var(&f.content, "content", "page content: random, zero, dup=F (fraction F deduplicable), compress=R (about R:1)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed for random scans and unique page content (with --workers, worker i uses seed+i)")
 	fl.BoolVar(&f.mergeable, "mergeable", false, "mark the block MADV_MERGEABLE so KSM may merge its pages")
+	fl.BoolVar(&f.checksum, "checksum", false, "print the block's CRC-64 after populate and in the summary: equal when nothing wrote to it (a save and restore lost nothing)")
 	fl.Var(&f.hugePages, "hugepages", "transparent huge pages for the block: never (MADV_NOHUGEPAGE) or madvise (MADV_HUGEPAGE)")
 	fl.DurationVar(&f.interval, "interval", time.Second, "reporting interval")
 	fl.DurationVar(&f.stopDelay, "stop-delay", 0, "on SIGTERM/SIGINT, go on (memory held, touching) this long before exiting, as a guest powering down does")
@@ -134,6 +136,7 @@ func (f *loadFlags) params() memload.Params {
 		Content:         memload.Content(f.content),
 		Seed:            f.seed,
 		Mergeable:       f.mergeable,
+		Checksum:        f.checksum,
 		HugePages:       memload.HugePages(f.hugePages),
 		Interval:        f.interval,
 		Pace:            f.pace,

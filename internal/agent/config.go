@@ -203,6 +203,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("kubernetes.swap must be auto, agent or kubelet, got %q", k.Swap)
 	case k.NodeName == "" && (k.Kubeconfig != "" || k.ProtectedSelector != "" || k.Namespace != ""):
 		return fmt.Errorf("kubernetes settings given without kubernetes.nodeName (--kubernetes-node)")
+	case c.ResumeParked && c.Libvirt.URI == "":
+		return fmt.Errorf("resumeParked (--libvirt-resume) needs libvirt.uri (--libvirt-uri): only libvirt domains are parked")
 	case c.Libvirt.URI != "" && k.NodeName != "":
 		return fmt.Errorf("libvirt.uri (--libvirt-uri) and kubernetes.nodeName (--kubernetes-node) name two sources of workloads; give one")
 	}

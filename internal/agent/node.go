@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -101,6 +102,14 @@ func (n *hostNode) Workloads(now time.Time) []policy.Workload {
 	return out
 }
 
+// Parked are the source's parked workloads (none unless it parks).
+func (n *hostNode) Parked() []policy.Parked {
+	if p, ok := n.obs.source.(Parker); ok {
+		return p.Parked()
+	}
+	return nil
+}
+
 // refreshDisplay replaces the display names and cgroup paths.
 func (n *hostNode) refreshDisplay() {
 	d := make(map[string]string, len(n.meta))
@@ -133,6 +142,24 @@ func (h *hostActuators) SetKSM(s policy.KSMSetting) error { return h.ksm.apply(s
 
 func (h *hostActuators) SetBalloon(d policy.Decision) error {
 	return h.applyBalloon(h.node.obs.balloon(d.Workload), d)
+}
+
+// Resume starts a parked workload beside the loop; a start that fails is
+// logged, and the workload stays parked to be tried again.
+func (h *hostActuators) Resume(d policy.Decision) error {
+	p, ok := h.node.obs.source.(Parker)
+	if !ok {
+		return errors.New("this platform parks nothing")
+	}
+	go func() {
+		started := time.Now()
+		if err := p.Resume(d.Workload); err != nil {
+			h.log.Warn("could not resume a parked workload", "workload", d.Workload, "err", err)
+			return
+		}
+		h.log.Info("resumed a parked workload", "workload", d.Workload, "seconds", time.Since(started).Seconds())
+	}()
+	return nil
 }
 
 // Evict starts the eviction beside the loop.

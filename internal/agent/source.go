@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/headroom-dev/headroom/internal/cgroup"
+	"github.com/headroom-dev/headroom/internal/policy"
 	"github.com/headroom-dev/headroom/internal/workloadmeta"
 )
 
@@ -26,6 +27,17 @@ type Source interface {
 	// its swap allowance at once (nil: the agent lists only at its
 	// discovery interval).
 	Changed() <-chan struct{}
+}
+
+// Parker is a Source whose platform parks workloads (libvirt's managed
+// save) and starts them again: with it the policy may resume them
+// (resumeParked).
+type Parker interface {
+	// Parked lists the workloads the agent parked, as last listed.
+	Parked() []policy.Parked
+	// Resume starts a parked workload; it blocks until the platform has
+	// started it (seconds: the image is read back).
+	Resume(name string) error
 }
 
 // Listed is one workload found by a Source.

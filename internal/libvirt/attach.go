@@ -44,7 +44,9 @@ func Attach(ctx context.Context, a *agent.Agent, cfg Config, grace time.Duration
 	}
 	a.SetSource(h.Source())
 	a.SetEvictor(h.Evictor(grace))
-	a.SetBalloons(h.Balloons())
+	if cfg.Balloon {
+		a.SetBalloons(h.Balloons())
+	}
 	go h.Run(ctx)
 	return h, nil
 }

@@ -123,7 +123,8 @@ func GuestDomainXML(s GuestSpec) (string, error) {
 func MetadataElement(w Workload) string {
 	var b strings.Builder
 	b.WriteString("<workload")
-	for _, a := range [][2]string{{"priority", w.Priority}, {"memoryRequest", w.MemoryRequest}, {"protected", w.Protected}, {"eviction", w.Eviction}} {
+	for _, a := range [][2]string{{"priority", w.Priority}, {"memoryRequest", w.MemoryRequest}, {"protected", w.Protected}, {"eviction", w.Eviction},
+		{"parked", w.Parked}} {
 		if a[1] != "" {
 			b.WriteString(" " + a[0] + "=" + strconv.Quote(a[1]))
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"libvirt.org/go/libvirtxml"
 
@@ -46,6 +47,11 @@ type Workload struct {
 	Protected string `xml:"protected,attr,omitempty"`
 	// Eviction is shutdown (default) or managedsave.
 	Eviction string `xml:"eviction,attr,omitempty"`
+	// Parked is set by the agent, in the persistent configuration only,
+	// when it parked the domain by managed save (RFC 3339): with
+	// --libvirt-resume the agent starts it again when there is room. A
+	// domain an operator saved has none and is never started by the agent.
+	Parked string `xml:"parked,attr,omitempty"`
 }
 
 // Domain is what the agent takes from a domain's XML.
@@ -65,6 +71,10 @@ type Domain struct {
 	// BalloonStatsSeconds is the balloon's statistics period (<stats
 	// period>; 0: the guest reports none until it is set).
 	BalloonStatsSeconds int
+	// Element is headroom's element as found (zero: none); ParkedAt is
+	// its parked time (zero: not parked by the agent).
+	Element  Workload
+	ParkedAt time.Time
 }
 
 // ParseDomain reads a domain's XML (as DomainGetXMLDesc returns it): its
@@ -101,6 +111,7 @@ func ParseDomain(domainXML string) (Domain, error) {
 	if err != nil || !found {
 		return d, err
 	}
+	d.Element = w
 	return d, w.apply(&d)
 }
 
@@ -160,6 +171,13 @@ func (w Workload) apply(d *Domain) error {
 			return fmt.Errorf("headroom metadata: protected must be true or false, got %q", w.Protected)
 		}
 		d.Meta.Protected = p
+	}
+	if w.Parked != "" {
+		at, err := time.Parse(time.RFC3339Nano, w.Parked)
+		if err != nil {
+			return fmt.Errorf("headroom metadata: parked must be an RFC 3339 time, got %q", w.Parked)
+		}
+		d.ParkedAt = at.UTC()
 	}
 	switch w.Eviction {
 	case "", EvictShutdown:

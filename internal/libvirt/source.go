@@ -83,7 +83,16 @@ func (e *Evictor) Begin(ctx context.Context, t agent.Target) (string, error) {
 		e.h.mu.Lock()
 		e.h.saves[t.Name] = done
 		e.h.mu.Unlock()
-		go func() { done <- conn.DomainManagedSave(ent.dom, 0) }()
+		go func() {
+			err := conn.DomainManagedSave(ent.dom, 0)
+			if err == nil {
+				// Parked, so that --libvirt-resume may start it again.
+				if merr := e.h.markParked(conn, ent.dom, ent.info.Element, time.Now()); merr != nil {
+					e.h.log.Warn("libvirt: saved, but not marked parked; it will not be resumed", "domain", t.Name, "err", merr)
+				}
+			}
+			done <- err
+		}()
 		return "managed save", nil
 	}
 	err := callCtx(ctx, func() error { return conn.DomainShutdownFlags(ent.dom, golibvirt.DomainShutdownAcpiPowerBtn) })

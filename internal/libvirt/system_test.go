@@ -3,6 +3,7 @@
 package libvirt_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/headroom-dev/headroom/internal/agent"
 	"github.com/headroom-dev/headroom/internal/cgroup"
+	"github.com/headroom-dev/headroom/internal/host"
 	"github.com/headroom-dev/headroom/internal/libvirt"
 	"github.com/headroom-dev/headroom/internal/libvirt/libvirttest"
 	"github.com/headroom-dev/headroom/internal/policy"
@@ -131,6 +133,16 @@ func TestSystemLibvirtAgentFollowsDomains(t *testing.T) {
 			return err == nil && m.SwapLimitBytes == rec.Swap.SwapBytes&^4095 // the kernel keeps whole pages
 		})
 		t.Logf("%s: cgroup %s holds the allowance", g.Name, cg.Path())
+		// KSM works on domains as on micro-VMs: libvirt's QEMU marks the
+		// guest's RAM mergeable (mem-merge is on by default).
+		b, _ := os.ReadFile(pidPath)
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		mergeable, err := host.MergeableBytes(pid)
+		if err != nil || mergeable < 256<<20 {
+			t.Errorf("%s: %d MiB of its QEMU's memory is mergeable (%v), want its 256 MiB of RAM", g.Name, mergeable>>20, err)
+		} else {
+			t.Logf("%s: %d MiB of its QEMU's mappings are mergeable (KSM)", g.Name, mergeable>>20)
+		}
 	}
 
 	// A metadata change (virsh, as an operator would) takes effect: a
@@ -153,15 +165,20 @@ func TestSystemLibvirtAgentFollowsDomains(t *testing.T) {
 // node is a partition of the test's own (1 GiB of RAM, 512 MiB of swap)
 // with three 512 MiB domains of priority 1, 5 and 10 each holding 384 MiB:
 // together past RAM + 0.5 × swap once all three have populated. low is the
-// lowest-priority domain's metadata.
-func crowdedNode(t *testing.T, low libvirt.Workload) (parts libvirttest.Partition, guests []*libvirttest.Guest, l *golibvirt.Libvirt) {
+// lowest-priority domain's metadata, lowLoad its load arguments ("": as
+// the others').
+func crowdedNode(t *testing.T, low libvirt.Workload, lowLoad string) (parts libvirttest.Partition, guests []*libvirttest.Guest, l *golibvirt.Libvirt) {
 	libvirttest.Start(t)
 	testenv.SwapFile(t, 768<<20)
 	l = libvirttest.Connect(t)
 	img := libvirttest.GuestImage(t)
 	parts = libvirttest.NewPartition(t, 1<<30, 512<<20)
-	for _, w := range []libvirt.Workload{low, {Priority: "5", MemoryRequest: "256Mi"}, {Priority: "10", MemoryRequest: "256Mi"}} {
-		spec := guestSpec(img, 512, "--size 384Mi --scan none --duration 300s", &w)
+	for i, w := range []libvirt.Workload{low, {Priority: "5", MemoryRequest: "256Mi"}, {Priority: "10", MemoryRequest: "256Mi"}} {
+		load := "--size 384Mi --scan none --duration 300s"
+		if i == 0 && lowLoad != "" {
+			load = lowLoad
+		}
+		spec := guestSpec(img, 512, load, &w)
 		spec.Partition = parts.Name
 		guests = append(guests, libvirttest.Define(t, l, spec))
 	}
@@ -178,7 +195,7 @@ func scopeOf(p libvirttest.Partition) string {
 // guest workload stops on SIGTERM and prints its summary, and the kernel
 // kills nothing.
 func TestSystemLibvirtAgentShutsDownTheLowest(t *testing.T) {
-	parts, guests, l := crowdedNode(t, libvirt.Workload{Priority: "1", MemoryRequest: "256Mi"})
+	parts, guests, l := crowdedNode(t, libvirt.Workload{Priority: "1", MemoryRequest: "256Mi"}, "")
 	lines := runAgent(t, "--scope", scopeOf(parts), "--swap-utilization-threshold-factor", "0.5", "--eviction-grace", "20s")
 	for _, g := range guests[:2] {
 		startLimited(t, l, g, 512)
@@ -221,14 +238,19 @@ func TestSystemLibvirtAgentShutsDownTheLowest(t *testing.T) {
 	}
 }
 
-// A domain whose metadata says managedsave is parked: its state goes to
-// disk, its RAM is freed (outcome saved), and started again it carries on
-// where it stopped (the same process: no second populate, its elapsed
-// time continuing).
+// A domain whose metadata says eviction="managedsave" is parked: saved to
+// disk while the node pages, its RAM freed (outcome saved), and marked
+// parked in its persistent configuration. Once the others are gone the
+// agent (--libvirt-resume) starts it again after the room has held for
+// --resume-hold, and its workload carries on where it stopped: the same
+// process (one populate, its elapsed time going on), reading its pages
+// all along, and the same CRC-64 of its 384 MiB at the end as after its
+// populate: nothing was lost.
 func TestSystemLibvirtAgentParksByManagedSave(t *testing.T) {
-	parts, guests, l := crowdedNode(t, libvirt.Workload{Priority: "1", MemoryRequest: "256Mi", Eviction: libvirt.EvictManagedSave})
+	parts, guests, l := crowdedNode(t, libvirt.Workload{Priority: "1", MemoryRequest: "256Mi", Eviction: libvirt.EvictManagedSave},
+		"--size 384Mi --scan random --writes 0 --rate 20k --duration 150s --checksum")
 	lines := runAgent(t, "--scope", scopeOf(parts), "--swap-utilization-threshold-factor", "0.5", "--eviction-grace", "20s",
-		"--eviction-deadline", "120s")
+		"--eviction-deadline", "120s", "--libvirt-resume", "--resume-hold", "5s", "--resume-margin", "64Mi")
 	for _, g := range guests[:2] {
 		startLimited(t, l, g, 512)
 	}
@@ -236,6 +258,10 @@ func TestSystemLibvirtAgentParksByManagedSave(t *testing.T) {
 		g.WaitStdout(t, `"type":"populate"`, 120*time.Second)
 	}
 	guests[0].WaitStdout(t, `"type":"interval"`, 30*time.Second)
+	populated := jsonField(guests[0].Stdout(), "populate", "checksum")
+	if populated == "" {
+		t.Fatalf("no checksum after the populate:\n%s", guests[0].Stdout())
+	}
 	startLimited(t, l, guests[2], 512)
 	n := lines.WaitFor(t, "an eviction", 0, 180*time.Second, func(r agent.Record) bool { return r.Action == policy.ActionEvict },
 		func() string { return "" })
@@ -246,27 +272,60 @@ func TestSystemLibvirtAgentParksByManagedSave(t *testing.T) {
 		return r.Action == policy.ActionEvicted && r.Workload == guests[0].Name
 	}, func() string { return "" })
 	o := lines.All()[n-1].Outcome
-	t.Logf("%s: %s in %.1f s, freeing %d MiB", guests[0].Name, o.Result, o.Seconds, o.FreedBytes>>20)
+	t.Logf("%s: %s in %.1f s while the node paged, freeing %d MiB", guests[0].Name, o.Result, o.Seconds, o.FreedBytes>>20)
 	if o.Result != policy.EvictedSaved {
 		t.Fatalf("outcome %+v, want saved", o)
 	}
 	if has, err := l.DomainHasManagedSaveImage(guests[0].Dom, 0); err != nil || has != 1 {
 		t.Fatalf("no managed-save image after the save (%d, %v)", has, err)
 	}
-	before := guests[0].Stdout()
-	lastElapsed := lastElapsedSeconds(before)
-	// Room again: the others go, and the parked one is started.
+	lastElapsed := lastElapsedSeconds(guests[0].Stdout())
+	// Room again: the others go, and the agent starts the parked one.
 	for _, g := range guests[1:] {
 		l.DomainDestroyFlags(g.Dom, golibvirt.DomainDestroyDefault)
 	}
+	roomAt := time.Now()
+	n = lines.WaitFor(t, "the resume", n, 60*time.Second, func(r agent.Record) bool {
+		return r.Action == policy.ActionResume && r.Workload == guests[0].Name
+	}, func() string { return "" })
+	t.Logf("resume decided %.1f s after the others were destroyed (hold 5 s): %s", time.Since(roomAt).Seconds(), lines.All()[n-1].Reason)
 	resumed := time.Now()
-	guests[0].Start(t, l)
 	testenv.Eventually(t, 60*time.Second, func() bool { return lastElapsedSeconds(guests[0].Stdout()) > lastElapsed+2 })
-	t.Logf("resumed in %.1f s (to two more seconds of its workload); elapsed %.1f s before the save, %.1f s now",
-		time.Since(resumed).Seconds(), lastElapsed, lastElapsedSeconds(guests[0].Stdout()))
+	t.Logf("running again %.1f s after the resume decision (to two more seconds of its workload); elapsed %.1f s before the save",
+		time.Since(resumed).Seconds(), lastElapsed)
 	if strings.Count(guests[0].Stdout(), `"type":"populate"`) != 1 {
 		t.Fatalf("the guest populated again: it restarted instead of carrying on:\n%s", guests[0].Stdout())
 	}
+	x, err := l.DomainGetXMLDesc(guests[0].Dom, golibvirt.DomainXMLInactive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := libvirt.ParseDomain(x); !d.ParkedAt.IsZero() || d.Meta.Priority != 1 || d.Eviction != libvirt.EvictManagedSave {
+		t.Errorf("after the resume the configuration's element is %+v, want the parked mark cleared and the rest kept", d.Element)
+	}
+	guests[0].WaitStdout(t, `"type":"summary"`, 240*time.Second)
+	end := jsonField(guests[0].Stdout(), "summary", "checksum")
+	pages := jsonField(guests[0].Stdout(), "summary", "pages")
+	t.Logf("checksum after the populate %s, at the end %s; %s pages read in all", populated, end, pages)
+	if end != populated {
+		t.Fatalf("the workload's pages changed across the save: checksum %s after the populate, %s at the end", populated, end)
+	}
+}
+
+// jsonField is field of the last JSON line of the given type in out, as
+// text ("" if none).
+func jsonField(out, typ, field string) string {
+	var v string
+	for _, line := range strings.Split(out, "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) != nil || m["type"] != typ {
+			continue
+		}
+		if f, ok := m[field]; ok {
+			v = fmt.Sprint(f)
+		}
+	}
+	return v
 }
 
 // lastElapsedSeconds is the elapsed time of the last interval record.

@@ -26,6 +26,9 @@ func Args(p memload.Params) []string {
 	if p.Mergeable {
 		args = append(args, "--mergeable")
 	}
+	if p.Checksum {
+		args = append(args, "--checksum")
+	}
 	if p.Pace > 0 {
 		args = append(args, "--pace", p.Pace.String())
 	}

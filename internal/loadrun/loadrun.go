@@ -135,5 +135,8 @@ func prepare(ctx context.Context, params memload.Params) (*memload.Block, memloa
 		return nil, memload.PopulateStats{}, fmt.Errorf("%w: %v", ErrRunFailed, err)
 	}
 	pop := block.Populate(params.Content, params.Seed, func() bool { return ctx.Err() != nil })
+	if params.Checksum && pop.Pages == block.Pages() {
+		pop.Checksum = block.Checksum()
+	}
 	return block, pop, nil
 }

@@ -52,8 +52,8 @@ func (p *printer) populated(pop memload.PopulateStats) {
 		}{"populate", pop})
 		return
 	}
-	fmt.Fprintf(p.w, "populated %d pages in %.2f s (%s pages/s, %d major faults)\n",
-		pop.Pages, pop.Seconds, units.FormatRate(pop.PagesPerSec), pop.MajorFaults)
+	fmt.Fprintf(p.w, "populated %d pages in %.2f s (%s pages/s, %d major faults)%s\n",
+		pop.Pages, pop.Seconds, units.FormatRate(pop.PagesPerSec), pop.MajorFaults, checksumText(pop.Checksum))
 }
 
 func (p *printer) record(r memload.Record) {
@@ -79,9 +79,16 @@ func (p *printer) summary(s memload.Summary) {
 		p.emitJSON(s)
 		return
 	}
-	fmt.Fprintf(p.w, "summary: %d pages in %.2f s = %s pages/s; %d major faults (%s/s), %d minor; cpu user %.2f s sys %.2f s; populate %.2f s; stopped: %s\n",
+	fmt.Fprintf(p.w, "summary: %d pages in %.2f s = %s pages/s; %d major faults (%s/s), %d minor; cpu user %.2f s sys %.2f s; populate %.2f s; stopped: %s%s\n",
 		s.Pages, s.Seconds, units.FormatRate(s.PagesPerSec), s.MajorFaults, units.FormatRate(s.MajorFaultsPerSec), s.MinorFaults,
-		s.UserCPUSeconds, s.SystemCPUSeconds, s.PopulateSeconds, s.StopReason)
+		s.UserCPUSeconds, s.SystemCPUSeconds, s.PopulateSeconds, s.StopReason, checksumText(s.Checksum))
+}
+
+func checksumText(sum string) string {
+	if sum == "" {
+		return ""
+	}
+	return "; checksum " + sum
 }
 
 func rateText(r float64) string {

@@ -28,6 +28,9 @@ type Node interface {
 	// Workloads are the workloads as last read, in a stable order, each
 	// with its guest's latest statistics.
 	Workloads(now time.Time) []policy.Workload
+	// Parked are the workloads the agent parked (saved to disk), none
+	// where the platform parks nothing.
+	Parked() []policy.Parked
 }
 
 // Actuators carry out decisions. Each returns at once: a slow call (an
@@ -43,6 +46,9 @@ type Actuators interface {
 	// graceful request was sent or refused (e.Record), and reports how the
 	// eviction ended exactly once (e.Report), from any goroutine.
 	Evict(e Eviction)
+	// Resume starts a parked workload again; it returns once the start
+	// was asked for, and the start runs beside the loop.
+	Resume(d policy.Decision) error
 }
 
 // Eviction is one eviction handed to the actuators.
@@ -156,7 +162,8 @@ func (l *Loop) Tick(now time.Time, rediscover bool) policy.Snapshot {
 		l.node.Refresh(now, false)
 		l.statsAt = now
 	}
-	snap := policy.Snapshot{Sample: sample, Workloads: l.node.Workloads(now), Outcomes: outcomes, SwapResults: l.swapResults}
+	snap := policy.Snapshot{Sample: sample, Workloads: l.node.Workloads(now), Outcomes: outcomes, SwapResults: l.swapResults,
+		Parked: l.node.Parked()}
 	l.swapResults = nil
 	decisions, next := policy.Decide(snap, l.cfg.Policy, l.state)
 	if l.statsAt.Before(now) && next.Firing() {
@@ -198,6 +205,10 @@ func (l *Loop) carryOut(d policy.Decision) {
 		}
 	case d.Action == policy.ActionSetBalloon:
 		if err := l.act.SetBalloon(d); err != nil {
+			r.Error = err.Error()
+		}
+	case d.Action == policy.ActionResume:
+		if err := l.act.Resume(d); err != nil {
 			r.Error = err.Error()
 		}
 	case d.Action == policy.ActionEvict:

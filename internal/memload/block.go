@@ -2,6 +2,7 @@ package memload
 
 import (
 	"fmt"
+	"hash/crc64"
 	"math/bits"
 	"os"
 	"time"
@@ -35,6 +36,8 @@ type PopulateStats struct {
 	PagesPerSec float64       `json:"pages_per_sec"`
 	MajorFaults uint64        `json:"major_faults"`
 	MinorFaults uint64        `json:"minor_faults"`
+	// Checksum is the block's CRC-64 once populated (Params.Checksum).
+	Checksum string `json:"checksum,omitempty"`
 }
 
 // Map maps sizeBytes (rounded up to whole pages) of anonymous memory and
@@ -113,6 +116,15 @@ func (b *Block) Populate(c Content, seed uint64, stop func() bool) PopulateStats
 		MinorFaults: after.minor - before.minor,
 	}
 }
+
+// Checksum is the CRC-64 (ECMA) of the whole block, in hex: the same
+// after a save and restore of the process or its VM when nothing wrote to
+// the block. It reads every page (faulting in any that were swapped out).
+func (b *Block) Checksum() string {
+	return fmt.Sprintf("%016x", crc64.Checksum(b.mem, crcTable))
+}
+
+var crcTable = crc64.MakeTable(crc64.ECMA)
 
 // Close unmaps the block.
 func (b *Block) Close() error {

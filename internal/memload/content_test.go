@@ -208,3 +208,27 @@ func TestWritesKeepContentClass(t *testing.T) {
 		}
 	}
 }
+
+// A block's checksum is the same for the same content and seed, and any
+// page written changes it.
+func TestBlockChecksum(t *testing.T) {
+	sums := make([]string, 2)
+	for i := range sums {
+		b, err := Map(1<<20, false, HugePagesNever)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Populate(Content{}, 7, func() bool { return false })
+		sums[i] = b.Checksum()
+		if i == 1 {
+			b.Page(100)[5]++
+			if b.Checksum() == sums[0] {
+				t.Error("a written page left the checksum as it was")
+			}
+		}
+		b.Close()
+	}
+	if sums[0] != sums[1] {
+		t.Errorf("same content and seed, checksums %s and %s", sums[0], sums[1])
+	}
+}

@@ -44,6 +44,9 @@ type Params struct {
 	ContentName     string        `json:"content"`
 	Seed            uint64        `json:"seed"`
 	Mergeable       bool          `json:"mergeable"`
+	// Checksum: checksum the block after populate and at the end (equal
+	// when nothing wrote to it: a save and restore lost nothing).
+	Checksum        bool          `json:"checksum,omitempty"`
 	HugePages       HugePages     `json:"hugepages"`
 	Interval        time.Duration `json:"-"`
 	IntervalSeconds float64       `json:"interval_seconds"`

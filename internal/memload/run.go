@@ -48,9 +48,11 @@ type Summary struct {
 	SwapBytes         uint64        `json:"swap_bytes"`
 	PopulateSeconds   float64       `json:"populate_seconds"`
 	Populate          PopulateStats `json:"populate"`
-	StartUnixNano     int64         `json:"start_unix_nano"`
-	StopReason        string        `json:"stop_reason"`
-	Params            Params        `json:"params"`
+	// Checksum is the block's CRC-64 at the end (Params.Checksum).
+	Checksum      string `json:"checksum,omitempty"`
+	StartUnixNano int64  `json:"start_unix_nano"`
+	StopReason    string `json:"stop_reason"`
+	Params        Params `json:"params"`
 }
 
 // Stop reasons reported in Summary.StopReason.
@@ -133,6 +135,10 @@ func Run(ctx context.Context, b *Block, p Params, pop PopulateStats, emit func(R
 			reason = cause.Error()
 		}
 	}
+	var sum string
+	if p.Checksum {
+		sum = b.Checksum()
+	}
 	usage1 := readUsage()
 	rss, swap := memoryUse()
 	elapsed := end.Sub(start)
@@ -150,6 +156,7 @@ func Run(ctx context.Context, b *Block, p Params, pop PopulateStats, emit func(R
 		SwapBytes:         swap,
 		PopulateSeconds:   pop.Seconds,
 		Populate:          pop,
+		Checksum:          sum,
 		StartUnixNano:     start.UnixNano(),
 		StopReason:        reason,
 		Params:            p,

@@ -56,6 +56,7 @@ func FuzzDecide(f *testing.F) {
 		// Short enough for a give-up to expire and a back-off to reach
 		// its cap within a scenario.
 		cfg.AbandonRetrySeconds, cfg.RefusalBackoffMaxSeconds = 2*cfg.EvictionDeadlineSeconds, 4
+		cfg.ResumeParked, cfg.ResumeHoldSeconds, cfg.ResumeMarginBytes = src.upTo(2) == 1, float64(src.upTo(5)), float64(src.upTo(4)<<28)
 		if err := cfg.Validate(); err != nil {
 			t.Fatalf("decoded config invalid: %v", err)
 		}
@@ -127,6 +128,10 @@ func FuzzDecide(f *testing.F) {
 					}
 				}
 				snap.Workloads = append(snap.Workloads, w)
+			}
+			for i := range src.upTo(3) {
+				snap.Parked = append(snap.Parked, Parked{Name: fmt.Sprintf("p%d", i), Priority: src.upTo(4),
+					MemoryBytes: uint64(1+src.upTo(8)) << 28, ParkedAt: t0.Add(time.Duration(src.upTo(4)) * time.Second)})
 			}
 			// The kernel applies or refuses the last allowances at random.
 			for name, want := range st.swapPending {
@@ -262,6 +267,20 @@ func checkDecisions(t *testing.T, snap Snapshot, cfg Config, prev State, decisio
 			if len(next.Window) != 0 {
 				t.Fatal("window not restarted after an eviction")
 			}
+		case ActionResume:
+			parked := false
+			for _, p := range snap.Parked {
+				parked = parked || p.Name == d.Workload
+			}
+			switch {
+			case !cfg.ResumeParked || !parked:
+				t.Fatalf("resumed %s: resuming off, or not parked", d.Workload)
+			case len(next.Evicting) > 0 || next.Firing() || snap.Sample.ScopeErr != "" || inCooldown(next, cfg, now):
+				t.Fatalf("resumed %s while evicting, firing, cooling down or blind", d.Workload)
+			case prev.Resume.Resuming != "" && now.Sub(prev.Resume.ResumingAt).Seconds() < cfg.EvictionDeadlineSeconds &&
+				slicesContainsParked(snap.Parked, prev.Resume.Resuming):
+				t.Fatalf("resumed %s while %s is still starting", d.Workload, prev.Resume.Resuming)
+			}
 		case ActionNone:
 			if d.Reason == "" {
 				t.Fatal("non-action without a reason")
@@ -364,4 +383,8 @@ func checkDecisions(t *testing.T, snap Snapshot, cfg Config, prev State, decisio
 			t.Fatalf("%s still evicting %.1f s after it was chosen, past the %g s deadline", name, snap.Sample.Time.Sub(since).Seconds(), cfg.EvictionDeadlineSeconds)
 		}
 	}
+}
+
+func slicesContainsParked(ps []Parked, name string) bool {
+	return slices.ContainsFunc(ps, func(p Parked) bool { return p.Name == name })
 }

@@ -98,6 +98,14 @@ type Config struct {
 	BalloonStartSeconds float64 `json:"balloonStartSeconds"`
 	// BalloonMOMIntervalSeconds is MOM's policy interval.
 	BalloonMOMIntervalSeconds float64 `json:"balloonMOMIntervalSeconds"`
+
+	// ResumeParked starts parked workloads (Snapshot.Parked) again, in
+	// priority order, once the scope has room for one: ResumeMarginBytes
+	// above its memory, under the eviction threshold, for
+	// ResumeHoldSeconds (decideResume).
+	ResumeParked      bool    `json:"resumeParked"`
+	ResumeMarginBytes float64 `json:"resumeMarginBytes"`
+	ResumeHoldSeconds float64 `json:"resumeHoldSeconds"`
 }
 
 // DefaultConfig is what the agent runs without configuration. Rate and PSI
@@ -125,6 +133,8 @@ func DefaultConfig() Config {
 		BalloonGuestMarginFraction:     0.1,
 		BalloonStartSeconds:            60,
 		BalloonMOMIntervalSeconds:      10,
+		ResumeMarginBytes:              256 << 20,
+		ResumeHoldSeconds:              30,
 	}
 }
 
@@ -175,6 +185,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("balloonStartSeconds must be in [0,3600], got %g", c.BalloonStartSeconds)
 	case !(c.BalloonMOMIntervalSeconds >= 1 && c.BalloonMOMIntervalSeconds <= 600):
 		return fmt.Errorf("balloonMOMIntervalSeconds must be in [1,600], got %g", c.BalloonMOMIntervalSeconds)
+	case !(c.ResumeMarginBytes >= 0):
+		return fmt.Errorf("resumeMarginBytes must be >= 0, got %g", c.ResumeMarginBytes)
+	case !(c.ResumeHoldSeconds >= 0 && c.ResumeHoldSeconds <= 3600):
+		return fmt.Errorf("resumeHoldSeconds must be in [0,3600], got %g", c.ResumeHoldSeconds)
 	}
 	return nil
 }
@@ -305,6 +319,8 @@ type Snapshot struct {
 	Outcomes []EvictionOutcome `json:"outcomes,omitempty"`
 	// SwapResults are how the last set_swap decisions were applied.
 	SwapResults []SwapResult `json:"swap_results,omitempty"`
+	// Parked are the workloads the agent parked, not running now.
+	Parked []Parked `json:"parked,omitempty"`
 }
 
 // State is what Decide carries between calls.
@@ -347,6 +363,8 @@ type State struct {
 	KSM KSMState `json:"ksm"`
 	// Balloon is the balloon controller's state.
 	Balloon BalloonState `json:"balloon"`
+	// Resume is the resume controller's state.
+	Resume ResumeState `json:"resume,omitzero"`
 	// instances are the workloads' Workload.Instance when last seen: one
 	// made again under the same name starts with nothing remembered.
 	instances map[string]uint64
@@ -395,13 +413,15 @@ const (
 	// ActionMemoryState records that the scope's memory state changed
 	// (nothing to carry out).
 	ActionMemoryState = "memory_state"
+	// ActionResume starts a parked workload again (Config.ResumeParked).
+	ActionResume = "resume"
 	// ActionNone records why a firing signal led to no eviction.
 	ActionNone = "none"
 )
 
 // Actions lists every action a decision line can carry.
 var Actions = []string{ActionSetSwap, ActionEvict, ActionEvicted, ActionAbandon, ActionAbandonExpired,
-	ActionResumeEviction, ActionSetKSM, ActionSetBalloon, ActionMemoryState, ActionNone}
+	ActionResumeEviction, ActionSetKSM, ActionSetBalloon, ActionMemoryState, ActionResume, ActionNone}
 
 // EvictionResults lists every result an EvictionOutcome can carry.
 var EvictionResults = []string{EvictedGracefully, EvictedForcibly, EvictionFailed, EvictionRefused, EvictionInterrupted, EvictedSaved}
@@ -550,6 +570,8 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 	signals, unreadable := Evaluate(st.Window, cfg)
 	st.Signals = signals
 	firing := firstFiring(signals)
+	quiet := snap.Sample.ScopeErr == "" && firing == nil && len(st.Evicting) == 0 && !inCooldown(st, cfg, now)
+	out = append(out, decideResume(snap, cfg, &st, sample.Scope, quiet)...)
 	// oomFirst says why the cool-down is not waited for ("" if it is not skipped).
 	var oomFirst string
 	switch {

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"math"
 	"time"
 
@@ -93,6 +94,7 @@ type simNode struct {
 
 // The model is read whole every round: listing and refreshing cost nothing.
 func (n *simNode) Discover(time.Time)      {}
+func (n *simNode) Parked() []policy.Parked { return nil } // the simulator parks nothing
 func (n *simNode) Refresh(time.Time, bool) {}
 
 func (n *simNode) Sample(now time.Time) policy.Sample {
@@ -186,6 +188,10 @@ func (a *simActuators) SetBalloon(d policy.Decision) error {
 		v.setBalloon(float64(d.Balloon.TargetBytes) / PageBytes)
 	}
 	return nil
+}
+
+func (a *simActuators) Resume(d policy.Decision) error {
+	return errors.New("the simulator parks nothing")
 }
 
 func (a *simActuators) SetKSM(s policy.KSMSetting) error {
