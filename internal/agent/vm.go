@@ -33,6 +33,76 @@ type Balloons interface {
 	Balloon(name string) Balloon
 }
 
+// BalloonCache is what a VM's follower goroutine and the loop share: the
+// guest's latest statistics and the balloon target waiting to be sent.
+// The QMP follower here and libvirt's domain balloons embed it; Wake, if
+// set, tells the follower a target is waiting.
+type BalloonCache struct {
+	mu      sync.Mutex
+	guest   *policy.GuestMemory
+	guestAt time.Time
+	// target is the target to send (0: none pending); targetErr how the
+	// last one went.
+	target    uint64
+	targetErr error
+	Wake      func()
+}
+
+// Guest returns the latest guest statistics (nil if none), aged to now.
+func (c *BalloonCache) Guest(now time.Time) *policy.GuestMemory {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.guest == nil {
+		return nil
+	}
+	g := *c.guest
+	g.AgeSeconds += now.Sub(c.guestAt).Seconds()
+	return &g
+}
+
+// StoreGuest keeps statistics read at at.
+func (c *BalloonCache) StoreGuest(g policy.GuestMemory, at time.Time) {
+	c.mu.Lock()
+	c.guest, c.guestAt = &g, at
+	c.mu.Unlock()
+}
+
+// SetBalloon asks for a balloon target; the follower sends it, so a VM
+// that does not answer never delays the caller.
+func (c *BalloonCache) SetBalloon(targetBytes uint64) {
+	c.mu.Lock()
+	c.target = targetBytes
+	c.mu.Unlock()
+	if c.Wake != nil {
+		c.Wake()
+	}
+}
+
+// PendingTarget is the target waiting to be sent (0: none).
+func (c *BalloonCache) PendingTarget() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.target
+}
+
+// TargetSent records how sending target went: one that failed stays
+// pending, to be sent again at the next poll.
+func (c *BalloonCache) TargetSent(target uint64, err error) {
+	c.mu.Lock()
+	if c.target == target && err == nil {
+		c.target = 0
+	}
+	c.targetErr = err
+	c.mu.Unlock()
+}
+
+// BalloonErr is how the last balloon request went.
+func (c *BalloonCache) BalloonErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.targetErr
+}
+
 // balloonPath is the QOM path of a headroom micro-VM's balloon (and of any
 // VM whose balloon has id balloon0, as libvirt names it).
 const balloonPath = "/machine/peripheral/balloon0"
@@ -60,17 +130,12 @@ type vmConn struct {
 	stop  chan struct{}
 	// balloonSet wakes the goroutine to send a new balloon target.
 	balloonSet chan struct{}
+	BalloonCache
 
 	mu       sync.Mutex
 	client   *qmp.Client
 	maxBytes uint64 // the guest's configured RAM, read once per connection
-	guest    *policy.GuestMemory
-	guestAt  time.Time
 	err      error
-	// balloonTarget is the target to send (0: none pending); balloonErr
-	// how the last one went.
-	balloonTarget uint64
-	balloonErr    error
 }
 
 // Bounds of a vmConn's poll interval: the guest reports once a second.
@@ -83,6 +148,12 @@ const (
 // (bounded to [vmPollMin, vmPollMax]).
 func newVMConn(socket string, poll time.Duration, clock loop.Clock) *vmConn {
 	v := &vmConn{socket: socket, pollEvery: min(max(poll, vmPollMin), vmPollMax), clock: clock, stop: make(chan struct{}), balloonSet: make(chan struct{}, 1)}
+	v.Wake = func() {
+		select {
+		case v.balloonSet <- struct{}{}:
+		default:
+		}
+	}
 	go v.run()
 	return v
 }
@@ -107,41 +178,11 @@ func (v *vmConn) run() {
 	}
 }
 
-// SetBalloon asks for a balloon target; the VM's goroutine sends it, so a
-// VM that does not answer never delays the caller.
-func (v *vmConn) SetBalloon(targetBytes uint64) {
-	v.mu.Lock()
-	v.balloonTarget = targetBytes
-	v.mu.Unlock()
-	select {
-	case v.balloonSet <- struct{}{}:
-	default:
-	}
-}
-
-// sendBalloon sends the pending balloon target, if any; one that fails
-// stays pending and is sent again on the next poll.
+// sendBalloon sends the pending balloon target, if any.
 func (v *vmConn) sendBalloon() {
-	v.mu.Lock()
-	target := v.balloonTarget
-	v.mu.Unlock()
-	if target == 0 {
-		return
+	if target := v.PendingTarget(); target != 0 {
+		v.TargetSent(target, v.command(func(ctx context.Context, c *qmp.Client) error { return c.Balloon(ctx, target) }))
 	}
-	err := v.command(func(ctx context.Context, c *qmp.Client) error { return c.Balloon(ctx, target) })
-	v.mu.Lock()
-	if v.balloonTarget == target && err == nil {
-		v.balloonTarget = 0
-	}
-	v.balloonErr = err
-	v.mu.Unlock()
-}
-
-// BalloonErr is how the last balloon request went.
-func (v *vmConn) BalloonErr() error {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.balloonErr
 }
 
 // poll connects if needed and reads the guest statistics.
@@ -153,11 +194,9 @@ func (v *vmConn) poll() {
 		var g policy.GuestMemory
 		if g, err = readGuest(ctx, c); err == nil {
 			v.mu.Lock()
-			g.MaxBytes = v.maxBytes
+			g.MaxBytes, v.err = v.maxBytes, nil
 			v.mu.Unlock()
-			v.mu.Lock()
-			v.guest, v.guestAt, v.err = &g, v.clock.Now(), nil
-			v.mu.Unlock()
+			v.StoreGuest(g, v.clock.Now())
 			return
 		}
 		if errors.Is(err, errNoStatsYet) {
@@ -219,18 +258,6 @@ func readGuest(ctx context.Context, c *qmp.Client) (policy.GuestMemory, error) {
 		FreeBytes: s.FreeBytes, DiskCachesBytes: s.DiskCachesBytes,
 		MajorFaults: s.MajorFaults, SwapInBytes: s.SwapInBytes, SwapOutBytes: s.SwapOutBytes,
 		AgeSeconds: time.Since(s.LastUpdate).Seconds()}, nil
-}
-
-// Guest returns the latest guest statistics (nil if none), aged to now.
-func (v *vmConn) Guest(now time.Time) *policy.GuestMemory {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.guest == nil {
-		return nil
-	}
-	g := *v.guest
-	g.AgeSeconds += now.Sub(v.guestAt).Seconds()
-	return &g
 }
 
 // Err is the last connection or read error (nil when the VM answers).

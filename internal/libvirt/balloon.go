@@ -37,47 +37,19 @@ func (b *Balloons) Balloon(name string) agent.Balloon {
 	return nil
 }
 
-// domainBalloon is one domain's balloon, as the agent sees it.
+// domainBalloon is one domain's balloon, as the agent sees it: its
+// statistics and pending target in the agent's BalloonCache.
 type domainBalloon struct {
 	h    *Host
 	name string
+	agent.BalloonCache
 
 	mu       sync.Mutex
 	id       int32  // the domain's ID: a domain started again starts over
 	maxBytes uint64 // <memory>
 	// statsSet: the statistics period is set (in the XML, or by us).
 	statsSet bool
-	guest    *policy.GuestMemory
-	guestAt  time.Time
 	err      error
-	// target is the target to send (0: none pending); targetErr how the
-	// last one went.
-	target    uint64
-	targetErr error
-}
-
-func (d *domainBalloon) Guest(now time.Time) *policy.GuestMemory {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.guest == nil {
-		return nil
-	}
-	g := *d.guest
-	g.AgeSeconds += now.Sub(d.guestAt).Seconds()
-	return &g
-}
-
-func (d *domainBalloon) SetBalloon(targetBytes uint64) {
-	d.mu.Lock()
-	d.target = targetBytes
-	d.mu.Unlock()
-	d.h.wakeBalloons()
-}
-
-func (d *domainBalloon) BalloonErr() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.targetErr
 }
 
 // Deflate sets the domain's memory to maxBytes and waits for libvirtd.
@@ -89,6 +61,13 @@ func (d *domainBalloon) Deflate(maxBytes uint64) error {
 	return d.h.call("set memory of "+d.name, func() error {
 		return conn.DomainSetMemoryFlags(ent.dom, maxBytes>>10, uint32(golibvirt.DomainMemLive))
 	})
+}
+
+// newDomainBalloon is the balloon of domain name running under ID id.
+func newDomainBalloon(h *Host, name string, id int32) *domainBalloon {
+	d := &domainBalloon{h: h, name: name, id: id}
+	d.Wake = h.wakeBalloons
+	return d
 }
 
 // followBalloons keeps one domainBalloon per running domain with a virtio
@@ -105,7 +84,7 @@ func (h *Host) followBalloons() {
 		}
 		d, ok := h.balloons[name]
 		if !ok {
-			d = &domainBalloon{h: h, name: name, id: e.dom.ID}
+			d = newDomainBalloon(h, name, e.dom.ID)
 			h.balloons[name] = d
 		}
 		d.mu.Lock()
@@ -159,7 +138,7 @@ func (h *Host) pollBalloons(ctx context.Context) {
 // target, and reads the statistics.
 func (d *domainBalloon) poll(conn *golibvirt.Libvirt, dom golibvirt.Domain) {
 	d.mu.Lock()
-	statsSet, target := d.statsSet, d.target
+	statsSet := d.statsSet
 	d.mu.Unlock()
 	if !statsSet {
 		err := d.h.call("set the balloon statistics period of "+d.name, func() error {
@@ -169,16 +148,10 @@ func (d *domainBalloon) poll(conn *golibvirt.Libvirt, dom golibvirt.Domain) {
 		d.statsSet, d.err = err == nil, err
 		d.mu.Unlock()
 	}
-	if target != 0 {
-		err := d.h.call("set memory of "+d.name, func() error {
+	if target := d.PendingTarget(); target != 0 {
+		d.TargetSent(target, d.h.call("set memory of "+d.name, func() error {
 			return conn.DomainSetMemoryFlags(dom, target>>10, uint32(golibvirt.DomainMemLive))
-		})
-		d.mu.Lock()
-		if d.target == target && err == nil {
-			d.target = 0
-		}
-		d.targetErr = err
-		d.mu.Unlock()
+		}))
 	}
 	var stats []golibvirt.DomainMemoryStat
 	err := d.h.call("memory statistics of "+d.name, func() (err error) {
@@ -197,7 +170,8 @@ func (d *domainBalloon) poll(conn *golibvirt.Libvirt, dom golibvirt.Domain) {
 		d.err = errNoStatsYet
 		return
 	}
-	d.guest, d.guestAt, d.err = &g, now, nil
+	d.err = nil
+	d.StoreGuest(g, now)
 }
 
 var errNoStatsYet = errors.New("the guest has not reported statistics yet")

@@ -294,7 +294,9 @@ func (h *Host) resync(conn *golibvirt.Libvirt) error {
 	h.mu.Lock()
 	h.domains = next
 	h.parked = parked
-	h.followBalloons()
+	if h.cfg.Balloon {
+		h.followBalloons()
+	}
 	h.mu.Unlock()
 	if changedSet(old, next) {
 		select {
@@ -322,9 +324,7 @@ func (h *Host) describe(conn *golibvirt.Libvirt, d golibvirt.Domain, prev entry)
 		// memory as the request (if the XML gave it), priority 0.
 		h.report(d.Name+" metadata", err)
 		e.metaOK = false
-		info = Domain{Name: d.Name, Eviction: EvictShutdown, CurrentMemoryBytes: info.CurrentMemoryBytes,
-			MaxMemoryBytes: info.MaxMemoryBytes, HasBalloon: info.HasBalloon, BalloonStatsSeconds: info.BalloonStatsSeconds, Element: info.Element}
-		info.Meta.Name, info.Meta.MemoryRequestBytes = d.Name, info.CurrentMemoryBytes
+		info = info.withDefaults(d.Name)
 	} else {
 		h.report(d.Name+" metadata", nil)
 	}

@@ -103,7 +103,7 @@ func ParseDomain(domainXML string) (Domain, error) {
 			d.BalloonStatsSeconds = int(b.Stats.Period)
 		}
 	}
-	d.Meta = workloadmeta.Metadata{Name: dx.Name, MemoryRequestBytes: d.CurrentMemoryBytes}
+	d = d.withDefaults(dx.Name)
 	if dx.Metadata == nil {
 		return d, nil
 	}
@@ -113,6 +113,16 @@ func ParseDomain(domainXML string) (Domain, error) {
 	}
 	d.Element = w
 	return d, w.apply(&d)
+}
+
+// withDefaults is the domain as a workload without headroom's element:
+// what the XML says of its memory and balloon (and the element as found),
+// with priority 0, its current memory as the request and a shutdown
+// eviction. A domain whose element does not parse gets these.
+func (d Domain) withDefaults(name string) Domain {
+	d.Name, d.Eviction, d.ParkedAt = name, EvictShutdown, time.Time{}
+	d.Meta = workloadmeta.Metadata{Name: name, MemoryRequestBytes: d.CurrentMemoryBytes}
+	return d
 }
 
 // findWorkload finds headroom's element among a <metadata>'s children.

@@ -1,6 +1,7 @@
 package libvirt
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"time"
@@ -98,14 +99,9 @@ func (s *Source) Resume(name string) error {
 		return fmt.Errorf("domain %s is not parked by the agent", name)
 	}
 	// A restore reads the whole image back: longer than one call's bound.
-	done := make(chan error, 1)
-	go func() { done <- conn.DomainCreate(dom) }()
-	select {
-	case err = <-done:
-	case <-time.After(restoreTimeout):
-		err = fmt.Errorf("no answer in %s", restoreTimeout)
-	}
-	if err != nil {
+	ctx, cancel := context.WithTimeoutCause(context.Background(), restoreTimeout, fmt.Errorf("no answer in %s", restoreTimeout))
+	defer cancel()
+	if err := callCtx(ctx, func() error { return conn.DomainCreate(dom) }); err != nil {
 		h.rpcErrs.Inc()
 		return fmt.Errorf("libvirt start %s: %w", name, err)
 	}
