@@ -92,6 +92,9 @@ func (n *hostNode) Sample(now time.Time) policy.Sample { return n.obs.sample(now
 func (n *hostNode) Workloads(now time.Time) []policy.Workload {
 	out := make([]policy.Workload, 0, len(n.names))
 	for _, name := range n.names {
+		if g := n.groups[name]; n.obs.recapped(name, g) {
+			n.workloads[name], n.meta[name] = n.obs.workload(now, name, g, true)
+		}
 		w := n.workloads[name]
 		if b := n.obs.balloon(name); b != nil {
 			w.Guest = b.Guest(now)

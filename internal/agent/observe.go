@@ -32,6 +32,10 @@ type observer struct {
 	// workloadLimits caches each workload's memory limit (0: none), read
 	// in full when it is discovered and before every ranking.
 	workloadLimits map[string]uint64
+	// uncapped are the workloads whose swap cannot be capped (cgroup v1
+	// without a memory limit), read with their limits and re-checked
+	// every round (recapped) so that a limit set later takes effect.
+	uncapped map[string]bool
 	// vms follows the workloads whose metadata names a QMP socket, each
 	// read every vmPoll (the agent's round interval).
 	vms map[string]*vmConn
@@ -282,6 +286,7 @@ func (o *observer) workload(now time.Time, name string, g cgroup.Group, full boo
 			if m.LimitBytes == cgroup.Unlimited {
 				o.workloadLimits[name] = 0
 			}
+			o.readCapped(name, g)
 		}
 	} else {
 		u, merr = g.Usage()
@@ -296,6 +301,7 @@ func (o *observer) workload(now time.Time, name string, g cgroup.Group, full boo
 	}
 	w.Processes = procs
 	w.LimitBytes = o.workloadLimits[name]
+	w.SwapUncapped = o.uncapped[name]
 	w.WorkingSetBytes, w.SwapBytes = u.WorkingSetBytes, u.SwapBytes
 	return w, md
 }
@@ -309,9 +315,38 @@ func (o *observer) madeAgain(name string, g cgroup.Group) bool {
 	return ok && err == nil && id != was
 }
 
+// readCapped notes whether a workload's swap can be capped, and says so
+// once when it cannot.
+func (o *observer) readCapped(name string, g cgroup.Group) {
+	capped, err := g.CapsSwap()
+	if err != nil || capped {
+		delete(o.uncapped, name)
+		return
+	}
+	if o.uncapped == nil {
+		o.uncapped = map[string]bool{}
+	}
+	if !o.uncapped[name] {
+		o.log.Info("cgroup v1 cannot cap the swap of a group without a memory limit: its allowance is counted, not written",
+			"workload", name, "cgroup", g.Path())
+	}
+	o.uncapped[name] = true
+}
+
+// recapped reports whether an uncapped workload's swap can be capped now
+// (a memory limit was set): its stats are then read again in full.
+func (o *observer) recapped(name string, g cgroup.Group) bool {
+	if !o.uncapped[name] {
+		return false
+	}
+	capped, err := g.CapsSwap()
+	return err == nil && capped
+}
+
 // forget drops what is cached about a workload that is gone.
 func (o *observer) forget(name string) {
 	delete(o.workloadLimits, name)
+	delete(o.uncapped, name)
 	delete(o.instances, name)
 	o.followVM(name, "")
 }

@@ -337,6 +337,74 @@ func TestSystemAgentSetsSwapOfAGroupMadeAgain(t *testing.T) {
 	applied("the group made again")
 }
 
+// cgroup v1 caps memory plus swap, so a group without a memory limit (a
+// libvirt domain without <hard_limit>) cannot have its swap capped: the
+// agent writes nothing and logs no refusals for it, and writes the
+// allowance within a second of a limit being set, although stats are
+// re-read only every 300 s.
+func TestSystemAgentCapsSwapOnceAGroupHasALimit(t *testing.T) {
+	testenv.SwapFile(t, 256<<20)
+	node := testenv.NewMemoryCgroup(t, 512<<20)
+	w1 := node.Child(t, "w1", -1) // no limit
+	metaDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(metaDir, "w1.json"), []byte(`{"memoryRequest":"128Mi"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(t.TempDir(), "agent.yaml")
+	if err := os.WriteFile(config, []byte("workloadStatsSeconds: 300\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	records, _ := startAgent(t, node, metaDir, "--config", config)
+	// Seen without a limit: the agent's HTTP is off, so its first round's
+	// decision lines are the sign it runs; none may be w1's.
+	quiet := time.After(1500 * time.Millisecond)
+	for waiting := true; waiting; {
+		select {
+		case r, ok := <-records:
+			if !ok {
+				t.Fatal("the agent exited")
+			}
+			if r.Action == policy.ActionSetSwap && r.Workload == "w1" {
+				t.Fatalf("set_swap for a group without a memory limit: %+v", r.Decision)
+			}
+		case <-quiet:
+			waiting = false
+		}
+	}
+	const limitBytes = 128 << 20
+	if err := w1.Write("memory.limit_in_bytes", strconv.Itoa(limitBytes)); err != nil {
+		t.Fatal(err)
+	}
+	limited := time.Now()
+	for {
+		select {
+		case r, ok := <-records:
+			if !ok {
+				t.Fatal("the agent exited")
+			}
+			if r.Action != policy.ActionSetSwap || r.Workload != "w1" {
+				continue
+			}
+			lat := time.Since(limited)
+			if r.Swap.SwapBytes == 0 {
+				t.Fatal("an allowance of 0 B for a request of 128 MiB")
+			}
+			want := (limitBytes + int64(r.Swap.SwapBytes)) &^ 4095
+			testenv.Eventually(t, 5*time.Second, func() bool {
+				got, err := w1.ReadInt("memory.memsw.limit_in_bytes")
+				return err == nil && got == want
+			})
+			t.Logf("allowance %d MiB decided %.0f ms after the memory limit was set", r.Swap.SwapBytes>>20, lat.Seconds()*1000)
+			if lat > time.Second {
+				t.Errorf("allowance %s after the memory limit, want within 1 s", lat)
+			}
+			return
+		case <-time.After(10 * time.Second):
+			t.Fatal("no allowance within 10 s of the memory limit")
+		}
+	}
+}
+
 // A protected workload is never chosen; one whose metadata file does not
 // parse gets the defaults (priority 0, no request), so it ranks first, ahead
 // of w-high (priority 10).

@@ -63,6 +63,9 @@ type Group interface {
 	Usage() (Usage, error)
 	// SetSwapLimit lets the group use at most swapBytes of swap.
 	SetSwapLimit(swapBytes uint64) error
+	// CapsSwap reports whether SetSwapLimit can take effect now: v2
+	// always; v1 caps memory plus swap, so only with a memory limit.
+	CapsSwap() (bool, error)
 	// SetMemoryLimit sets the group's memory limit (v1: set it before the
 	// group's processes grow; lowering it below usage fails with EBUSY).
 	SetMemoryLimit(limitBytes uint64) error

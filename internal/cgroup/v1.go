@@ -15,6 +15,11 @@ type v1Group struct {
 func (g *v1Group) Path() string       { return g.path }
 func (g *v1Group) ChargesZswap() bool { return false }
 
+func (g *v1Group) CapsSwap() (bool, error) {
+	limit, err := readUint(g.file("memory.limit_in_bytes"))
+	return err == nil && limit != Unlimited, err
+}
+
 func (g *v1Group) PressureFile() string { return "" }
 func (g *v1Group) DisableSwap() error   { return writeValue(g.file("memory.swappiness"), 0) }
 func (g *v1Group) file(name string) string {

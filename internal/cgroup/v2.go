@@ -11,8 +11,9 @@ type v2Group struct {
 	path string
 }
 
-func (g *v2Group) Path() string       { return g.path }
-func (g *v2Group) ChargesZswap() bool { return true }
+func (g *v2Group) Path() string            { return g.path }
+func (g *v2Group) ChargesZswap() bool      { return true }
+func (g *v2Group) CapsSwap() (bool, error) { return true, nil }
 
 func (g *v2Group) PressureFile() string { return g.file("memory.pressure") }
 func (g *v2Group) DisableSwap() error   { return writeValue(g.file("memory.swap.max"), 0) }

@@ -106,6 +106,7 @@ func FuzzDecide(f *testing.F) {
 				if flags&8 != 0 {
 					w.Err = "unreadable"
 				}
+				w.SwapUncapped = w.LimitBytes == 0 && flags&64 != 0 // cgroup v1 without a limit
 				if flags&32 != 0 {
 					instances[w.Name]++
 				}
@@ -215,6 +216,9 @@ func checkDecisions(t *testing.T, snap Snapshot, cfg Config, prev State, decisio
 			}
 			if w.Protected && d.Swap.SwapBytes != 0 {
 				t.Fatalf("protected %s given %d B of swap", w.Name, d.Swap.SwapBytes)
+			}
+			if w.SwapUncapped {
+				t.Fatalf("set_swap for %s, whose swap cannot be capped", w.Name)
 			}
 		case ActionEvict:
 			evicted++

@@ -246,7 +246,12 @@ type Workload struct {
 	ExternalSwapBytes uint64 `json:"external_swap_bytes,omitempty"`
 	Processes         int    `json:"processes"`
 	// LimitBytes is the workload's memory limit; 0 if it has none.
-	LimitBytes      uint64 `json:"limit_bytes,omitempty"`
+	LimitBytes uint64 `json:"limit_bytes,omitempty"`
+	// SwapUncapped says the platform cannot cap the workload's swap now
+	// (cgroup v1 caps memory plus swap, so not without a memory limit):
+	// its allowance is not written, and the ranking counts its swap above
+	// the allowance it would have.
+	SwapUncapped    bool   `json:"swap_uncapped,omitempty"`
 	WorkingSetBytes uint64 `json:"working_set_bytes"`
 	SwapBytes       uint64 `json:"swap_bytes"`
 	// Err says the workload's stats could not be read: it is never ranked.
@@ -609,14 +614,14 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 		_, abandoned := st.Abandoned[w.Name]
 		r, refused := st.Refused[w.Name]
 		return abandoned || refused && now.Before(r.Until)
-	}), st.SwapAllowance)
+	}), rankAllowances(snap, st))
 	if len(ranked) == 0 {
 		out = st.note(out, Decision{Time: now, Action: ActionNone, Trigger: triggerOf(firing, nil),
 			Reason: "no evictable workload (all protected, empty, unreadable, given up on, or refused a moment ago)"})
 		return out, st
 	}
 	victim := ranked[0]
-	reason := rankReason(ranked, st.SwapAllowance)
+	reason := rankReason(ranked, rankAllowances(snap, st))
 	if oomFirst != "" {
 		reason += fmt.Sprintf("; %.1f s after the last eviction, inside the %g s cool-down: %s",
 			now.Sub(st.LastEviction).Seconds(), cfg.CooldownSeconds, oomFirst)
@@ -947,6 +952,27 @@ func usableSwap(snap Snapshot, st State) uint64 {
 	return min(allowed, swap)
 }
 
+// rankAllowances are the allowances the ranking measures swap against:
+// those in force, and for a workload whose swap cannot be capped, the one
+// it would have.
+func rankAllowances(snap Snapshot, st State) map[string]uint64 {
+	out := st.SwapAllowance
+	cloned := false
+	for _, w := range snap.Workloads {
+		if !w.SwapUncapped {
+			continue
+		}
+		if !cloned {
+			out, cloned = maps.Clone(st.SwapAllowance), true
+			if out == nil {
+				out = map[string]uint64{}
+			}
+		}
+		out[w.Name] = SwapAllowance(w, snap.Sample.Scope)
+	}
+	return out
+}
+
 func swapAllowances(snap Snapshot, st *State) []Decision {
 	now := snap.Sample.Time
 	var out []Decision
@@ -954,6 +980,13 @@ func swapAllowances(snap Snapshot, st *State) []Decision {
 		want := SwapAllowance(w, snap.Sample.Scope)
 		if w.SwapRule == SwapExternal {
 			st.SwapAllowance[w.Name] = want // in force, not ours to write
+			continue
+		}
+		if w.SwapUncapped {
+			// Nothing in force, nothing to try until it can be capped.
+			delete(st.SwapAllowance, w.Name)
+			delete(st.swapPending, w.Name)
+			delete(st.swapRetry, w.Name)
 			continue
 		}
 		if have, ok := st.SwapAllowance[w.Name]; ok && have == want {

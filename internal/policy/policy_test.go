@@ -103,6 +103,42 @@ func TestDecideAppliesAllowancesOnceAndOnChange(t *testing.T) {
 	}
 }
 
+// A workload whose swap cannot be capped (cgroup v1 without a memory
+// limit) gets no set_swap and no allowance in force, so the scope's whole
+// swap stays usable; the ranking measures its swap against the allowance
+// it would have; once it can be capped, its allowance is written.
+func TestSwapUncappedIsCountedNotWritten(t *testing.T) {
+	cfg := DefaultConfig()
+	a := wl("a", 9, 1, 0.5, 0.5) // would get 1 GiB of 4 GiB RAM × 4 GiB swap
+	a.SwapUncapped = true
+	snap := Snapshot{Sample: sample(0, 1, 0.5), Workloads: []Workload{a}}
+	ds, st := Decide(snap, cfg, State{})
+	if len(ds) != 0 {
+		t.Fatalf("decided %+v for a workload whose swap cannot be capped", ds)
+	}
+	if _, ok := st.SwapAllowance["a"]; ok || usableSwap(snap, st) != 4*gi {
+		t.Fatalf("in force %v, usable swap %d B: want none in force and all 4 GiB usable", st.SwapAllowance, usableSwap(snap, st))
+	}
+	// Beside a capped workload of lower priority within its allowance, its
+	// swap over what it would be allowed ranks it first.
+	a.SwapBytes = 2 * gi
+	b := wl("b", 1, 1, 1, 0.25)
+	snap.Workloads = []Workload{a, b}
+	allow := rankAllowances(snap, State{SwapAllowance: map[string]uint64{"b": gi}})
+	if allow["a"] != gi || allow["b"] != gi {
+		t.Fatalf("ranking allowances %v, want a's would-be 1 GiB and b's 1 GiB in force", allow)
+	}
+	if got := Rank(snap.Workloads, allow); got[0].Name != "a" {
+		t.Fatalf("ranked %s first, want a (2 GiB of swap over its 1 GiB)", got[0].Name)
+	}
+	// A memory limit is set: the allowance is written.
+	a.SwapUncapped = false
+	snap = Snapshot{Sample: sample(1, 1, 0.5), Workloads: []Workload{a}}
+	if ds, _ = Decide(snap, cfg, st); len(ds) != 1 || ds[0].Action != ActionSetSwap || ds[0].Swap.SwapBytes != gi {
+		t.Fatalf("after a limit was set: %+v, want set_swap of 1 GiB", ds)
+	}
+}
+
 // An allowance is in force only once the kernel took it; a refused one is
 // tried again after a wait counted from the refused attempt, doubling with
 // each refusal, not every round.
