@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/headroom-dev/headroom/internal/density"
+	"github.com/headroom-dev/headroom/internal/libvirt"
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/microvm"
 	"github.com/headroom-dev/headroom/internal/results"
@@ -27,7 +28,12 @@ whose QEMU runs in its own memory cgroup under the node, with headroom load
 inside the guest. With qemu, each step also records every VM's start-up
 phases (QEMU started, QMP ready, guest booted, command started, ready),
 QEMU's CPU time to boot, its memory beyond the guest RAM (the host
-overhead), and once a second the guest's own view of its memory.
+overhead), and once a second the guest's own view of its memory. libvirt
+makes each worker a domain booting the same guest (or --libvirt-template's)
+in a libvirt resource partition of the run's own, limited to --node-memory
+and the run's swap; its phases are defined, QEMU started, booted, command
+started and ready. The run destroys and undefines every domain it defined,
+also on Ctrl-C, and refuses a domain name it did not define.
 
 A step fails when a worker fails to start, is OOM-killed, is evicted or goes
 silent; with --stop-on-failure (default) the ramp stops there. A step whose
@@ -82,6 +88,8 @@ type densityFlags struct {
 	json       bool
 	image      imageFlags
 	accel      string
+	libvirtURI string
+	libvirtTpl string
 	kubevirt   kubevirtFlags
 }
 
@@ -103,8 +111,9 @@ func newDensityCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error { return runDensity(cmd, f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.backend, "backend", f.backend, "worker backend: cgroup (a memory cgroup per worker), qemu (a micro-VM per worker) or kubevirt (VMIs on a cluster)")
-	f.rampFlags.register(fl, "worker", "per-worker request overhead beyond its memory (default: 16Mi for cgroup, the measured 48Mi for qemu)")
+	fl.StringVar(&f.backend, "backend", f.backend, "worker backend: cgroup (a memory cgroup per worker), qemu (a micro-VM per worker), libvirt (a libvirt domain per worker) or kubevirt (VMIs on a cluster)")
+	f.rampFlags.register(fl, "worker", fmt.Sprintf("per-worker request overhead beyond its memory (default: %s for cgroup, %s for qemu and libvirt, as measured)",
+		units.FormatBytes(density.DefaultOverheadBytes), units.FormatBytes(density.DefaultVMOverheadBytes)))
 	fl.IntVar(&f.repeat, "repeat", f.repeat, "runs of each step")
 	fl.BoolVar(&f.stopOnFail, "stop-on-failure", f.stopOnFail, "stop the ramp at the first failed step")
 	fl.Var(&f.nodeMemory, "node-memory", "put the workers in one node cgroup with this memory limit (default: the whole host)")
@@ -120,6 +129,8 @@ func newDensityCommand() *cobra.Command {
 	fl.Uint64Var(&f.seed, "seed", f.seed, "base seed of the workers' random scans and contents")
 	fl.BoolVar(&f.json, "json", false, "print run.json's content at the end instead of a table")
 	fl.StringVar(&f.accel, "accel", string(microvm.AccelAuto), "qemu backend: accelerator auto (KVM where it works, else TCG), kvm or tcg")
+	fl.StringVar(&f.libvirtURI, "libvirt-uri", density.DefaultLibvirtURI, "libvirt backend: libvirtd's connection")
+	fl.StringVar(&f.libvirtTpl, "libvirt-template", "", "libvirt backend: domain XML file each domain starts from (default: headroom's guest booted directly)")
 	f.image.register(cmd)
 	f.kubevirt.register(cmd)
 	return cmd
@@ -152,7 +163,7 @@ func runDensity(cmd *cobra.Command, f *densityFlags) error {
 	if err != nil {
 		return usagef("--accel: %v", err)
 	}
-	if f.backend == "qemu" && !cmd.Flags().Changed("overhead") {
+	if (f.backend == "qemu" || f.backend == "libvirt") && !cmd.Flags().Changed("overhead") {
 		f.overhead = density.DefaultVMOverheadBytes
 	}
 	balloon := ""
@@ -169,6 +180,19 @@ func runDensity(cmd *cobra.Command, f *densityFlags) error {
 		NodeMemoryBytes: uint64(f.nodeMemory), Swap: swapMode, SwapFileBytes: swapBytes, Zram: zram, Zswap: zswap,
 		Agent: f.agent, Balloon: balloon, GuestCacheBytes: uint64(f.guestCache), Out: f.out, Label: f.label, Seed: f.seed, Interval: time.Second, Executable: exe, Accel: accel,
 	}
+	if f.backend == "libvirt" {
+		p.LibvirtURI = f.libvirtURI
+		if f.libvirtTpl != "" {
+			b, err := os.ReadFile(f.libvirtTpl)
+			if err != nil {
+				return usagef("--libvirt-template: %v", err)
+			}
+			if err := libvirt.CheckTemplate(string(b)); err != nil {
+				return usagef("--libvirt-template %s: %v", f.libvirtTpl, err)
+			}
+			p.LibvirtTemplate = string(b)
+		}
+	}
 	if err := p.Validate(); err != nil {
 		return usageError{err}
 	}
@@ -178,7 +202,7 @@ func runDensity(cmd *cobra.Command, f *densityFlags) error {
 	if os.Geteuid() != 0 {
 		return usagef("density needs root: it creates cgroups and swap")
 	}
-	if p.Backend == "qemu" {
+	if p.Backend == "qemu" || p.Backend == "libvirt" && p.LibvirtTemplate == "" {
 		img, err := buildImage(cmd, &f.image)
 		if err != nil {
 			return err

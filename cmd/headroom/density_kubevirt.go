@@ -55,6 +55,9 @@ func (k *kubevirtFlags) register(cmd *cobra.Command) {
 // kubevirtOnly are the flags that mean something only with --backend kubevirt.
 var kubevirtOnly = []string{"kubeconfig", "namespace", "template", "kubevirt-object", "qps", "burst", "timeout", "burst-only", "node-selector", "container-disk", "cpus", "controller-address"}
 
+// libvirtOnly are the flags that mean something only with --backend libvirt.
+var libvirtOnly = []string{"libvirt-uri", "libvirt-template"}
+
 // notWithKubevirt are density's flags the kubevirt backend does not use:
 // the node is the cluster's, not this machine's.
 var notWithKubevirt = []string{"swap", "swap-tier", "node-memory", "agent", "balloon", "balloon-policy", "guest-cache", "accel", "repeat",
@@ -73,6 +76,11 @@ func checkBackendFlags(cmd *cobra.Command, backend string) error {
 			}
 		}
 		return nil
+	}
+	if backend != "libvirt" {
+		if err := refuse(libvirtOnly, "needs --backend libvirt"); err != nil {
+			return err
+		}
 	}
 	if backend != "kubevirt" {
 		return refuse(kubevirtOnly, "needs --backend kubevirt")

@@ -10,15 +10,42 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/headroom-dev/headroom/internal/cgroup"
 	"github.com/headroom-dev/headroom/internal/policy"
 	"github.com/headroom-dev/headroom/internal/results"
 )
 
+// platformBackend is a backend whose workloads the agent finds on their
+// platform (libvirt's domains), not in the run's metadata files.
+type platformBackend interface {
+	// AgentArgs are the agent's flags for the platform.
+	AgentArgs() []string
+	// WorkloadName is the agent's name for a worker.
+	WorkloadName(worker string) string
+}
+
+// workloadName is the agent's name for a worker.
+func (h *Harness) workloadName(worker string) string {
+	if p, ok := h.backend.(platformBackend); ok {
+		return p.WorkloadName(worker)
+	}
+	return worker
+}
+
 // startAgent runs `headroom agent` on the run's node for the whole run;
 // its decisions go to agent.jsonl in the results.
 func (h *Harness) startAgent() (stop func(), err error) {
-	mount := filepath.Dir(h.backend.Scope().Path())
-	scope := strings.TrimPrefix(h.backend.Scope().Path(), mount)
+	hier, err := cgroup.Find()
+	if err != nil {
+		return nil, err
+	}
+	scope := strings.TrimPrefix(h.backend.Scope().Path(), hier.Mount)
+	args := []string{"agent", "--scope", scope, "--listen", ""}
+	if p, ok := h.backend.(platformBackend); ok {
+		args = append(args, p.AgentArgs()...)
+	} else {
+		args = append(args, "--workloads-dir", h.metaDir)
+	}
 	out, err := os.Create(filepath.Join(h.dir, results.AgentFile))
 	if err != nil {
 		return nil, err
@@ -28,7 +55,6 @@ func (h *Harness) startAgent() (stop func(), err error) {
 		out.Close()
 		return nil, err
 	}
-	args := []string{"agent", "--scope", scope, "--workloads-dir", h.metaDir, "--listen", ""}
 	if h.p.Balloon != "" {
 		args = append(args, "--balloon", "--balloon-policy", h.p.Balloon)
 	}
@@ -70,7 +96,7 @@ func (h *Harness) countStartEvictions(step *results.Step, workers []*worker, ste
 	}
 	names := make([]string, len(workers))
 	for i, w := range workers {
-		names[i] = w.Name()
+		names[i] = h.workloadName(w.Name())
 	}
 	evicted := evictedSince(decisions, names, stepStart)
 	step.Evictions += len(evicted)

@@ -15,7 +15,8 @@ import (
 
 // Backend is where a run's workers live: the node and how a worker is
 // started on it: a memory cgroup per worker (cgroup) or a micro-VM per
-// worker (qemu); kubevirt implements the same interface.
+// worker (qemu), a libvirt domain per worker (libvirt); kubevirt
+// implements the same interface.
 type Backend interface {
 	// Scope is the node's memory cgroup: the agent's scope, and where the
 	// node's usage, swap and pressure are read.
@@ -64,6 +65,8 @@ func newBackend(p Params, nodeSwapBytes uint64) (Backend, error) {
 		return newCgroupBackend(p, nodeSwapBytes)
 	case "qemu":
 		return newQEMUBackend(p, nodeSwapBytes)
+	case "libvirt":
+		return newLibvirtBackend(p, nodeSwapBytes)
 	}
 	return nil, fmt.Errorf("--backend %q is not available", p.Backend)
 }

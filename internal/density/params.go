@@ -8,6 +8,7 @@ package density
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -58,10 +59,23 @@ type Params struct {
 	Interval        time.Duration
 	// Executable is the headroom binary that runs the workers and agent.
 	Executable string
-	// Image is the guest image (qemu backend) and Accel its accelerator.
+	// Image is the guest image (qemu and libvirt backends) and Accel its
+	// accelerator (qemu).
 	Image *microvm.Image
 	Accel microvm.Accel
+	// LibvirtURI is libvirtd's connection (libvirt backend), and
+	// LibvirtTemplate a domain XML of the user's own to start each domain
+	// from ("": headroom's own domain).
+	LibvirtURI      string
+	LibvirtTemplate string
 }
+
+// Backends are the density backends of this package (kubevirt runs
+// apart, on a cluster).
+var Backends = []string{"cgroup", "qemu", "libvirt"}
+
+// VM reports whether the backend's workers are VMs with headroom's guest.
+func (p Params) VM() bool { return p.Backend == "qemu" || p.Backend == "libvirt" }
 
 // DefaultOverheadBytes is the default per-worker request overhead: the
 // resident size of a `headroom load` process beside its block.
@@ -174,19 +188,21 @@ func RequestBytes(vmMemoryBytes uint64, overcommitPercent float64, overheadBytes
 // Validate checks the parameters against each other, naming the flag.
 func (p Params) Validate() error {
 	switch {
-	case p.Backend != "cgroup" && p.Backend != "qemu":
-		return fmt.Errorf("--backend %q is not available: want cgroup or qemu (kubevirt comes later)", p.Backend)
-	case p.Backend == "qemu" && p.VMMemoryBytes < microvm.MinMemoryBytes:
+	case !slices.Contains(Backends, p.Backend):
+		return fmt.Errorf("--backend %q is not available: want %s or kubevirt", p.Backend, strings.Join(Backends, ", "))
+	case p.VM() && p.VMMemoryBytes < microvm.MinMemoryBytes:
 		return fmt.Errorf("--vm-memory %s is too small to boot a guest: the minimum is %s", units.FormatBytes(p.VMMemoryBytes), units.FormatBytes(microvm.MinMemoryBytes))
-	case p.Backend == "qemu" && p.MemorySizeBytes+p.GuestCacheBytes+GuestFootprintBytes > p.VMMemoryBytes:
+	case p.VM() && p.MemorySizeBytes+p.GuestCacheBytes+GuestFootprintBytes > p.VMMemoryBytes:
 		return fmt.Errorf("--memory-size %s (and --guest-cache %s) leaves the guest too little of --vm-memory %s: keep %s for its kernel and initramfs",
 			units.FormatBytes(p.MemorySizeBytes), units.FormatBytes(p.GuestCacheBytes), units.FormatBytes(p.VMMemoryBytes), units.FormatBytes(GuestFootprintBytes))
 	case p.GuestCacheBytes > 0 && p.Backend != "qemu":
 		return fmt.Errorf("--guest-cache needs --backend qemu: only a guest has a page cache of its own")
 	case p.Balloon != "" && p.Balloon != "headroom" && p.Balloon != "mom":
 		return fmt.Errorf("--balloon-policy %q: want headroom or mom", p.Balloon)
-	case p.Balloon != "" && (p.Backend != "qemu" || !p.Agent):
-		return fmt.Errorf("--balloon needs --backend qemu and --agent: the agent's balloon controller drives the VMs' balloons")
+	case p.Balloon != "" && (!p.VM() || !p.Agent):
+		return fmt.Errorf("--balloon needs --backend qemu or libvirt, and --agent: the agent's balloon controller drives the VMs' balloons")
+	case p.Backend != "libvirt" && (p.LibvirtURI != "" || p.LibvirtTemplate != ""):
+		return fmt.Errorf("--libvirt-uri and --libvirt-template need --backend libvirt")
 	case len(p.Deployments) == 0:
 		return fmt.Errorf("--deployments is empty")
 	case p.MemorySizeBytes == 0 || p.MemorySizeBytes > p.VMMemoryBytes:

@@ -106,9 +106,15 @@ func TestValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	vm := valid()
-	vm.Backend = "qemu" // 512 MiB VMs with 256 MiB workloads
+	for _, backend := range []string{"qemu", "libvirt"} {
+		vm.Backend = backend // 512 MiB VMs with 256 MiB workloads
+		if err := vm.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vm.LibvirtURI, vm.Agent, vm.NodeMemoryBytes, vm.Balloon = DefaultLibvirtURI, true, 1<<30, "headroom"
 	if err := vm.Validate(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("libvirt with the agent's balloons: %v", err)
 	}
 	bad := map[string]func(*Params){
 		"--backend":              func(p *Params) { p.Backend = "kubevirt" },
@@ -124,6 +130,9 @@ func TestValidate(t *testing.T) {
 		"and --guest-cache":      func(p *Params) { p.Backend, p.GuestCacheBytes = "qemu", 192<<20 },
 		"--balloon-policy \"x\"": func(p *Params) { p.Backend, p.Agent, p.NodeMemoryBytes, p.Balloon = "qemu", true, 1<<30, "x" },
 		"--balloon needs":        func(p *Params) { p.Backend, p.Balloon = "qemu", "mom" },
+		"need --backend libvirt": func(p *Params) { p.LibvirtTemplate = "<domain/>" },
+		"needs --backend qemu or libvirt, and --agent": func(p *Params) { p.Backend, p.Balloon = "libvirt", "headroom" },
+		"keep 128.0 MiB for":                           func(p *Params) { p.Backend, p.MemorySizeBytes = "libvirt", 448<<20 },
 	}
 	for flag, f := range bad {
 		p := valid()

@@ -119,7 +119,7 @@ func (h *Harness) summarize(step *results.Step, res []loadctl.Result, workers []
 // workload populated) comes last.
 func phaseQuantiles(ws []results.WorkerResult) []results.PhaseQuantiles {
 	var out []results.PhaseQuantiles
-	for _, phase := range []string{results.PhaseQEMUStarted, results.PhaseQMPReady, results.PhaseBooted, results.PhaseCommandStarted, results.PhaseReady} {
+	for _, phase := range []string{results.PhaseDefined, results.PhaseQEMUStarted, results.PhaseQMPReady, results.PhaseBooted, results.PhaseCommandStarted, results.PhaseReady} {
 		var xs []float64
 		for _, w := range ws {
 			if phase == results.PhaseReady {

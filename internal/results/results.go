@@ -132,6 +132,7 @@ type Step struct {
 
 // Start-up phases of a VM, in order.
 const (
+	PhaseDefined        = "defined" // libvirt: the domain was defined
 	PhaseQEMUStarted    = "qemu_started"
 	PhaseQMPReady       = "qmp_ready"
 	PhaseBooted         = "booted"
@@ -141,7 +142,7 @@ const (
 
 // PhaseQuantiles summarises one start-up phase over a step's workers.
 type PhaseQuantiles struct {
-	Phase      string  `json:"phase"`       // qemu_started, qmp_ready, booted, command_started or ready
+	Phase      string  `json:"phase"`       // defined, qemu_started, qmp_ready, booted, command_started or ready
 	P50Seconds float64 `json:"p50_seconds"` // exact quantiles over the step's VMs, seconds after creation
 	P95Seconds float64 `json:"p95_seconds"`
 	P99Seconds float64 `json:"p99_seconds"`

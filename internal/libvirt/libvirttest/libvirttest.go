@@ -10,7 +10,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"os"
@@ -216,28 +215,11 @@ func GuestImage(t testing.TB) Image {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	out := Image{Kernel: filepath.Join(dir, "vmlinuz"), Initramfs: filepath.Join(dir, "initramfs")}
 	for src, dst := range map[string]string{img.Kernel: out.Kernel, img.Initramfs: out.Initramfs} {
-		if err := copyFile(src, dst); err != nil {
+		if err := libvirt.CopyFile(src, dst); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return out
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 func suffix() string {
@@ -354,77 +336,35 @@ type Partition struct {
 }
 
 // cgroupMounts are the machine's cgroup hierarchies (v1 and v2): libvirt
-// places a domain in each, and a partition must exist in every one.
+// places a domain in each.
 func cgroupMounts(t testing.TB) []string {
 	t.Helper()
-	b, err := os.ReadFile("/proc/mounts")
+	out, err := libvirt.CgroupMounts()
 	if err != nil {
 		t.Fatal(err)
-	}
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 3 && (f[2] == "cgroup" || f[2] == "cgroup2") {
-			out = append(out, f[1])
-		}
 	}
 	return out
 }
 
 // NewPartition makes /machine/headroom-test-XXXX with ramBytes of memory
-// and ramBytes + swapBytes of memory and swap (cgroup v1, no systemd:
-// libvirt's directory for it is "<name>.partition" in each controller),
-// removed when the test ends (after its domains, which are destroyed
-// first).
+// and swapBytes of swap, removed when the test ends (after its domains,
+// which are destroyed first).
 func NewPartition(t testing.TB, ramBytes, swapBytes int64) Partition {
 	t.Helper()
-	name := "headroom-test-" + suffix()
-	var made []string
-	for _, root := range cgroupMounts(t) {
-		c := filepath.Base(root)
-		machine := filepath.Join(root, "machine")
-		if _, err := os.Stat(machine); os.IsNotExist(err) {
-			if err := os.Mkdir(machine, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			made = append(made, machine) // removed after the partition, its child
-		}
-		dir := filepath.Join(machine, name+".partition")
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		made = append(made, dir)
-		if c == "cpuset" {
-			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
-				for _, d := range []string{machine, dir} {
-					b, _ := os.ReadFile(filepath.Join(filepath.Dir(d), f))
-					if cur, _ := os.ReadFile(filepath.Join(d, f)); len(strings.TrimSpace(string(cur))) == 0 {
-						os.WriteFile(filepath.Join(d, f), b, 0o644)
-					}
-				}
-			}
-		}
+	h, err := cgroup.Find()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := libvirt.CreatePartition(h, "headroom-test-"+suffix(), uint64(ramBytes), uint64(swapBytes))
+	if err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		// Children first: each partition before the /machine made for it.
-		for i := len(made) - 1; i >= 0; i-- {
-			if err := os.Remove(made[i]); err != nil && !os.IsNotExist(err) {
-				t.Errorf("restore: remove %s: %v", made[i], err)
-			}
+		if err := p.Remove(10 * time.Second); err != nil {
+			t.Errorf("restore: %v", err)
 		}
 	})
-	mem := filepath.Join("/sys/fs/cgroup/memory/machine", name+".partition")
-	// memory first: memsw may not be set below it.
-	for _, fv := range []struct {
-		file string
-		v    int64
-	}{{"memory.limit_in_bytes", ramBytes}, {"memory.memsw.limit_in_bytes", ramBytes + swapBytes}} {
-		file, v := fv.file, fv.v
-		if err := os.WriteFile(filepath.Join(mem, file), []byte(fmt.Sprint(v)), 0o644); err != nil {
-			t.Fatalf("partition %s: %v", file, err)
-		}
-	}
-	return Partition{Name: "/machine/" + name, Memory: mem}
+	return Partition{Name: p.Name, Memory: p.Memory.Path()}
 }
 
 // Cgroup is the running domain's memory cgroup directory.
