@@ -90,6 +90,7 @@ type densityFlags struct {
 	accel      string
 	libvirtURI string
 	libvirtTpl string
+	tbCache    bytesValue
 	kubevirt   kubevirtFlags
 }
 
@@ -131,6 +132,8 @@ func newDensityCommand() *cobra.Command {
 	fl.StringVar(&f.accel, "accel", string(microvm.AccelAuto), "qemu backend: accelerator auto (KVM where it works, else TCG), kvm or tcg")
 	fl.StringVar(&f.libvirtURI, "libvirt-uri", density.DefaultLibvirtURI, "libvirt backend: libvirtd's connection")
 	fl.StringVar(&f.libvirtTpl, "libvirt-template", "", "libvirt backend: domain XML file each domain starts from (default: headroom's guest booted directly)")
+	f.tbCache = density.DefaultLibvirtTBCacheBytes
+	fl.Var(&f.tbCache, "libvirt-tb-cache", "libvirt backend: TCG translation cache of each qemu-type domain (0: QEMU's default: faster, and larger)")
 	f.image.register(cmd)
 	f.kubevirt.register(cmd)
 	return cmd
@@ -181,7 +184,7 @@ func runDensity(cmd *cobra.Command, f *densityFlags) error {
 		Agent: f.agent, Balloon: balloon, GuestCacheBytes: uint64(f.guestCache), Out: f.out, Label: f.label, Seed: f.seed, Interval: time.Second, Executable: exe, Accel: accel,
 	}
 	if f.backend == "libvirt" {
-		p.LibvirtURI = f.libvirtURI
+		p.LibvirtURI, p.LibvirtTBCacheBytes = f.libvirtURI, uint64(f.tbCache)
 		if f.libvirtTpl != "" {
 			b, err := os.ReadFile(f.libvirtTpl)
 			if err != nil {

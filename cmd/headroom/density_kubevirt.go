@@ -56,7 +56,7 @@ func (k *kubevirtFlags) register(cmd *cobra.Command) {
 var kubevirtOnly = []string{"kubeconfig", "namespace", "template", "kubevirt-object", "qps", "burst", "timeout", "burst-only", "node-selector", "container-disk", "cpus", "controller-address"}
 
 // libvirtOnly are the flags that mean something only with --backend libvirt.
-var libvirtOnly = []string{"libvirt-uri", "libvirt-template"}
+var libvirtOnly = []string{"libvirt-uri", "libvirt-template", "libvirt-tb-cache"}
 
 // notWithKubevirt are density's flags the kubevirt backend does not use:
 // the node is the cluster's, not this machine's.

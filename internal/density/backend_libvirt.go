@@ -17,6 +17,10 @@ import (
 // DefaultLibvirtURI is --libvirt-uri's default.
 const DefaultLibvirtURI = "qemu:///system"
 
+// DefaultLibvirtTBCacheBytes is --libvirt-tb-cache's default: the cache of
+// headroom's micro-VMs, so that the two backends' guests compare.
+const DefaultLibvirtTBCacheBytes = libvirt.DefaultTBCacheMiB << 20
+
 // libvirtBackend: the node is a libvirt resource partition of the run's
 // own, limited to --node-memory and the run's swap; a worker is a domain
 // booting headroom's guest (or the user's template) in it, its workload
@@ -35,7 +39,7 @@ func newLibvirtBackend(p Params, nodeSwapBytes uint64) (*libvirtBackend, error) 
 		return nil, fmt.Errorf("the libvirt backend needs a guest image")
 	}
 	cfg := libvirt.NodeConfig{URI: p.LibvirtURI, Prefix: NodeCgroupName(os.Getpid()), Template: p.LibvirtTemplate,
-		TBCacheMiB: libvirt.DefaultTBCacheMiB, GraceSeconds: 5}
+		TBCacheMiB: uint(p.LibvirtTBCacheBytes >> 20), GraceSeconds: 5}
 	if cfg.URI == "" {
 		cfg.URI = DefaultLibvirtURI
 	}

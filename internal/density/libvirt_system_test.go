@@ -26,7 +26,7 @@ func libvirtNode(t *testing.T) (Params, *golibvirt.Libvirt) {
 	libvirttest.Start(t)
 	l := libvirttest.Connect(t)
 	p := qemuNode(t)
-	p.Backend, p.LibvirtURI = "libvirt", libvirttest.URI
+	p.Backend, p.LibvirtURI, p.LibvirtTBCacheBytes = "libvirt", libvirttest.URI, DefaultLibvirtTBCacheBytes
 	p.Deployments, p.VMMemoryBytes, p.MemorySizeBytes = []int{1, 2, 3, 4}, 448<<20, 320<<20
 	return p, l
 }

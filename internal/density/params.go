@@ -68,6 +68,9 @@ type Params struct {
 	// from ("": headroom's own domain).
 	LibvirtURI      string
 	LibvirtTemplate string
+	// LibvirtTBCacheBytes is TCG's translation cache of each qemu-type
+	// domain (0: QEMU's default).
+	LibvirtTBCacheBytes uint64
 }
 
 // Backends are the density backends of this package (kubevirt runs
@@ -201,8 +204,10 @@ func (p Params) Validate() error {
 		return fmt.Errorf("--balloon-policy %q: want headroom or mom", p.Balloon)
 	case p.Balloon != "" && (!p.VM() || !p.Agent):
 		return fmt.Errorf("--balloon needs --backend qemu or libvirt, and --agent: the agent's balloon controller drives the VMs' balloons")
-	case p.Backend != "libvirt" && (p.LibvirtURI != "" || p.LibvirtTemplate != ""):
-		return fmt.Errorf("--libvirt-uri and --libvirt-template need --backend libvirt")
+	case p.Backend != "libvirt" && (p.LibvirtURI != "" || p.LibvirtTemplate != "" || p.LibvirtTBCacheBytes != 0):
+		return fmt.Errorf("--libvirt-uri, --libvirt-template and --libvirt-tb-cache need --backend libvirt")
+	case p.LibvirtTBCacheBytes%(1<<20) != 0:
+		return fmt.Errorf("--libvirt-tb-cache %s: libvirt takes whole MiB", units.FormatBytes(p.LibvirtTBCacheBytes))
 	case len(p.Deployments) == 0:
 		return fmt.Errorf("--deployments is empty")
 	case p.MemorySizeBytes == 0 || p.MemorySizeBytes > p.VMMemoryBytes:

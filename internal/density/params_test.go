@@ -131,6 +131,7 @@ func TestValidate(t *testing.T) {
 		"--balloon-policy \"x\"": func(p *Params) { p.Backend, p.Agent, p.NodeMemoryBytes, p.Balloon = "qemu", true, 1<<30, "x" },
 		"--balloon needs":        func(p *Params) { p.Backend, p.Balloon = "qemu", "mom" },
 		"need --backend libvirt": func(p *Params) { p.LibvirtTemplate = "<domain/>" },
+		"whole MiB":              func(p *Params) { p.Backend, p.LibvirtTBCacheBytes = "libvirt", 1<<19 },
 		"needs --backend qemu or libvirt, and --agent": func(p *Params) { p.Backend, p.Balloon = "libvirt", "headroom" },
 		"keep 128.0 MiB for":                           func(p *Params) { p.Backend, p.MemorySizeBytes = "libvirt", 448<<20 },
 	}

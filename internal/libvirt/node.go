@@ -39,7 +39,7 @@ type NodeConfig struct {
 	Kernel, Initramfs string
 	// Template is the user's domain XML ("": headroom's own domain).
 	Template string
-	// TBCacheMiB is TCG's translation cache (DefaultTBCacheMiB if 0).
+	// TBCacheMiB is TCG's translation cache (0: QEMU's default).
 	TBCacheMiB uint
 	// GraceSeconds is the guest's time from power-down to SIGKILL.
 	GraceSeconds int
@@ -71,9 +71,6 @@ func OpenNode(cfg NodeConfig) (*Node, error) {
 	u, err := url.Parse(cfg.URI)
 	if err != nil || !strings.HasPrefix(u.Scheme, "qemu") || u.Path != "/system" {
 		return nil, fmt.Errorf("libvirt URI %q: the density backend needs qemu:///system (its domains' files and sockets are the host's)", cfg.URI)
-	}
-	if cfg.TBCacheMiB == 0 {
-		cfg.TBCacheMiB = DefaultTBCacheMiB
 	}
 	h, err := cgroup.Find()
 	if err != nil {
