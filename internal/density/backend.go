@@ -10,6 +10,7 @@ import (
 
 	"github.com/headroom-dev/headroom/internal/cgroup"
 	"github.com/headroom-dev/headroom/internal/host"
+	"github.com/headroom-dev/headroom/internal/libvirt"
 	"github.com/headroom-dev/headroom/internal/results"
 )
 
@@ -59,6 +60,17 @@ type Worker interface {
 }
 
 // newBackend creates the run's node, with nodeSwapBytes of swap.
+// preflight checks, before the run changes anything (swap, cgroups), that
+// the backend's platform answers.
+func preflight(p Params) error {
+	if p.Backend == "libvirt" {
+		if err := libvirt.Ping(p.libvirtURI()); err != nil {
+			return fmt.Errorf("%w (is libvirtd running? without systemd: virtlogd -d; libvirtd -d)", err)
+		}
+	}
+	return nil
+}
+
 func newBackend(p Params, nodeSwapBytes uint64) (Backend, error) {
 	switch p.Backend {
 	case "cgroup":

@@ -34,15 +34,20 @@ type libvirtBackend struct {
 	template     bool
 }
 
+// libvirtURI is the run's libvirtd connection.
+func (p Params) libvirtURI() string {
+	if p.LibvirtURI == "" {
+		return DefaultLibvirtURI
+	}
+	return p.LibvirtURI
+}
+
 func newLibvirtBackend(p Params, nodeSwapBytes uint64) (*libvirtBackend, error) {
 	if p.Image == nil && p.LibvirtTemplate == "" {
 		return nil, fmt.Errorf("the libvirt backend needs a guest image")
 	}
-	cfg := libvirt.NodeConfig{URI: p.LibvirtURI, Prefix: NodeCgroupName(os.Getpid()), Template: p.LibvirtTemplate,
+	cfg := libvirt.NodeConfig{URI: p.libvirtURI(), Prefix: NodeCgroupName(os.Getpid()), Template: p.LibvirtTemplate,
 		TBCacheMiB: uint(p.LibvirtTBCacheBytes >> 20), GraceSeconds: 5}
-	if cfg.URI == "" {
-		cfg.URI = DefaultLibvirtURI
-	}
 	if p.Image != nil {
 		cfg.Kernel, cfg.Initramfs = p.Image.Kernel, p.Image.Initramfs
 	}

@@ -62,6 +62,9 @@ func Run(ctx context.Context, p Params, rep Reporter) (dir string, run *results.
 	if err := p.Validate(); err != nil {
 		return "", nil, err
 	}
+	if err := preflight(p); err != nil {
+		return "", nil, err
+	}
 	h := &Harness{p: p, rep: rep}
 	h.dir = p.Out
 	if h.dir == "" {

@@ -2,6 +2,7 @@ package density
 
 import (
 	"reflect"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -141,5 +142,19 @@ func TestValidate(t *testing.T) {
 		if err := p.Validate(); err == nil || !strings.Contains(err.Error(), flag) {
 			t.Errorf("%s: Validate = %v", flag, err)
 		}
+	}
+}
+
+// A libvirtd that cannot be reached stops the run before it changes
+// anything, with one line saying so.
+func TestRunRefusesAnUnreachableLibvirtd(t *testing.T) {
+	p := valid()
+	p.Backend, p.LibvirtURI, p.Out = "libvirt", "qemu:///system?socket="+t.TempDir()+"/no-libvirt-sock", t.TempDir()+"/results"
+	dir, run, err := Run(t.Context(), p, nil)
+	if err == nil || !strings.Contains(err.Error(), "is libvirtd running?") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("Run = %v", err)
+	}
+	if _, serr := os.Stat(p.Out); dir != "" || run != nil || serr == nil {
+		t.Fatalf("the refused run made %q (%v)", dir, serr)
 	}
 }

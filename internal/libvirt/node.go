@@ -113,6 +113,20 @@ func OpenNode(cfg NodeConfig) (*Node, error) {
 	return n, nil
 }
 
+// Ping connects to libvirtd at uri and hangs up: an error says why it
+// cannot be reached.
+func Ping(uri string) error {
+	u, err := url.Parse(uri)
+	if err != nil {
+		return fmt.Errorf("libvirt URI %q: %w", uri, err)
+	}
+	conn, err := dial(u)
+	if err != nil {
+		return err
+	}
+	return conn.Disconnect()
+}
+
 func dial(u *url.URL) (*golibvirt.Libvirt, error) {
 	type result struct {
 		l   *golibvirt.Libvirt
