@@ -1,8 +1,8 @@
 package density
 
 import (
-	"reflect"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
