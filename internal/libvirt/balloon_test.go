@@ -60,3 +60,34 @@ func TestGuestMemory(t *testing.T) {
 		})
 	}
 }
+
+// The bulk statistics read as DomainMemoryStats' do: the same guest view.
+func TestBalloonStats(t *testing.T) {
+	param := func(field string, v any) golibvirt.TypedParam {
+		return golibvirt.TypedParam{Field: field, Value: golibvirt.TypedParamValue{D: 4, I: v}}
+	}
+	records := []golibvirt.DomainStatsRecord{
+		{Dom: golibvirt.Domain{Name: "a"}, Params: []golibvirt.TypedParam{
+			param("balloon.current", uint64(512<<10)), param("balloon.maximum", uint64(1<<20)),
+			param("balloon.available", uint64(480<<10)), param("balloon.usable", uint64(400<<10)),
+			param("balloon.unused", uint64(100<<10)), param("balloon.disk_caches", uint64(20<<10)),
+			param("balloon.major_fault", uint64(3)), param("balloon.swap_in", uint64(8)), param("balloon.swap_out", uint64(16)),
+			param("balloon.last-update", uint64(998)), param("balloon.rss", uint64(300<<10)),
+			param("state.state", int32(1)), param("balloon.unused", "lots"),
+		}},
+		{Dom: golibvirt.Domain{Name: "no-report"}, Params: []golibvirt.TypedParam{param("balloon.current", uint64(256<<10))}},
+		{Dom: golibvirt.Domain{Name: "negative"}, Params: []golibvirt.TypedParam{param("balloon.current", int64(-1))}},
+	}
+	stats := BalloonStats(records)
+	g, ok := GuestMemory(stats["a"], 1<<30, time.Unix(1000, 0))
+	if !ok || g.MemoryBytes != 512<<20 || g.TotalBytes != 480<<20 || g.AvailableBytes != 400<<20 || g.FreeBytes != 100<<20 ||
+		g.DiskCachesBytes != 20<<20 || g.MajorFaults != 3 || g.SwapInBytes != 8<<10 || g.SwapOutBytes != 16<<10 || g.AgeSeconds != 2 {
+		t.Errorf("a: %v %+v", ok, g)
+	}
+	if _, ok := GuestMemory(stats["no-report"], 1<<30, time.Unix(1000, 0)); ok {
+		t.Error("a domain whose guest never reported has a view")
+	}
+	if len(stats["negative"]) != 0 || len(stats) != 3 {
+		t.Errorf("stats %v", stats)
+	}
+}
