@@ -34,11 +34,9 @@ echo "building the Kubernetes ${KUBE_VERSION} control plane (etcd ${ETCD_VERSION
 # module points each one at the published module of the matching version.
 mkdir -p "$work/src"
 cd "$work/src"
-mod="$(curl -fsS "https://proxy.golang.org/k8s.io/kubernetes/@v/${KUBE_VERSION}.mod" 2>/dev/null || true)"
-if [[ -z "$mod" ]]; then
-  "$GO" mod download -json "k8s.io/kubernetes@${KUBE_VERSION}" >/dev/null 2>&1 || true
-  mod="$(cat "$("$GO" env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/${KUBE_VERSION}.mod")"
-fi
+# The go command fetches it, through the machine's GOPROXY and GOFLAGS.
+gomod="$("$GO" mod download -json "k8s.io/kubernetes@${KUBE_VERSION}" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')"
+mod="$(cat "$gomod")"
 {
   echo "module headroom.local/kubebuild"
   echo
