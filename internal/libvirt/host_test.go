@@ -1,9 +1,13 @@
 package libvirt
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+
+	golibvirt "github.com/digitalocean/go-libvirt"
 
 	"github.com/headroom-dev/headroom/internal/cgroup"
 )
@@ -51,5 +55,25 @@ func TestOpenRefusesBadURIs(t *testing.T) {
 	}
 	if _, err := Open(Config{URI: "qemu:///system"}, nil); err != nil {
 		t.Errorf("qemu:///system: %v", err)
+	}
+}
+
+// A domain that vanished or stopped mid-eviction is libvirt's "no domain"
+// or "operation invalid" (not running), however wrapped; anything else is
+// a refusal.
+func TestStoppedErrors(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want bool
+	}{
+		{golibvirt.Error{Code: uint32(golibvirt.ErrNoDomain), Message: "Domain not found"}, true},
+		{fmt.Errorf("shutdown: %w", golibvirt.Error{Code: uint32(golibvirt.ErrOperationInvalid), Message: "domain is not running"}), true},
+		{golibvirt.Error{Code: uint32(golibvirt.ErrAuthFailed), Message: "authentication failed"}, false},
+		{errors.New("Domain not found"), false},
+		{nil, false},
+	} {
+		if got := stopped(tt.err); got != tt.want {
+			t.Errorf("stopped(%v) = %v", tt.err, got)
+		}
 	}
 }

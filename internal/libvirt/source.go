@@ -2,6 +2,7 @@ package libvirt
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -96,6 +97,9 @@ func (e *Evictor) Begin(ctx context.Context, t agent.Target) (string, error) {
 		return "managed save", nil
 	}
 	err := callCtx(ctx, func() error { return conn.DomainShutdownFlags(ent.dom, golibvirt.DomainShutdownAcpiPowerBtn) })
+	if stopped(err) {
+		return "", nil // it went by itself: Finish sees it gone
+	}
 	if err != nil {
 		e.h.rpcErrs.Inc()
 		return "", fmt.Errorf("libvirt shutdown of %s: %w", t.Name, err)
@@ -117,6 +121,9 @@ func (e *Evictor) Finish(ctx context.Context, t agent.Target) policy.EvictionOut
 	if save != nil {
 		select {
 		case err := <-save:
+			if stopped(err) && e.gone(ctx, t.Group) {
+				return out(policy.EvictedGracefully, "the domain stopped before its save")
+			}
 			if err != nil {
 				return out(policy.EvictionFailed, "managed save: "+err.Error())
 			}
@@ -149,6 +156,13 @@ func (e *Evictor) Finish(ctx context.Context, t agent.Target) policy.EvictionOut
 		return out(policy.EvictedForcibly, note)
 	}
 	return e.ended(ctx, out, note)
+}
+
+// stopped reports whether err is libvirt's answer for a domain that is no
+// longer there or no longer running: one that vanished mid-eviction.
+func stopped(err error) bool {
+	var le golibvirt.Error
+	return errors.As(err, &le) && (le.Code == uint32(golibvirt.ErrNoDomain) || le.Code == uint32(golibvirt.ErrOperationInvalid))
 }
 
 func (e *Evictor) ended(ctx context.Context, out func(string, string) policy.EvictionOutcome, note string) policy.EvictionOutcome {
