@@ -90,3 +90,23 @@ func TestParseCmdlineAndModuleParams(t *testing.T) {
 		t.Errorf("virtio got %q: prefixes must match whole module names", p)
 	}
 }
+
+// Only a guest's /init is one: headroom as a container's PID 1 runs its
+// command line.
+func TestIsInit(t *testing.T) {
+	for _, tt := range []struct {
+		pid  int
+		args []string
+		want bool
+	}{
+		{1, []string{InitPath}, true},
+		{1, []string{"/headroom", "agent"}, false},
+		{1, []string{"headroom", "load"}, false},
+		{1, nil, false},
+		{4242, []string{InitPath}, false},
+	} {
+		if got := isInit(tt.pid, tt.args); got != tt.want {
+			t.Errorf("isInit(%d, %q) = %v", tt.pid, tt.args, got)
+		}
+	}
+}

@@ -18,8 +18,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// IsInit reports whether this process is a guest's PID 1.
-func IsInit() bool { return os.Getpid() == 1 }
+// IsInit reports whether this process is a guest's /init: PID 1 started as
+// InitPath, as the kernel starts the initramfs's. A container's PID 1 (the
+// agent in its DaemonSet pod, a workload pod's load) is headroom's command
+// line, not a guest's init.
+func IsInit() bool { return isInit(os.Getpid(), os.Args) }
+
+func isInit(pid int, args []string) bool { return pid == 1 && len(args) > 0 && args[0] == InitPath }
 
 // deviceWait bounds how long /init waits for a device (a virtio-serial
 // port, the swap disk) to appear after its driver is loaded.
