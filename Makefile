@@ -90,9 +90,10 @@ fuzz:
 	done
 
 # The Kubernetes control plane the kube system tests run against (etcd,
-# kube-apiserver, kube-controller-manager, kubectl, kwok), built from Go
-# modules, all in one module, once into $XDG_CACHE_HOME/headroom/kube (cold: about
-# 7.5 min on 2 idle cores).
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok)
+# and the kubelet for the real-node tests, built from Go modules, all in
+# one module, once into $XDG_CACHE_HOME/headroom/kube (cold: about 7.5 min
+# on 2 idle cores; kubelet and kube-scheduler add about a minute).
 kube-binaries:
 	GO=$(GO) hack/kube-binaries.sh
 

@@ -17,7 +17,7 @@ ETCD_VERSION="${ETCD_VERSION:-v3.6.4}"
 
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/headroom/kube/${KUBE_VERSION}-etcd-${ETCD_VERSION}-kwok-${KWOK_VERSION}"
 bin="$cache/bin"
-want=(etcd kube-apiserver kube-controller-manager kubectl kwok)
+want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl kwok)
 
 have_all() { for b in "${want[@]}"; do [[ -x "$bin/$b" ]] || return 1; done; }
 if have_all; then echo "$bin"; exit 0; fi
@@ -73,16 +73,24 @@ import (
 	_ "go.etcd.io/etcd/server/v3"
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 	_ "sigs.k8s.io/kwok/cmd/kwok"
 )
 GO
 "$GO" mod tidy -e >&2 2>/dev/null || true
 "$GO" get "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" >&2
-# One build for the five: their shared packages compile once, and the
+# One build for the seven (kubelet and kube-scheduler for the real-node
+# tests): their shared packages compile once, and the
 # links run side by side. etcd's main package is .../server/v3: "server".
-CGO_ENABLED=0 "$GO" build -mod=mod -trimpath -ldflags='-s -w' -o "$out/" go.etcd.io/etcd/server/v3 \
-  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl \
+# The version the binaries report (a kubelet registers its node with it).
+v=k8s.io/component-base/version
+minor="${KUBE_VERSION#v1.}"; minor="${minor%%.*}"
+ldflags="-s -w -X $v.gitVersion=${KUBE_VERSION} -X $v.gitMajor=1 -X $v.gitMinor=${minor} -X $v.gitTreeState=clean"
+CGO_ENABLED=0 "$GO" build -mod=mod -trimpath -ldflags="$ldflags" -o "$out/" go.etcd.io/etcd/server/v3 \
+  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler \
+  k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl \
   sigs.k8s.io/kwok/cmd/kwok >&2
 mv "$out/server" "$out/etcd"
 

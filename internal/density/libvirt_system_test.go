@@ -4,7 +4,6 @@ package density
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -146,12 +145,7 @@ func TestSystemLibvirtInterruptLeavesNothing(t *testing.T) {
 	p, l := libvirtNode(t)
 	p.Deployments, p.WorkloadRuntime = []int{2, 3}, 30*time.Second
 	ctx, cancel := context.WithCancelCause(context.Background())
-	rep := testReporter{t: t, onStatus: func(step, workers, ready int, elapsed time.Duration) {
-		if ready == workers && elapsed > 2*time.Second {
-			cancel(errors.New("signal: interrupt"))
-		}
-	}}
-	_, run, err := Run(ctx, p, rep)
+	_, run, err := Run(ctx, p, interruptOnceMeasured(t, cancel))
 	assertRestored(t)
 	assertNoDomainsLeft(t, l, "")
 	if err != nil {

@@ -26,12 +26,33 @@ import (
 type testReporter struct {
 	t        *testing.T
 	onStatus func(step, workers, ready int, elapsed time.Duration)
+	onRate   func(step int, pagesPerSec float64)
 }
 
-func (r testReporter) Status(step, workers, ready int, elapsed time.Duration, _ float64) {
+func (r testReporter) Status(step, workers, ready int, elapsed time.Duration, pagesPerSec float64) {
 	if r.onStatus != nil {
 		r.onStatus(step, workers, ready, elapsed)
 	}
+	if r.onRate != nil {
+		r.onRate(step, pagesPerSec)
+	}
+}
+
+// interruptOnceMeasured is a reporter that cancels the run as Ctrl-C
+// would, 2 s after step 1 first reports a rate. The step's workers start
+// at one instant, so by then each has measured; cancelling on readiness
+// alone raced the start (a worker stopped before it began has no rate).
+func interruptOnceMeasured(t *testing.T, cancel context.CancelCauseFunc) testReporter {
+	var firstRate time.Time
+	return testReporter{t: t, onRate: func(step int, pagesPerSec float64) {
+		switch {
+		case step != 1 || pagesPerSec <= 0:
+		case firstRate.IsZero():
+			firstRate = time.Now()
+		case time.Since(firstRate) > 2*time.Second:
+			cancel(errors.New("signal: interrupt"))
+		}
+	}}
 }
 func (r testReporter) StepDone(s results.Step) {
 	r.t.Logf("step %d: %d workers, %.0f pages/s, failed %v %s", s.Index, s.Workers, s.AggregatePagesPerSec, s.Failed, s.FailReason)
@@ -164,11 +185,7 @@ func TestSystemInterruptKeepsPartialResults(t *testing.T) {
 	p.WorkloadRuntime = 20 * time.Second
 	p.Deployments = []int{1, 2}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	rep := testReporter{t: t, onStatus: func(step, workers, ready int, elapsed time.Duration) {
-		if step == 1 && ready == workers && elapsed > 2*time.Second {
-			cancel(errors.New("signal: interrupt"))
-		}
-	}}
+	rep := interruptOnceMeasured(t, cancel)
 	start := time.Now()
 	dir, run, err := Run(ctx, p, rep)
 	assertRestored(t)
