@@ -21,8 +21,11 @@ all: build
 # and busybox-static (micro-VMs; the guest kernel is downloaded by
 # `headroom vm image` into the cache, not installed), libvirt's daemon,
 # client and QEMU driver (the libvirt system tests use the libvirtd that
-# runs, or start their own with a virtlogd and stop both).
-APT_PACKAGES := util-linux gcc chromium qemu-system-x86 busybox-static libvirt-daemon-system libvirt-clients libvirt-daemon-driver-qemu
+# runs, or start their own with a virtlogd and stop both), and containerd,
+# runc and the CNI plugins (the real-kubelet tests start their own
+# containerd).
+APT_PACKAGES := util-linux gcc chromium qemu-system-x86 busybox-static libvirt-daemon-system libvirt-clients libvirt-daemon-driver-qemu \
+  containerd runc containernetworking-plugins
 
 # headroom is built static (it is also the micro-VM guest's /init) and
 # stripped (a smaller initramfs boots faster).
@@ -32,7 +35,7 @@ GOBUILD := $(GO) build -trimpath -ldflags='-s -w -X main.buildVersion=$(VERSION)
 
 deps:
 	@command -v $(GO) >/dev/null || { echo "Go toolchain not found: install Go 1.26 (/usr/local/go/bin)"; exit 1; }
-	@for tool in mkswap swapon swapoff gcc taskset chromium qemu-system-x86_64 busybox libvirtd virtlogd virsh; do \
+	@for tool in mkswap swapon swapoff gcc taskset chromium qemu-system-x86_64 busybox libvirtd virtlogd virsh containerd runc /usr/lib/cni/bridge; do \
 	  command -v $$tool >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PACKAGES) >/dev/null; break; }; \
 	done
 	$(GO) mod download
