@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes control plane the kube system tests run against —
-# etcd, kube-apiserver, kube-controller-manager, kubectl (from k8s.io/kubernetes
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, and
+# for the real-node tests kubelet and kube-proxy (from k8s.io/kubernetes
 # at a pinned version, its staging repos replaced by their published modules)
 # and kwok, all in one module — into $XDG_CACHE_HOME/headroom/kube/<version>/bin,
 # once. A cold build takes about 7.5 minutes on an idle 2-core machine; later
@@ -17,7 +18,7 @@ ETCD_VERSION="${ETCD_VERSION:-v3.6.4}"
 
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/headroom/kube/${KUBE_VERSION}-etcd-${ETCD_VERSION}-kwok-${KWOK_VERSION}"
 bin="$cache/bin"
-want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl kwok)
+want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl kwok)
 
 have_all() { for b in "${want[@]}"; do [[ -x "$bin/$b" ]] || return 1; done; }
 if have_all; then echo "$bin"; exit 0; fi
@@ -75,22 +76,23 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 	_ "k8s.io/kubernetes/cmd/kubelet"
 	_ "sigs.k8s.io/kwok/cmd/kwok"
 )
 GO
 "$GO" mod tidy -e >&2 2>/dev/null || true
 "$GO" get "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" >&2
-# One build for the seven (kubelet and kube-scheduler for the real-node
-# tests): their shared packages compile once, and the
-# links run side by side. etcd's main package is .../server/v3: "server".
+# One build for the eight (kubelet, kube-proxy and kube-scheduler for the
+# real-node tests): their shared packages compile once, and the links run
+# side by side. etcd's main package is .../server/v3: "server".
 # The version the binaries report (a kubelet registers its node with it).
 v=k8s.io/component-base/version
 minor="${KUBE_VERSION#v1.}"; minor="${minor%%.*}"
 ldflags="-s -w -X $v.gitVersion=${KUBE_VERSION} -X $v.gitMajor=1 -X $v.gitMinor=${minor} -X $v.gitTreeState=clean"
 CGO_ENABLED=0 "$GO" build -mod=mod -trimpath -ldflags="$ldflags" -o "$out/" go.etcd.io/etcd/server/v3 \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler \
-  k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl \
+  k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubectl \
   sigs.k8s.io/kwok/cmd/kwok >&2
 mv "$out/server" "$out/etcd"
 

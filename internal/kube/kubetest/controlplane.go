@@ -103,6 +103,14 @@ type Options struct {
 	// KwokStages is a YAML stream of kwok Stages for kinds beyond nodes
 	// and pods (kwok keeps its default node and pod stages).
 	KwokStages string
+	// RealNodes makes the control plane serve real kubelets (StartRealNode):
+	// the apiserver listens on every address and advertises the host's
+	// own, which pods reach through the kubernetes service (kube-proxy on
+	// the node routes it); the controller manager also runs the
+	// DaemonSet, ReplicaSet and Deployment controllers and publishes the
+	// apiserver's CA to every namespace (kube-root-ca.crt, which in-cluster
+	// clients verify it with); and kube-scheduler binds the pods.
+	RealNodes bool
 }
 
 // Start runs the control plane until the test ends.
@@ -155,7 +163,11 @@ rules:
 	waitHTTP(t, etcdURL+"/health", "", 30*time.Second)
 
 	cp.URL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
-	cp.start(t, "kube-apiserver", "--etcd-servers", etcdURL, "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+	bindAddress, advertiseAddress := "127.0.0.1", "127.0.0.1"
+	if opts.RealNodes {
+		bindAddress, advertiseAddress = "0.0.0.0", HostAddress(t)
+	}
+	cp.start(t, "kube-apiserver", "--etcd-servers", etcdURL, "--bind-address", bindAddress, "--advertise-address", advertiseAddress,
 		"--secure-port", strconv.Itoa(apiPort), "--cert-dir", filepath.Join(dir, "pki"),
 		"--token-auth-file", filepath.Join(dir, "tokens.csv"), "--authorization-mode", "RBAC",
 		"--service-account-issuer", "https://kubernetes.default.svc", "--api-audiences", "https://kubernetes.default.svc",
@@ -168,8 +180,19 @@ rules:
 	cp.AdminKubeconfig = filepath.Join(dir, "admin.kubeconfig")
 	writeKubeconfig(t, cp.AdminKubeconfig, cp.URL, AdminToken)
 
-	cp.start(t, "kube-controller-manager", "--kubeconfig", cp.AdminKubeconfig, "--leader-elect=false",
-		"--controllers", "disruption,serviceaccount,namespace,garbagecollector", "--secure-port", "0", "--v", "0")
+	controllers := []string{"disruption", "serviceaccount", "namespace", "garbagecollector"}
+	var rootCA []string
+	if opts.RealNodes {
+		controllers = append(controllers, "daemonset", "replicaset", "deployment", "root-ca-cert-publisher")
+		// The apiserver's self-signed serving certificate, written
+		// beside its CA's, names the kubernetes service's address.
+		rootCA = []string{"--root-ca-file", filepath.Join(dir, "pki", "apiserver.crt")}
+	}
+	cp.start(t, "kube-controller-manager", append([]string{"--kubeconfig", cp.AdminKubeconfig, "--leader-elect=false",
+		"--controllers", strings.Join(controllers, ","), "--secure-port", "0", "--v", "0"}, rootCA...)...)
+	if opts.RealNodes {
+		cp.start(t, "kube-scheduler", "--kubeconfig", cp.AdminKubeconfig, "--leader-elect=false", "--secure-port", "0", "--v", "0")
+	}
 	for _, f := range opts.CRDFiles {
 		cp.installCRDs(t, f)
 	}
@@ -307,16 +330,22 @@ func writeKubeconfig(t testing.TB, path, server, token string) {
 	}
 }
 
-// start runs a binary in its own process group, logging to a file, and
-// stops it (SIGTERM, then SIGKILL after 5 s) when the test ends.
+// start runs one of the control plane's binaries (see startProcess).
 func (cp *ControlPlane) start(t testing.TB, name string, args ...string) {
+	t.Helper()
+	cp.startProcess(t, name, filepath.Join(cp.Bin, name), args...)
+}
+
+// startProcess runs a program in its own process group, logging to a
+// file, and stops it (SIGTERM, then SIGKILL after 5 s) when the test ends.
+func (cp *ControlPlane) startProcess(t testing.TB, name, path string, args ...string) {
 	t.Helper()
 	logPath := filepath.Join(cp.dir, name+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(cp.Bin, name), args...)
+	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -371,6 +400,30 @@ func write(t testing.TB, path string, b []byte) {
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// HostAddress is the host's first IPv4 address on an interface that is
+// up and not loopback: where pods, in their own network namespaces,
+// reach the host.
+func HostAddress(t testing.TB) string {
+	t.Helper()
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, iface := range ifaces {
+		if iface.Flags&net.FlagUp == 0 || iface.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, _ := iface.Addrs()
+		for _, a := range addrs {
+			if ip, ok := a.(*net.IPNet); ok && ip.IP.To4() != nil {
+				return ip.IP.String()
+			}
+		}
+	}
+	t.Fatal("no IPv4 address on an interface that is up and not loopback")
+	return ""
 }
 
 // FreePort is a loopback TCP port nothing listens on now.
