@@ -4,6 +4,7 @@ package kube_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,12 +12,19 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/utils/ptr"
 
+	"github.com/headroom-dev/headroom/internal/agent"
 	"github.com/headroom-dev/headroom/internal/kube/kubetest"
+	"github.com/headroom-dev/headroom/internal/policy"
 	"github.com/headroom-dev/headroom/internal/testenv"
 )
 
@@ -237,4 +245,228 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// podRecords are the agent's decisions in a container log in the CRI
+// format (time, stream, tag, line).
+func podRecords(log string) []agent.Record {
+	var out []agent.Record
+	for _, line := range strings.Split(log, "\n") {
+		f := strings.SplitN(line, " ", 4)
+		if len(f) < 4 || f[1] != "stdout" {
+			continue
+		}
+		var r agent.Record
+		if json.Unmarshal([]byte(f[3]), &r) == nil && r.Action != "" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// loadPod is a Burstable pod on the real node running `headroom load`.
+func loadPod(ns, name, class string, requestMi, limitMi int64, grace int64, load ...string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": name}},
+		Spec: corev1.PodSpec{PriorityClassName: class, TerminationGracePeriodSeconds: ptr.To(grace), RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "load", Image: kubetest.HeadroomImageRef, Args: append([]string{"load", "--json"}, load...),
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceMemory: *resource.NewQuantity(requestMi*mi, resource.BinarySI)},
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: *resource.NewQuantity(limitMi*mi, resource.BinarySI)}}}}},
+	}
+}
+
+// populated reports whether a load pod has filled its block: its first
+// interval record is in its log.
+func populated(node *kubetest.RealNode, t *testing.T, p *corev1.Pod) bool {
+	return strings.Contains(node.PodLog(t, p, "load"), `"pages_per_sec"`)
+}
+
+// followLog opens a container's log as soon as it exists and returns a
+// function that reads it whole: the open file outlives the kubelet's
+// removal of the logs of a deleted pod.
+func followLog(t *testing.T, node *kubetest.RealNode, p *corev1.Pod, container string) func() string {
+	t.Helper()
+	path := filepath.Join(node.Dir, "pod-logs", p.Namespace+"_"+p.Name+"_"+string(p.UID), container, "0.log")
+	var f *os.File
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		var err error
+		f, err = os.Open(path)
+		return err == nil
+	})
+	t.Cleanup(func() { f.Close() })
+	return func() string {
+		b, _ := io.ReadAll(io.NewSectionReader(f, 0, 1<<40))
+		return string(b)
+	}
+}
+
+// lastSeen follows a pod and returns a function giving its latest state,
+// the final one once it was deleted.
+func lastSeen(t *testing.T, core corev1client.CoreV1Interface, p *corev1.Pod) func() *corev1.Pod {
+	t.Helper()
+	w, err := core.Pods(p.Namespace).Watch(context.Background(), metav1.ListOptions{FieldSelector: "metadata.name=" + p.Name, ResourceVersion: p.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	var mu sync.Mutex
+	last := p
+	go func() {
+		for ev := range w.ResultChan() {
+			if q, ok := ev.Object.(*corev1.Pod); ok {
+				mu.Lock()
+				last = q
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() *corev1.Pod {
+		mu.Lock()
+		defer mu.Unlock()
+		return last
+	}
+}
+
+// podsOOMKills is the kernel's OOM kill count in the pods' cgroup.
+func podsOOMKills(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/sys/fs/cgroup/memory/kubepods/memory.oom_control")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	return 0
+}
+
+// A memory burst on a real node with swap: two pods fill the node's RAM
+// and part of its swap, then a third, of the lowest priority, pushes it
+// past the agent's swap threshold towards the kernel's OOM point. The
+// agent evicts that pod through the Eviction API; the real kubelet
+// terminates it within its grace period (the workload prints its
+// summary); the kernel kills nothing, and the other two finish.
+func TestSystemRealKubeletAgentEvictsTheBurst(t *testing.T) {
+	const swapBytes = 2 << 30
+	testenv.SwapFile(t, swapBytes)
+	// The kubelet's hard memory eviction is off ("0%" drops the
+	// threshold): with enforceNodeAllocatable its allocatable signal fires
+	// once the pods' RAM is full, however much swap is free.
+	cp, node := realCluster(t, kubetest.RealNodeOptions{EvictionHard: map[string]string{"memory.available": "0%"}})
+	core := cp.Clientset(t).CoreV1()
+	deployAgent(t, cp)
+	agentPod := kubetest.WaitPod(t, core, agentNS, "app.kubernetes.io/name=headroom-agent", 90*time.Second, "Ready", kubetest.PodReady)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("agent log:\n%s", lastLines(node.PodLog(t, agentPod, "agent"), 30))
+		}
+	})
+	classes := ""
+	for name, v := range map[string]int{"test-low": 100, "test-mid": 200, "test-high": 1000} {
+		classes += fmt.Sprintf("apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata:\n  name: %s\nvalue: %d\n---\n", name, v)
+	}
+	if out, err := cp.Kubectl(t, classes, "apply", "-f", "-"); err != nil {
+		t.Fatalf("priority classes: %v\n%s", err, out)
+	}
+	kubetest.Namespace(t, core, "apps")
+
+	// RAM 1.5 GiB + swap 2 GiB = 3.5 GiB, the OOM point; the agent's
+	// threshold (deploy/agent.yaml's factor 0.9) at 1.5 + 1.8 GiB. Two
+	// pods of 1200 MiB, then the burst: 1200 MiB more.
+	const sizeMi, grace = 1200, 10
+	load := []string{"--size", fmt.Sprintf("%dMi", sizeMi), "--scan", "random", "--duration", "90s"}
+	pods := map[string]*corev1.Pod{}
+	for _, p := range []*corev1.Pod{loadPod("apps", "high", "test-high", 384, 2048, grace, load...),
+		loadPod("apps", "mid", "test-mid", 384, 2048, grace, load...)} {
+		if _, err := core.Pods("apps").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pods[p.Name] = kubetest.WaitPod(t, core, "apps", "app="+p.Name, 60*time.Second, "Running",
+			func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	}
+	for _, p := range pods {
+		testenv.Eventually(t, 120*time.Second, func() bool { return populated(node, t, p) })
+	}
+	burst := loadPod("apps", "low", "test-low", 384, 2048, grace, load...)
+	if _, err := core.Pods("apps").Create(context.Background(), burst, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	low := kubetest.WaitPod(t, core, "apps", "app=low", 60*time.Second, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	lowLog := followLog(t, node, low, "load")
+	lowLast := lastSeen(t, core, low)
+
+	// The agent chooses the burst and it leaves.
+	var evict, evicted *agent.Record
+	deadline := time.Now().Add(120 * time.Second)
+	for evicted == nil && time.Now().Before(deadline) {
+		for _, r := range podRecords(node.PodLog(t, agentPod, "agent")) {
+			switch {
+			case r.Action == policy.ActionEvict && evict == nil:
+				evict = &r
+			case r.Action == policy.ActionEvicted && evicted == nil:
+				evicted = &r
+			}
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if evict == nil || evicted == nil {
+		snap := ""
+		if resp, err := http.Get("http://" + agentPod.Status.PodIP + ":9731/v1/snapshot"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			snap = string(b)
+		}
+		t.Fatalf("no eviction by the agent within 120 s (chosen %v, ended %v); its snapshot:\n%s", evict, evicted, snap)
+	}
+	t.Logf("agent chose %s (%s %.0f > %.0f %s); crossing to Eviction call <= %.2f s; ended %s after %.2f s",
+		evict.Workload, evict.Trigger.Signal, evict.Trigger.Value, evict.Trigger.Threshold, evict.Trigger.Unit,
+		evict.LatencyBoundSeconds, evicted.Outcome.Result, evicted.Outcome.Seconds)
+	if evict.Workload != "apps/low" {
+		t.Errorf("agent evicted %s, want apps/low (the lowest priority)", evict.Workload)
+	}
+	// The bound is one sampling interval (deploy/agent.yaml: 0.5 s) plus
+	// the round: the PSI trigger that wakes the agent sooner needs
+	// CAP_SYS_RESOURCE for its 1 s window, which this machine lacks.
+	if evict.LatencyBoundSeconds > 0.6 {
+		t.Errorf("crossing to Eviction call bounded by %.2f s, want <= 0.6 s (the 0.5 s interval and the round)", evict.LatencyBoundSeconds)
+	}
+	if evicted.Outcome.Result != policy.EvictedGracefully {
+		t.Errorf("eviction ended %s, want graceful", evicted.Outcome.Result)
+	}
+	if s := evicted.Outcome.Seconds; s > grace {
+		t.Errorf("the evicted pod took %.1f s to go, beyond its grace period (%d s)", s, grace)
+	}
+	// Its end as the kubelet saw it: SIGTERM handled, exit 0, not SIGKILL's 137.
+	if st := lowLast().Status.ContainerStatuses; len(st) != 1 || st[0].State.Terminated == nil {
+		t.Errorf("the evicted pod's last status shows no terminated container: %+v", st)
+	} else if term := st[0].State.Terminated; term.ExitCode != 0 {
+		t.Errorf("the evicted workload exited %d (%s), want 0 after SIGTERM", term.ExitCode, term.Reason)
+	}
+	if log := lowLog(); !strings.Contains(log, `"type":"summary"`) {
+		t.Errorf("the evicted workload printed no summary (not terminated gracefully):\n%s", lastLines(log, 5))
+	}
+
+	// The others run to their end.
+	for _, name := range []string{"high", "mid"} {
+		p := kubetest.WaitPod(t, core, "apps", "app="+name, 150*time.Second, "Succeeded",
+			func(p *corev1.Pod) bool {
+				return p.Status.Phase != corev1.PodRunning && p.Status.Phase != corev1.PodPending
+			})
+		if p.Status.Phase != corev1.PodSucceeded {
+			t.Errorf("%s ended %s (%s: %s)", name, p.Status.Phase, p.Status.Reason, p.Status.Message)
+		}
+	}
+	if n := podsOOMKills(t); n != 0 {
+		t.Errorf("the kernel OOM-killed %d processes in the pods' cgroup", n)
+	}
+	evs, _ := core.Events("apps").List(context.Background(), metav1.ListOptions{})
+	for _, e := range evs.Items {
+		if e.Reason == "Evicted" && e.Source.Component == "kubelet" {
+			t.Errorf("the kubelet evicted %s: %s", e.InvolvedObject.Name, e.Message)
+		}
+	}
 }

@@ -107,7 +107,7 @@ type Options struct {
 	// the apiserver listens on every address and advertises the host's
 	// own, which pods reach through the kubernetes service (kube-proxy on
 	// the node routes it); the controller manager also runs the
-	// DaemonSet, ReplicaSet and Deployment controllers and publishes the
+	// DaemonSet, ReplicaSet, Deployment and node lifecycle controllers and publishes the
 	// apiserver's CA to every namespace (kube-root-ca.crt, which in-cluster
 	// clients verify it with); and kube-scheduler binds the pods.
 	RealNodes bool
@@ -183,7 +183,9 @@ rules:
 	controllers := []string{"disruption", "serviceaccount", "namespace", "garbagecollector"}
 	var rootCA []string
 	if opts.RealNodes {
-		controllers = append(controllers, "daemonset", "replicaset", "deployment", "root-ca-cert-publisher")
+		controllers = append(controllers, "daemonset", "replicaset", "deployment", "root-ca-cert-publisher",
+			// It lifts the not-ready taint a kubelet registers its node with.
+			"nodelifecycle")
 		// The apiserver's self-signed serving certificate, written
 		// beside its CA's, names the kubernetes service's address.
 		rootCA = []string{"--root-ca-file", filepath.Join(dir, "pki", "apiserver.crt")}

@@ -294,13 +294,20 @@ func (n *RealNode) importImage(t testing.TB, img Image) {
 	}
 }
 
-// waitReady follows the node until its Ready condition is true.
+// waitReady follows the node until its Ready condition is true and it
+// is schedulable: the node lifecycle controller has lifted the not-ready
+// taint the kubelet registered it with.
 func (n *RealNode) waitReady(t testing.TB, timeout time.Duration) {
 	t.Helper()
 	core := n.cp.Clientset(t).CoreV1()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	ready := func(node *corev1.Node) bool {
+		for _, taint := range node.Spec.Taints {
+			if taint.Key == corev1.TaintNodeNotReady {
+				return false
+			}
+		}
 		for _, c := range node.Status.Conditions {
 			if c.Type == corev1.NodeReady {
 				return c.Status == corev1.ConditionTrue
