@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -36,7 +38,7 @@ const (
 
 // realCluster is a control plane with one node run by a real kubelet
 // under containerd and runc, the headroom image imported.
-func realCluster(t *testing.T, opts kubetest.RealNodeOptions) (*kubetest.ControlPlane, *kubetest.RealNode) {
+func realCluster(t testing.TB, opts kubetest.RealNodeOptions) (*kubetest.ControlPlane, *kubetest.RealNode) {
 	t.Helper()
 	cp := kubetest.StartWith(t, kubetest.Options{RealNodes: true})
 	opts.Images = append(opts.Images, kubetest.HeadroomImage(testenv.HeadroomBinary(t)))
@@ -48,13 +50,13 @@ func realCluster(t *testing.T, opts kubetest.RealNodeOptions) (*kubetest.Control
 
 // boundingCaps is this process's capability bounding set: a container can
 // be given no capability outside it.
-func boundingCaps(t *testing.T) uint64 {
+func boundingCaps(t testing.TB) uint64 {
 	t.Helper()
 	return statusCaps(t, os.Getpid(), "CapBnd")
 }
 
 // statusCaps reads a capability set of a process from /proc/PID/status.
-func statusCaps(t *testing.T, pid int, field string) uint64 {
+func statusCaps(t testing.TB, pid int, field string) uint64 {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
 	if err != nil {
@@ -79,7 +81,7 @@ func statusCaps(t *testing.T, pid int, field string) uint64 {
 // can be given there (runc: "unable to apply caps: operation not
 // permitted"). It returns the capabilities the agent's container must end
 // up with.
-func deployAgent(t *testing.T, cp *kubetest.ControlPlane) (wantCaps uint64) {
+func deployAgent(t testing.TB, cp *kubetest.ControlPlane) (wantCaps uint64) {
 	t.Helper()
 	crd := kubetest.ServiceMonitorCRD(t)
 	if out, err := cp.Kubectl(t, crd, "apply", "--server-side", "-f", "-"); err != nil {
@@ -278,14 +280,14 @@ func loadPod(ns, name, class string, requestMi, limitMi int64, grace int64, load
 
 // populated reports whether a load pod has filled its block: its first
 // interval record is in its log.
-func populated(node *kubetest.RealNode, t *testing.T, p *corev1.Pod) bool {
+func populated(node *kubetest.RealNode, t testing.TB, p *corev1.Pod) bool {
 	return strings.Contains(node.PodLog(t, p, "load"), `"pages_per_sec"`)
 }
 
 // followLog opens a container's log as soon as it exists and returns a
 // function that reads it whole: the open file outlives the kubelet's
 // removal of the logs of a deleted pod.
-func followLog(t *testing.T, node *kubetest.RealNode, p *corev1.Pod, container string) func() string {
+func followLog(t testing.TB, node *kubetest.RealNode, p *corev1.Pod, container string) func() string {
 	t.Helper()
 	path := filepath.Join(node.Dir, "pod-logs", p.Namespace+"_"+p.Name+"_"+string(p.UID), container, "0.log")
 	var f *os.File
@@ -303,7 +305,7 @@ func followLog(t *testing.T, node *kubetest.RealNode, p *corev1.Pod, container s
 
 // lastSeen follows a pod and returns a function giving its latest state,
 // the final one once it was deleted.
-func lastSeen(t *testing.T, core corev1client.CoreV1Interface, p *corev1.Pod) func() *corev1.Pod {
+func lastSeen(t testing.TB, core corev1client.CoreV1Interface, p *corev1.Pod) func() *corev1.Pod {
 	t.Helper()
 	w, err := core.Pods(p.Namespace).Watch(context.Background(), metav1.ListOptions{FieldSelector: "metadata.name=" + p.Name, ResourceVersion: p.ResourceVersion})
 	if err != nil {
@@ -329,7 +331,7 @@ func lastSeen(t *testing.T, core corev1client.CoreV1Interface, p *corev1.Pod) fu
 }
 
 // podsOOMKills is the kernel's OOM kill count in the pods' cgroup.
-func podsOOMKills(t *testing.T) int {
+func podsOOMKills(t testing.TB) int {
 	t.Helper()
 	b, err := os.ReadFile("/sys/fs/cgroup/memory/kubepods/memory.oom_control")
 	if err != nil {
@@ -344,27 +346,82 @@ func podsOOMKills(t *testing.T) int {
 	return 0
 }
 
-// A memory burst on a real node with swap: two pods fill the node's RAM
-// and part of its swap, then a third, of the lowest priority, pushes it
-// past the agent's swap threshold towards the kernel's OOM point. The
-// agent evicts that pod through the Eviction API; the real kubelet
-// terminates it within its grace period (the workload prints its
-// summary); the kernel kills nothing, and the other two finish.
-func TestSystemRealKubeletAgentEvictsTheBurst(t *testing.T) {
-	const swapBytes = 2 << 30
-	testenv.SwapFile(t, swapBytes)
-	// The kubelet's hard memory eviction is off ("0%" drops the
-	// threshold): with enforceNodeAllocatable its allocatable signal fires
-	// once the pods' RAM is full, however much swap is free.
-	cp, node := realCluster(t, kubetest.RealNodeOptions{EvictionHard: map[string]string{"memory.available": "0%"}})
+// burstSetup is one configuration of the node for the memory burst.
+type burstSetup struct {
+	name string
+	// evictionHard is the kubelet's (nil: its defaults).
+	evictionHard map[string]string
+	// agent deploys headroom's DaemonSet.
+	agent bool
+	// tuneWatermarks applies the node tuning OpenShift ships in place of
+	// wasp-agent (virt-platform-autopilot's 90-worker-swap-online): the low
+	// watermark at least max(256 MiB, 1% of RAM) above the kubelet's
+	// eviction threshold.
+	tuneWatermarks bool
+}
+
+// The three configurations of the head-to-head.
+var (
+	kubeletAlone = burstSetup{name: "kubelet-alone"}
+	kubeletTuned = burstSetup{name: "kubelet-tuned", tuneWatermarks: true}
+	// The kubelet's hard memory eviction off ("0%" drops the threshold):
+	// with enforceNodeAllocatable its allocatable signal fires once the
+	// pods' RAM is full, however much swap is free.
+	kubeletHeadroom = burstSetup{name: "kubelet-headroom", evictionHard: map[string]string{"memory.available": "0%"}, agent: true}
+)
+
+// burstResult is what one burst did.
+type burstResult struct {
+	oomKills int
+	// evictedBy lists the pods each component evicted: "kubelet", "agent".
+	evictedBy map[string][]string
+	// firstEvictionSeconds is from the burst pod's start to the first pod
+	// marked for eviction (-1: none).
+	firstEvictionSeconds float64
+	// fullStallSeconds is the node's memory "full" stall (PSI) from the
+	// burst's start to the survivors' end: all tasks stalled at once.
+	fullStallSeconds float64
+	// phases are the pods' last phases (Succeeded, Failed, gone).
+	phases map[string]string
+	// agentRecords are the agent's decisions (with agent).
+	agentRecords []agent.Record
+	// lowExit is the burst pod's container exit code (-1: not seen), and
+	// lowLog its log.
+	lowExit int32
+	lowLog  string
+}
+
+// burstPods: RAM 1.5 GiB + swap 2 GiB = 3.5 GiB, the kernel's OOM point
+// for the pods' cgroup; the agent's threshold (deploy/agent.yaml's factor
+// 0.9 of the pods' swap allowances) at about 2.85 GiB. Two pods of 1200
+// MiB, then the burst: 1200 MiB more, of the lowest priority.
+const (
+	burstSwapBytes = 2 << 30
+	burstSizeMi    = 1200
+	burstGrace     = 10
+)
+
+// runBurst runs the burst on a fresh real node set up as s.
+func runBurst(t testing.TB, s burstSetup) burstResult {
+	t.Helper()
+	testenv.SwapFile(t, burstSwapBytes)
+	if s.tuneWatermarks {
+		// The kubelet's default hard threshold: memory.available<100Mi.
+		tuneWatermarks(t, 100<<20)
+	}
+	cp, node := realCluster(t, kubetest.RealNodeOptions{EvictionHard: s.evictionHard})
 	core := cp.Clientset(t).CoreV1()
-	deployAgent(t, cp)
-	agentPod := kubetest.WaitPod(t, core, agentNS, "app.kubernetes.io/name=headroom-agent", 90*time.Second, "Ready", kubetest.PodReady)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("agent log:\n%s", lastLines(node.PodLog(t, agentPod, "agent"), 30))
-		}
-	})
+	res := burstResult{evictedBy: map[string][]string{}, firstEvictionSeconds: -1, phases: map[string]string{}, lowExit: -1}
+	var agentPod *corev1.Pod
+	if s.agent {
+		deployAgent(t, cp)
+		agentPod = kubetest.WaitPod(t, core, agentNS, "app.kubernetes.io/name=headroom-agent", 90*time.Second, "Ready", kubetest.PodReady)
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("agent log:\n%s", lastLines(node.PodLog(t, agentPod, "agent"), 30))
+			}
+		})
+	}
 	classes := ""
 	for name, v := range map[string]int{"test-low": 100, "test-mid": 200, "test-high": 1000} {
 		classes += fmt.Sprintf("apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata:\n  name: %s\nvalue: %d\n---\n", name, v)
@@ -373,54 +430,149 @@ func TestSystemRealKubeletAgentEvictsTheBurst(t *testing.T) {
 		t.Fatalf("priority classes: %v\n%s", err, out)
 	}
 	kubetest.Namespace(t, core, "apps")
+	ooms := podsOOMKills(t)
 
-	// RAM 1.5 GiB + swap 2 GiB = 3.5 GiB, the OOM point; the agent's
-	// threshold (deploy/agent.yaml's factor 0.9) at 1.5 + 1.8 GiB. Two
-	// pods of 1200 MiB, then the burst: 1200 MiB more.
-	const sizeMi, grace = 1200, 10
-	load := []string{"--size", fmt.Sprintf("%dMi", sizeMi), "--scan", "random", "--duration", "90s"}
-	pods := map[string]*corev1.Pod{}
-	for _, p := range []*corev1.Pod{loadPod("apps", "high", "test-high", 384, 2048, grace, load...),
-		loadPod("apps", "mid", "test-mid", 384, 2048, grace, load...)} {
-		if _, err := core.Pods("apps").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+	load := []string{"--size", fmt.Sprintf("%dMi", burstSizeMi), "--scan", "random", "--duration", "45s"}
+	last := map[string]func() *corev1.Pod{}
+	for _, p := range []*corev1.Pod{loadPod("apps", "high", "test-high", 384, 2048, burstGrace, load...),
+		loadPod("apps", "mid", "test-mid", 384, 2048, burstGrace, load...)} {
+		created, err := core.Pods("apps").Create(context.Background(), p, metav1.CreateOptions{})
+		if err != nil {
 			t.Fatal(err)
 		}
-		pods[p.Name] = kubetest.WaitPod(t, core, "apps", "app="+p.Name, 60*time.Second, "Running",
+		last[p.Name] = lastSeen(t, core, created)
+		running := kubetest.WaitPod(t, core, "apps", "app="+p.Name, 60*time.Second, "Running",
 			func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+		testenv.Eventually(t, 120*time.Second, func() bool { return populated(node, t, running) })
 	}
-	for _, p := range pods {
-		testenv.Eventually(t, 120*time.Second, func() bool { return populated(node, t, p) })
-	}
-	burst := loadPod("apps", "low", "test-low", 384, 2048, grace, load...)
-	if _, err := core.Pods("apps").Create(context.Background(), burst, metav1.CreateOptions{}); err != nil {
+	created, err := core.Pods("apps").Create(context.Background(), loadPod("apps", "low", "test-low", 384, 2048, burstGrace, load...), metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
+	last["low"] = lastSeen(t, core, created)
 	low := kubetest.WaitPod(t, core, "apps", "app=low", 60*time.Second, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	burstStart := time.Now()
+	stallBefore := fullStallMicros(t)
 	lowLog := followLog(t, node, low, "load")
-	lowLast := lastSeen(t, core, low)
 
-	// The agent chooses the burst and it leaves.
-	var evict, evicted *agent.Record
-	deadline := time.Now().Add(120 * time.Second)
-	for evicted == nil && time.Now().Before(deadline) {
-		for _, r := range podRecords(node.PodLog(t, agentPod, "agent")) {
-			switch {
-			case r.Action == policy.ActionEvict && evict == nil:
-				evict = &r
-			case r.Action == policy.ActionEvicted && evicted == nil:
-				evicted = &r
+	// Until every pod has ended or gone: the first eviction is the first
+	// pod marked for deletion (the API's eviction) or failed as Evicted
+	// (the kubelet's).
+	deadline := time.Now().Add(150 * time.Second)
+	for time.Now().Before(deadline) {
+		done := 0
+		for name, get := range last {
+			p := get()
+			marked := p.DeletionTimestamp != nil || p.Status.Reason == "Evicted"
+			if marked && res.firstEvictionSeconds < 0 {
+				res.firstEvictionSeconds = time.Since(burstStart).Seconds()
+			}
+			if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || p.DeletionTimestamp != nil && gone(core, name) {
+				done++
 			}
 		}
-		time.Sleep(250 * time.Millisecond)
+		if done == len(last) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	res.fullStallSeconds = float64(fullStallMicros(t)-stallBefore) / 1e6
+	res.oomKills = podsOOMKills(t) - ooms
+	for name, get := range last {
+		p := get()
+		res.phases[name] = string(p.Status.Phase)
+		if p.DeletionTimestamp != nil && gone(core, name) {
+			res.phases[name] = "gone"
+		}
+		if st := p.Status.ContainerStatuses; name == "low" && len(st) == 1 && st[0].State.Terminated != nil {
+			res.lowExit = st[0].State.Terminated.ExitCode
+		}
+	}
+	res.lowLog = lowLog()
+	evs, err := core.Events("apps").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs.Items {
+		switch {
+		case e.Reason == "Evicted" && e.Source.Component == "kubelet":
+			res.evictedBy["kubelet"] = append(res.evictedBy["kubelet"], e.InvolvedObject.Name)
+		case e.Reason == "Evicting" && e.Source.Component == "headroom-agent":
+			res.evictedBy["agent"] = append(res.evictedBy["agent"], e.InvolvedObject.Name)
+		}
+	}
+	if agentPod != nil {
+		res.agentRecords = podRecords(node.PodLog(t, agentPod, "agent"))
+	}
+	t.Logf("%s: OOM kills %d, evicted by %v, first eviction %.1f s after the burst started, full stall %.1f s, pods %v",
+		s.name, res.oomKills, res.evictedBy, res.firstEvictionSeconds, res.fullStallSeconds, res.phases)
+	return res
+}
+
+func gone(core corev1client.CoreV1Interface, name string) bool {
+	_, err := core.Pods("apps").Get(context.Background(), name, metav1.GetOptions{})
+	return apierrors.IsNotFound(err)
+}
+
+// fullStallMicros is the node's memory "full" stall so far (PSI, µs).
+func fullStallMicros(t testing.TB) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/pressure/memory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "full ") {
+			if _, v, ok := strings.Cut(line, "total="); ok {
+				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				return n
+			}
+		}
+	}
+	t.Fatal("no full line in /proc/pressure/memory")
+	return 0
+}
+
+// tuneWatermarks sets vm.watermark_scale_factor as the node tuning does
+// (restored when the test ends): the low watermark at least the kubelet's
+// hard memory threshold plus max(256 MiB, 1% of RAM) above the minimum,
+// in ten-thousandths of RAM, clamped to 10-1000.
+func tuneWatermarks(t testing.TB, thresholdBytes int64) {
+	t.Helper()
+	const path = "/proc/sys/vm/watermark_scale_factor"
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ram := kubetest.MemTotalBytes(t)
+	factor := int64(math.Ceil(float64(thresholdBytes+max(256<<20, ram/100)) / float64(ram) * 10000))
+	factor = min(max(factor, 10), 1000)
+	if err := os.WriteFile(path, []byte(strconv.FormatInt(factor, 10)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.WriteFile(path, before, 0o644) })
+	t.Logf("vm.watermark_scale_factor %s -> %d", strings.TrimSpace(string(before)), factor)
+}
+
+// A memory burst on a real node with swap: two pods fill the node's RAM
+// and part of its swap, then a third, of the lowest priority, pushes it
+// past the agent's swap threshold towards the kernel's OOM point. The
+// agent evicts that pod through the Eviction API; the real kubelet
+// terminates it within its grace period (the workload prints its
+// summary); the kernel kills nothing, and the other two finish.
+func TestSystemRealKubeletAgentEvictsTheBurst(t *testing.T) {
+	res := runBurst(t, kubeletHeadroom)
+	var evict, evicted *agent.Record
+	for _, r := range res.agentRecords {
+		switch {
+		case r.Action == policy.ActionEvict && evict == nil:
+			evict = &r
+		case r.Action == policy.ActionEvicted && evicted == nil:
+			evicted = &r
+		}
 	}
 	if evict == nil || evicted == nil {
-		snap := ""
-		if resp, err := http.Get("http://" + agentPod.Status.PodIP + ":9731/v1/snapshot"); err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			snap = string(b)
-		}
-		t.Fatalf("no eviction by the agent within 120 s (chosen %v, ended %v); its snapshot:\n%s", evict, evicted, snap)
+		t.Fatalf("no eviction by the agent (chosen %v, ended %v)", evict, evicted)
 	}
 	t.Logf("agent chose %s (%s %.0f > %.0f %s); crossing to Eviction call <= %.2f s; ended %s after %.2f s",
 		evict.Workload, evict.Trigger.Signal, evict.Trigger.Value, evict.Trigger.Threshold, evict.Trigger.Unit,
@@ -434,39 +586,49 @@ func TestSystemRealKubeletAgentEvictsTheBurst(t *testing.T) {
 	if evict.LatencyBoundSeconds > 0.6 {
 		t.Errorf("crossing to Eviction call bounded by %.2f s, want <= 0.6 s (the 0.5 s interval and the round)", evict.LatencyBoundSeconds)
 	}
-	if evicted.Outcome.Result != policy.EvictedGracefully {
-		t.Errorf("eviction ended %s, want graceful", evicted.Outcome.Result)
+	if evicted.Outcome.Result != policy.EvictedGracefully || evicted.Outcome.Seconds > burstGrace {
+		t.Errorf("eviction ended %s after %.1f s, want graceful within the pod's grace period (%d s)", evicted.Outcome.Result, evicted.Outcome.Seconds, burstGrace)
 	}
-	if s := evicted.Outcome.Seconds; s > grace {
-		t.Errorf("the evicted pod took %.1f s to go, beyond its grace period (%d s)", s, grace)
+	// Its end as the kubelet saw it: SIGTERM handled, exit 0 (SIGKILL's is 137).
+	if res.lowExit != 0 {
+		t.Errorf("the evicted workload's exit code %d, want 0 after SIGTERM", res.lowExit)
 	}
-	// Its end as the kubelet saw it: SIGTERM handled, exit 0, not SIGKILL's 137.
-	if st := lowLast().Status.ContainerStatuses; len(st) != 1 || st[0].State.Terminated == nil {
-		t.Errorf("the evicted pod's last status shows no terminated container: %+v", st)
-	} else if term := st[0].State.Terminated; term.ExitCode != 0 {
-		t.Errorf("the evicted workload exited %d (%s), want 0 after SIGTERM", term.ExitCode, term.Reason)
+	if !strings.Contains(res.lowLog, `"type":"summary"`) {
+		t.Errorf("the evicted workload printed no summary (not terminated gracefully):\n%s", lastLines(res.lowLog, 5))
 	}
-	if log := lowLog(); !strings.Contains(log, `"type":"summary"`) {
-		t.Errorf("the evicted workload printed no summary (not terminated gracefully):\n%s", lastLines(log, 5))
-	}
-
-	// The others run to their end.
 	for _, name := range []string{"high", "mid"} {
-		p := kubetest.WaitPod(t, core, "apps", "app="+name, 150*time.Second, "Succeeded",
-			func(p *corev1.Pod) bool {
-				return p.Status.Phase != corev1.PodRunning && p.Status.Phase != corev1.PodPending
-			})
-		if p.Status.Phase != corev1.PodSucceeded {
-			t.Errorf("%s ended %s (%s: %s)", name, p.Status.Phase, p.Status.Reason, p.Status.Message)
+		if res.phases[name] != string(corev1.PodSucceeded) {
+			t.Errorf("%s ended %s, want Succeeded", name, res.phases[name])
 		}
 	}
-	if n := podsOOMKills(t); n != 0 {
-		t.Errorf("the kernel OOM-killed %d processes in the pods' cgroup", n)
+	if res.oomKills != 0 {
+		t.Errorf("the kernel OOM-killed %d processes in the pods' cgroup", res.oomKills)
 	}
-	evs, _ := core.Events("apps").List(context.Background(), metav1.ListOptions{})
-	for _, e := range evs.Items {
-		if e.Reason == "Evicted" && e.Source.Component == "kubelet" {
-			t.Errorf("the kubelet evicted %s: %s", e.InvolvedObject.Name, e.Message)
-		}
+	if len(res.evictedBy["kubelet"]) > 0 {
+		t.Errorf("the kubelet evicted %v", res.evictedBy["kubelet"])
+	}
+}
+
+// BenchmarkSystemRealKubeletHeadToHead runs the burst once per iteration
+// under each configuration and reports what it did (bench/kubelet-head-to-head.sh
+// runs it three times and writes the table).
+func BenchmarkSystemRealKubeletHeadToHead(b *testing.B) {
+	for _, s := range []burstSetup{kubeletAlone, kubeletTuned, kubeletHeadroom} {
+		b.Run(s.name, func(b *testing.B) {
+			for range b.N {
+				res := runBurst(b, s)
+				lost := 0.0
+				if res.phases["high"] != string(corev1.PodSucceeded) {
+					lost = 1
+				}
+				b.ReportMetric(float64(res.oomKills), "oom_kills")
+				b.ReportMetric(float64(len(res.evictedBy["kubelet"])), "kubelet_evictions")
+				b.ReportMetric(float64(len(res.evictedBy["agent"])), "agent_evictions")
+				b.ReportMetric(res.firstEvictionSeconds, "first_eviction_s")
+				b.ReportMetric(res.fullStallSeconds, "full_stall_s")
+				b.ReportMetric(lost, "high_priority_lost")
+				b.Logf("evicted: %v; pods: %v", res.evictedBy, res.phases)
+			}
+		})
 	}
 }

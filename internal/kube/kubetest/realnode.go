@@ -123,7 +123,7 @@ func StartRealNode(t testing.TB, cp *ControlPlane, name string, opts RealNodeOpt
 	}
 	n := &RealNode{Name: name, Dir: dir, PodsMemoryBytes: opts.PodsMemoryBytes, Address: HostAddress(t), cp: cp,
 		containerdSocket: filepath.Join(dir, "containerd.sock")}
-	n.CapacityBytes = memTotalBytes(t)
+	n.CapacityBytes = MemTotalBytes(t)
 	if n.CapacityBytes <= n.PodsMemoryBytes {
 		t.Fatalf("the machine's %d MiB cannot hold a node of %d MiB", n.CapacityBytes>>20, n.PodsMemoryBytes>>20)
 	}
@@ -377,7 +377,7 @@ func (n *RealNode) sweeper(t testing.TB) func(testing.TB) {
 	// The kubelet makes these whatever its --root-dir says, and
 	// containerd its shims' sockets and fifos in /run/containerd.
 	var madeDirs []string
-	for _, d := range []string{"/var/lib/kubelet", "/var/lib/kubelet/device-plugins", "/var/log/containers", "/var/log/pods", "/run/containerd"} {
+	for _, d := range []string{"/var/lib/kubelet", "/var/lib/kubelet/device-plugins", "/var/log/containers", "/var/log/pods", "/run/containerd", "/run/netns"} {
 		if _, err := os.Stat(d); os.IsNotExist(err) {
 			madeDirs = append(madeDirs, d)
 		}
@@ -642,9 +642,9 @@ func dirEntries(dir string) map[string]bool {
 	return out
 }
 
-// memTotalBytes is the machine's memory (/proc/meminfo's MemTotal, which
+// MemTotalBytes is the machine's memory (/proc/meminfo's MemTotal, which
 // the kubelet reports as its capacity).
-func memTotalBytes(t testing.TB) int64 {
+func MemTotalBytes(t testing.TB) int64 {
 	t.Helper()
 	b, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
