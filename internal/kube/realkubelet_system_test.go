@@ -7,16 +7,20 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -75,13 +79,14 @@ func statusCaps(t testing.TB, pid int, field string) uint64 {
 	return 0
 }
 
-// deployAgent applies deploy/ as users do (kustomize), with two changes:
+// deployAgent applies deploy/ as users do (kustomize), with extraConfig
+// added to the agent's configuration (deploy/agent.yaml) and two changes:
 // the image, which is local here, and, on a machine whose bounding set
 // lacks CAP_SYS_RESOURCE (this one), that capability, which no container
 // can be given there (runc: "unable to apply caps: operation not
 // permitted"). It returns the capabilities the agent's container must end
 // up with.
-func deployAgent(t testing.TB, cp *kubetest.ControlPlane) (wantCaps uint64) {
+func deployAgent(t testing.TB, cp *kubetest.ControlPlane, extraConfig string) (wantCaps uint64) {
 	t.Helper()
 	crd := kubetest.ServiceMonitorCRD(t)
 	if out, err := cp.Kubectl(t, crd, "apply", "--server-side", "-f", "-"); err != nil {
@@ -130,6 +135,9 @@ images:
 			if err != nil {
 				t.Fatal(err)
 			}
+			if e.Name() == "agent.yaml" {
+				b = append(b, extraConfig...)
+			}
 			if err := os.WriteFile(filepath.Join(dir, "deploy", e.Name()), b, 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -154,7 +162,7 @@ func TestSystemRealKubeletRunsTheDaemonSet(t *testing.T) {
 	}
 	core := cp.Clientset(t).CoreV1()
 	applied := time.Now()
-	wantCaps := deployAgent(t, cp)
+	wantCaps := deployAgent(t, cp, "")
 	pod := kubetest.WaitPod(t, core, agentNS, "app.kubernetes.io/name=headroom-agent", 90*time.Second, "Ready", kubetest.PodReady)
 	readyAfter := time.Since(applied)
 	t.Logf("agent pod %s Ready %.1f s after kubectl apply (target < 10 s)", pod.Name, readyAfter.Seconds())
@@ -358,6 +366,10 @@ type burstSetup struct {
 	// watermark at least max(256 MiB, 1% of RAM) above the kubelet's
 	// eviction threshold.
 	tuneWatermarks bool
+	// agentConfig is added to deploy/agent.yaml.
+	agentConfig string
+	// pdbOn names a pod a PodDisruptionBudget allows no disruption of.
+	pdbOn string
 }
 
 // The three configurations of the head-to-head.
@@ -368,6 +380,10 @@ var (
 	// with enforceNodeAllocatable its allocatable signal fires once the
 	// pods' RAM is full, however much swap is free.
 	kubeletHeadroom = burstSetup{name: "kubelet-headroom", evictionHard: map[string]string{"memory.available": "0%"}, agent: true}
+	// The same with the agent's PSI signal on: a second eviction once the
+	// survivors stall ("full") for 10% of the window.
+	kubeletHeadroomPSI = burstSetup{name: "kubelet-headroom-psi", evictionHard: kubeletHeadroom.evictionHard, agent: true,
+		agentConfig: "psiFullPercent: 10\n"}
 )
 
 // burstResult is what one burst did.
@@ -378,6 +394,8 @@ type burstResult struct {
 	// firstEvictionSeconds is from the burst pod's start to the first pod
 	// marked for eviction (-1: none).
 	firstEvictionSeconds float64
+	// swapUsedAtFirstEvictionBytes is the machine's swap in use then.
+	swapUsedAtFirstEvictionBytes int64
 	// fullStallSeconds is the node's memory "full" stall (PSI) from the
 	// burst's start to the survivors' end: all tasks stalled at once.
 	fullStallSeconds float64
@@ -389,6 +407,9 @@ type burstResult struct {
 	// lowLog its log.
 	lowExit int32
 	lowLog  string
+	// swapAfterCgroup is, per pod, from the kubelet making its cgroup to
+	// the agent's first swap limit written on it (with agent).
+	swapAfterCgroup map[string]time.Duration
 }
 
 // burstPods: RAM 1.5 GiB + swap 2 GiB = 3.5 GiB, the kernel's OOM point
@@ -414,7 +435,7 @@ func runBurst(t testing.TB, s burstSetup) burstResult {
 	res := burstResult{evictedBy: map[string][]string{}, firstEvictionSeconds: -1, phases: map[string]string{}, lowExit: -1}
 	var agentPod *corev1.Pod
 	if s.agent {
-		deployAgent(t, cp)
+		deployAgent(t, cp, s.agentConfig)
 		agentPod = kubetest.WaitPod(t, core, agentNS, "app.kubernetes.io/name=headroom-agent", 90*time.Second, "Ready", kubetest.PodReady)
 		t.Cleanup(func() {
 			if t.Failed() {
@@ -430,7 +451,14 @@ func runBurst(t testing.TB, s burstSetup) burstResult {
 		t.Fatalf("priority classes: %v\n%s", err, out)
 	}
 	kubetest.Namespace(t, core, "apps")
+	if s.pdbOn != "" {
+		pdb := fmt.Sprintf("apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: %[1]s, namespace: apps}\nspec:\n  maxUnavailable: 0\n  selector: {matchLabels: {app: %[1]s}}\n", s.pdbOn)
+		if out, err := cp.Kubectl(t, pdb, "apply", "-f", "-"); err != nil {
+			t.Fatalf("PDB: %v\n%s", err, out)
+		}
+	}
 	ooms := podsOOMKills(t)
+	cgroupMade := watchCreated(t, "/sys/fs/cgroup/memory/kubepods/burstable")
 
 	load := []string{"--size", fmt.Sprintf("%dMi", burstSizeMi), "--scan", "random", "--duration", "45s"}
 	last := map[string]func() *corev1.Pod{}
@@ -456,16 +484,17 @@ func runBurst(t testing.TB, s burstSetup) burstResult {
 	lowLog := followLog(t, node, low, "load")
 
 	// Until every pod has ended or gone: the first eviction is the first
-	// pod marked for deletion (the API's eviction) or failed as Evicted
-	// (the kubelet's).
+	// pod marked for deletion (the API's eviction) or for termination by
+	// the kubelet (its DisruptionTarget condition; such a pod whose
+	// workload exits 0 on SIGTERM ends Succeeded, not Failed).
 	deadline := time.Now().Add(150 * time.Second)
 	for time.Now().Before(deadline) {
 		done := 0
 		for name, get := range last {
 			p := get()
-			marked := p.DeletionTimestamp != nil || p.Status.Reason == "Evicted"
-			if marked && res.firstEvictionSeconds < 0 {
+			if evictionMarked(p) && res.firstEvictionSeconds < 0 {
 				res.firstEvictionSeconds = time.Since(burstStart).Seconds()
+				res.swapUsedAtFirstEvictionBytes = swapUsedBytes(t)
 			}
 			if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || p.DeletionTimestamp != nil && gone(core, name) {
 				done++
@@ -503,10 +532,102 @@ func runBurst(t testing.TB, s burstSetup) burstResult {
 	}
 	if agentPod != nil {
 		res.agentRecords = podRecords(node.PodLog(t, agentPod, "agent"))
+		res.swapAfterCgroup = map[string]time.Duration{}
+		made := cgroupMade()
+		for name, get := range last {
+			at, ok := made["pod"+string(get().UID)]
+			for _, r := range res.agentRecords {
+				if ok && r.Action == policy.ActionSetSwap && r.Workload == "apps/"+name && r.Error == "" {
+					res.swapAfterCgroup[name] = r.Time.Sub(at)
+					break
+				}
+			}
+		}
 	}
-	t.Logf("%s: OOM kills %d, evicted by %v, first eviction %.1f s after the burst started, full stall %.1f s, pods %v",
-		s.name, res.oomKills, res.evictedBy, res.firstEvictionSeconds, res.fullStallSeconds, res.phases)
+	t.Logf("%s: OOM kills %d, evicted by %v, first eviction %.1f s after the burst started (swap used %d MiB of %d), full stall %.1f s, pods %v, swap limits after the cgroups %v",
+		s.name, res.oomKills, res.evictedBy, res.firstEvictionSeconds, res.swapUsedAtFirstEvictionBytes>>20, burstSwapBytes>>20, res.fullStallSeconds, res.phases, res.swapAfterCgroup)
 	return res
+}
+
+// watchCreated records when each directory is made in dir (inotify: the
+// kernel's event, not a poll of the tree) until the test ends.
+func watchCreated(t testing.TB, dir string) func() map[string]time.Time {
+	t.Helper()
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CREATE|unix.IN_ONLYDIR); err != nil {
+		unix.Close(fd)
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	made := map[string]time.Time{}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 64<<10)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if n, _ := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 100); n <= 0 {
+				continue
+			}
+			now := time.Now()
+			n, err := unix.Read(fd, buf)
+			for off := 0; err == nil && off+unix.SizeofInotifyEvent <= n; {
+				ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+				name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+int(ev.Len)]), "\x00")
+				mu.Lock()
+				made[name] = now
+				mu.Unlock()
+				off += unix.SizeofInotifyEvent + int(ev.Len)
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done; unix.Close(fd) })
+	return func() map[string]time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(made)
+	}
+}
+
+// evictionMarked reports whether a pod is being evicted: deleted through
+// the API, or marked by the kubelet's eviction manager.
+func evictionMarked(p *corev1.Pod) bool {
+	if p.DeletionTimestamp != nil || p.Status.Reason == "Evicted" {
+		return true
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// swapUsedBytes is the machine's swap in use (/proc/meminfo).
+func swapUsedBytes(t testing.TB) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total, free int64
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "SwapTotal:" {
+			total, _ = strconv.ParseInt(f[1], 10, 64)
+		} else if len(f) >= 2 && f[0] == "SwapFree:" {
+			free, _ = strconv.ParseInt(f[1], 10, 64)
+		}
+	}
+	return (total - free) << 10
 }
 
 func gone(core corev1client.CoreV1Interface, name string) bool {
@@ -607,18 +728,65 @@ func TestSystemRealKubeletAgentEvictsTheBurst(t *testing.T) {
 	if len(res.evictedBy["kubelet"]) > 0 {
 		t.Errorf("the kubelet evicted %v", res.evictedBy["kubelet"])
 	}
+	// Swap limits on the pods the real kubelet made, within 1 s of each
+	// pod's cgroup (v1: the kubelet limits no swap; the agent's formula).
+	for _, name := range []string{"high", "mid", "low"} {
+		d, ok := res.swapAfterCgroup[name]
+		if !ok || d > time.Second {
+			t.Errorf("%s: swap limit %v after its cgroup appeared (set: %v), want within 1 s", name, d, ok)
+		}
+	}
+}
+
+// A PodDisruptionBudget that allows no disruption of the burst pod: the
+// agent's eviction of it is refused, the next candidate goes at once, and
+// the protected pod runs to its end.
+func TestSystemRealKubeletPDBMovesToTheNext(t *testing.T) {
+	s := kubeletHeadroom
+	s.pdbOn = "low"
+	res := runBurst(t, s)
+	var refused, next *agent.Record
+	for _, r := range res.agentRecords {
+		switch {
+		case r.Action == policy.ActionEvicted && r.Workload == "apps/low" && refused == nil:
+			refused = &r
+		case r.Action == policy.ActionEvict && r.Workload != "apps/low" && next == nil:
+			next = &r
+		}
+	}
+	if refused == nil || refused.Outcome == nil || refused.Outcome.Result != policy.EvictionRefused || !strings.Contains(refused.Outcome.Err, "PodDisruptionBudget") {
+		t.Fatalf("apps/low's eviction %+v, want refused by its PodDisruptionBudget", refused)
+	}
+	if next == nil {
+		t.Fatal("no next candidate chosen after the refusal")
+	}
+	gap := next.Time.Sub(refused.Time)
+	t.Logf("apps/low refused by its budget; %s chosen %.0f ms later", next.Workload, gap.Seconds()*1000)
+	if next.Workload != "apps/mid" {
+		t.Errorf("next candidate %s, want apps/mid (the next lowest priority)", next.Workload)
+	}
+	if gap > time.Second {
+		t.Errorf("the next candidate went %s after the refusal, want within the next rounds (< 1 s)", gap)
+	}
+	if res.phases["low"] != string(corev1.PodSucceeded) || res.phases["high"] != string(corev1.PodSucceeded) {
+		t.Errorf("pods %v: the budget's pod and the high-priority one must finish", res.phases)
+	}
+	if res.oomKills != 0 {
+		t.Errorf("the kernel OOM-killed %d processes in the pods' cgroup", res.oomKills)
+	}
 }
 
 // BenchmarkSystemRealKubeletHeadToHead runs the burst once per iteration
 // under each configuration and reports what it did (bench/kubelet-head-to-head.sh
 // runs it three times and writes the table).
 func BenchmarkSystemRealKubeletHeadToHead(b *testing.B) {
-	for _, s := range []burstSetup{kubeletAlone, kubeletTuned, kubeletHeadroom} {
+	for _, s := range []burstSetup{kubeletAlone, kubeletTuned, kubeletHeadroom, kubeletHeadroomPSI} {
 		b.Run(s.name, func(b *testing.B) {
 			for range b.N {
 				res := runBurst(b, s)
+				// Lost: evicted by either, or not run to its end.
 				lost := 0.0
-				if res.phases["high"] != string(corev1.PodSucceeded) {
+				if res.phases["high"] != string(corev1.PodSucceeded) || slices.Contains(res.evictedBy["kubelet"], "high") || slices.Contains(res.evictedBy["agent"], "high") {
 					lost = 1
 				}
 				b.ReportMetric(float64(res.oomKills), "oom_kills")
@@ -626,9 +794,64 @@ func BenchmarkSystemRealKubeletHeadToHead(b *testing.B) {
 				b.ReportMetric(float64(len(res.evictedBy["agent"])), "agent_evictions")
 				b.ReportMetric(res.firstEvictionSeconds, "first_eviction_s")
 				b.ReportMetric(res.fullStallSeconds, "full_stall_s")
+				b.ReportMetric(float64(res.swapUsedAtFirstEvictionBytes>>20), "swap_used_at_first_eviction_MiB")
 				b.ReportMetric(lost, "high_priority_lost")
 				b.Logf("evicted: %v; pods: %v", res.evictedBy, res.phases)
 			}
 		})
+	}
+}
+
+// The agent's pod, deleted, is replaced by the DaemonSet: a pod created
+// meanwhile has no swap limit until the new agent writes one; that window
+// is measured (from the pod's cgroup appearing to its limit) and bounded.
+func TestSystemRealKubeletAgentReplacedByTheDaemonSet(t *testing.T) {
+	testenv.SwapFile(t, burstSwapBytes)
+	cp, node := realCluster(t, kubetest.RealNodeOptions{EvictionHard: kubeletHeadroom.evictionHard})
+	core := cp.Clientset(t).CoreV1()
+	deployAgent(t, cp, "")
+	sel := "app.kubernetes.io/name=headroom-agent"
+	first := kubetest.WaitPod(t, core, agentNS, sel, 90*time.Second, "Ready", kubetest.PodReady)
+	kubetest.Namespace(t, core, "apps")
+	cgroupMade := watchCreated(t, "/sys/fs/cgroup/memory/kubepods/burstable")
+
+	deleted := time.Now()
+	if err := core.Pods(agentNS).Delete(context.Background(), first.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := core.Pods("apps").Create(context.Background(), loadPod("apps", "newcomer", "", 128, 512, 2, "--size", "64Mi", "--duration", "60s"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := kubetest.WaitPod(t, core, agentNS, sel, 90*time.Second, "a new agent Ready", func(q *corev1.Pod) bool {
+		return q.Name != first.Name && kubetest.PodReady(q)
+	})
+	t.Logf("new agent pod %s Ready %.1f s after the old one was deleted", second.Name, time.Since(deleted).Seconds())
+	var set *agent.Record
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		for _, r := range podRecords(node.PodLog(t, second, "agent")) {
+			if r.Action == policy.ActionSetSwap && r.Workload == "apps/newcomer" && r.Error == "" {
+				set = &r
+				return true
+			}
+		}
+		return false
+	})
+	made, ok := cgroupMade()["pod"+string(p.UID)]
+	if !ok {
+		t.Fatal("the newcomer's cgroup was never seen made")
+	}
+	window := set.Time.Sub(made)
+	t.Logf("the newcomer's cgroup was made %.2f s after the agent's deletion; its swap limit came %.2f s later (the window without one)",
+		made.Sub(deleted).Seconds(), window.Seconds())
+	// The old agent stops at once (nothing in progress); the new one
+	// starts with the pod's image present: the window is its start.
+	if window > 10*time.Second {
+		t.Errorf("the newcomer went %.1f s without a swap limit, want < 10 s", window.Seconds())
+	}
+	for _, r := range podRecords(node.PodLog(t, second, "agent")) {
+		if r.Action == policy.ActionEvict {
+			t.Errorf("the new agent evicted %s with no pressure", r.Workload)
+		}
 	}
 }
