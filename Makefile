@@ -94,9 +94,10 @@ fuzz:
 
 # The Kubernetes control plane the kube system tests run against (etcd,
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok)
-# and the kubelet for the real-node tests, built from Go modules, all in
-# one module, once into $XDG_CACHE_HOME/headroom/kube (cold: about 7.5 min
-# on 2 idle cores; kubelet and kube-scheduler add about a minute).
+# and the kubelet and kube-proxy for the real-node tests, built from Go
+# modules, all in one module, once into $XDG_CACHE_HOME/headroom/kube
+# (cold: about 7.5 min on 2 idle cores; kubelet, kube-proxy and
+# kube-scheduler add about a minute).
 kube-binaries:
 	GO=$(GO) hack/kube-binaries.sh
 
@@ -146,6 +147,7 @@ bench: build
 	bench/agent-overhead.sh
 	$(GO) test -tags system -count 1 -run '^$$' -bench '^BenchmarkSystemKube' -benchtime 1x ./internal/kube/
 	bench/density-skew.sh
+	bench/kubelet-head-to-head.sh
 	bench/vm-boot.sh
 	bench/vm-touch-rate.sh
 	bench/vm-balloon.sh

@@ -29,6 +29,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/headroom-dev/headroom/internal/agent"
+	"github.com/headroom-dev/headroom/internal/cgroup"
 	"github.com/headroom-dev/headroom/internal/kube/kubetest"
 	"github.com/headroom-dev/headroom/internal/policy"
 	"github.com/headroom-dev/headroom/internal/testenv"
@@ -45,7 +46,9 @@ const (
 func realCluster(t testing.TB, opts kubetest.RealNodeOptions) (*kubetest.ControlPlane, *kubetest.RealNode) {
 	t.Helper()
 	cp := kubetest.StartWith(t, kubetest.Options{RealNodes: true})
-	opts.Images = append(opts.Images, kubetest.HeadroomImage(testenv.HeadroomBinary(t)))
+	img := kubetest.HeadroomImage(testenv.HeadroomBinary(t))
+	img.Files["/bin/sleep"] = "/bin/busybox" // for a preStop hook that takes its time
+	opts.Images = append(opts.Images, img)
 	node := kubetest.StartRealNode(t, cp, "real-node-0", opts)
 	t.Logf("node %s Ready %.1f s after containerd started; pods' cgroup %d MiB of the machine's %d MiB",
 		node.Name, node.ReadySeconds, node.PodsMemoryBytes>>20, node.CapacityBytes>>20)
@@ -292,18 +295,21 @@ func populated(node *kubetest.RealNode, t testing.TB, p *corev1.Pod) bool {
 	return strings.Contains(node.PodLog(t, p, "load"), `"pages_per_sec"`)
 }
 
-// followLog opens a container's log as soon as it exists and returns a
-// function that reads it whole: the open file outlives the kubelet's
-// removal of the logs of a deleted pod.
+// followLog opens a container's log as soon as it exists (polled: no
+// event announces it) and returns a function that reads it whole: the
+// open file outlives the kubelet's removal of the logs of a deleted pod.
 func followLog(t testing.TB, node *kubetest.RealNode, p *corev1.Pod, container string) func() string {
 	t.Helper()
 	path := filepath.Join(node.Dir, "pod-logs", p.Namespace+"_"+p.Name+"_"+string(p.UID), container, "0.log")
 	var f *os.File
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		var err error
-		f, err = os.Open(path)
-		return err == nil
-	})
+	for deadline := time.Now().Add(30 * time.Second); f == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		f, _ = os.Open(path)
+	}
+	if f == nil {
+		// A pod that ended and went before its log was opened.
+		t.Logf("%s/%s: no log to follow at %s", p.Name, container, path)
+		return func() string { return "" }
+	}
 	t.Cleanup(func() { f.Close() })
 	return func() string {
 		b, _ := io.ReadAll(io.NewSectionReader(f, 0, 1<<40))
@@ -311,47 +317,65 @@ func followLog(t testing.TB, node *kubetest.RealNode, p *corev1.Pod, container s
 	}
 }
 
-// lastSeen follows a pod and returns a function giving its latest state,
-// the final one once it was deleted.
-func lastSeen(t testing.TB, core corev1client.CoreV1Interface, p *corev1.Pod) func() *corev1.Pod {
+// followedPod is a pod's latest state, from a watch, and when the watch
+// first saw it marked for eviction, with the machine's swap in use then.
+type followedPod struct {
+	mu            sync.Mutex
+	last          *corev1.Pod
+	markedAt      time.Time
+	swapAtMarkMiB int64
+}
+
+func (f *followedPod) get() *corev1.Pod {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.last
+}
+
+func (f *followedPod) marked() (time.Time, int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.markedAt, f.swapAtMarkMiB
+}
+
+// follow watches a pod from its creation until the test ends.
+func follow(t testing.TB, core corev1client.CoreV1Interface, p *corev1.Pod) *followedPod {
 	t.Helper()
 	w, err := core.Pods(p.Namespace).Watch(context.Background(), metav1.ListOptions{FieldSelector: "metadata.name=" + p.Name, ResourceVersion: p.ResourceVersion})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Stop)
-	var mu sync.Mutex
-	last := p
+	f := &followedPod{last: p}
 	go func() {
 		for ev := range w.ResultChan() {
-			if q, ok := ev.Object.(*corev1.Pod); ok {
-				mu.Lock()
-				last = q
-				mu.Unlock()
+			q, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
 			}
+			f.mu.Lock()
+			f.last = q
+			if f.markedAt.IsZero() && evictionMarked(q) {
+				f.markedAt, f.swapAtMarkMiB = time.Now(), swapUsedBytes(t)>>20
+			}
+			f.mu.Unlock()
 		}
 	}()
-	return func() *corev1.Pod {
-		mu.Lock()
-		defer mu.Unlock()
-		return last
-	}
+	return f
 }
 
 // podsOOMKills is the kernel's OOM kill count in the pods' cgroup.
 func podsOOMKills(t testing.TB) int {
 	t.Helper()
-	b, err := os.ReadFile("/sys/fs/cgroup/memory/kubepods/memory.oom_control")
+	g, err := cgroup.OpenAt(cgroup.V1, cgroup.V1Mount, "kubepods")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
-			n, _ := strconv.Atoi(v)
-			return n
-		}
+	m, err := g.Memory()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return 0
+	return int(m.OOMKills)
 }
 
 // burstSetup is one configuration of the node for the memory burst.
@@ -368,6 +392,12 @@ type burstSetup struct {
 	tuneWatermarks bool
 	// agentConfig is added to deploy/agent.yaml.
 	agentConfig string
+	// slowVictim gives the burst pod a preStop hook of 8 s, and
+	// restartAgent deletes the agent's pod while that eviction is in
+	// progress: the DaemonSet's next agent must not choose a second victim.
+	slowVictim, restartAgent bool
+	// lowSizeMi is the burst pod's size (0: burstSizeMi).
+	lowSizeMi int
 	// pdbOn names a pod a PodDisruptionBudget allows no disruption of.
 	pdbOn string
 }
@@ -392,8 +422,9 @@ type burstResult struct {
 	// evictedBy lists the pods each component evicted: "kubelet", "agent".
 	evictedBy map[string][]string
 	// firstEvictionSeconds is from the burst pod's start to the first pod
-	// marked for eviction (-1: none).
+	// marked for eviction (negative: before the burst), if evicted.
 	firstEvictionSeconds float64
+	evicted              bool
 	// swapUsedAtFirstEvictionBytes is the machine's swap in use then.
 	swapUsedAtFirstEvictionBytes int64
 	// fullStallSeconds is the node's memory "full" stall (PSI) from the
@@ -407,6 +438,8 @@ type burstResult struct {
 	// lowLog its log.
 	lowExit int32
 	lowLog  string
+	// ends are the pods whose workload exited non-zero, and how.
+	ends []string
 	// swapAfterCgroup is, per pod, from the kubelet making its cgroup to
 	// the agent's first swap limit written on it (with agent).
 	swapAfterCgroup map[string]time.Duration
@@ -432,7 +465,7 @@ func runBurst(t testing.TB, s burstSetup) burstResult {
 	}
 	cp, node := realCluster(t, kubetest.RealNodeOptions{EvictionHard: s.evictionHard})
 	core := cp.Clientset(t).CoreV1()
-	res := burstResult{evictedBy: map[string][]string{}, firstEvictionSeconds: -1, phases: map[string]string{}, lowExit: -1}
+	res := burstResult{evictedBy: map[string][]string{}, phases: map[string]string{}, lowExit: -1}
 	var agentPod *corev1.Pod
 	if s.agent {
 		deployAgent(t, cp, s.agentConfig)
@@ -461,24 +494,35 @@ func runBurst(t testing.TB, s burstSetup) burstResult {
 	cgroupMade := watchCreated(t, "/sys/fs/cgroup/memory/kubepods/burstable")
 
 	load := []string{"--size", fmt.Sprintf("%dMi", burstSizeMi), "--scan", "random", "--duration", "45s"}
-	last := map[string]func() *corev1.Pod{}
+	last := map[string]*followedPod{}
 	for _, p := range []*corev1.Pod{loadPod("apps", "high", "test-high", 384, 2048, burstGrace, load...),
 		loadPod("apps", "mid", "test-mid", 384, 2048, burstGrace, load...)} {
 		created, err := core.Pods("apps").Create(context.Background(), p, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		last[p.Name] = lastSeen(t, core, created)
+		last[p.Name] = follow(t, core, created)
 		running := kubetest.WaitPod(t, core, "apps", "app="+p.Name, 60*time.Second, "Running",
 			func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
 		testenv.Eventually(t, 120*time.Second, func() bool { return populated(node, t, running) })
 	}
-	created, err := core.Pods("apps").Create(context.Background(), loadPod("apps", "low", "test-low", 384, 2048, burstGrace, load...), metav1.CreateOptions{})
+	lowLoad := slices.Clone(load)
+	if s.lowSizeMi > 0 {
+		lowLoad[1] = fmt.Sprintf("%dMi", s.lowSizeMi)
+	}
+	lowSpec := loadPod("apps", "low", "test-low", 384, 2048, burstGrace, lowLoad...)
+	if s.slowVictim {
+		lowSpec.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
+			Exec: &corev1.ExecAction{Command: []string{"/bin/sleep", "8"}}}}
+	}
+	created, err := core.Pods("apps").Create(context.Background(), lowSpec, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	last["low"] = lastSeen(t, core, created)
-	low := kubetest.WaitPod(t, core, "apps", "app=low", 60*time.Second, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	last["low"] = follow(t, core, created)
+	// Running, or already ended: the kubelet may evict it before it is
+	// ever seen running.
+	low := kubetest.WaitPod(t, core, "apps", "app=low", 60*time.Second, "started", func(p *corev1.Pod) bool { return p.Status.Phase != corev1.PodPending })
 	burstStart := time.Now()
 	stallBefore := fullStallMicros(t)
 	lowLog := followLog(t, node, low, "load")
@@ -487,14 +531,22 @@ func runBurst(t testing.TB, s burstSetup) burstResult {
 	// pod marked for deletion (the API's eviction) or for termination by
 	// the kubelet (its DisruptionTarget condition; such a pod whose
 	// workload exits 0 on SIGTERM ends Succeeded, not Failed).
+	var firstAgentLog func() string
+	if agentPod != nil {
+		firstAgentLog = followLog(t, node, agentPod, "agent")
+	}
+	restarted := false
 	deadline := time.Now().Add(150 * time.Second)
 	for time.Now().Before(deadline) {
 		done := 0
-		for name, get := range last {
-			p := get()
-			if evictionMarked(p) && res.firstEvictionSeconds < 0 {
-				res.firstEvictionSeconds = time.Since(burstStart).Seconds()
-				res.swapUsedAtFirstEvictionBytes = swapUsedBytes(t)
+		for name, f := range last {
+			p := f.get()
+			if s.restartAgent && !restarted && !p.DeletionTimestamp.IsZero() {
+				restarted = true
+				if err := core.Pods(agentNS).Delete(context.Background(), agentPod.Name, metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("agent pod %s deleted while %s is being evicted", agentPod.Name, name)
 			}
 			if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || p.DeletionTimestamp != nil && gone(core, name) {
 				done++
@@ -506,15 +558,37 @@ func runBurst(t testing.TB, s burstSetup) burstResult {
 		time.Sleep(100 * time.Millisecond)
 	}
 	res.fullStallSeconds = float64(fullStallMicros(t)-stallBefore) / 1e6
+	// The kernel's kills of the pods' workloads, as containerd reported
+	// them (v1's oom_control in kubepods counts only kills for its own
+	// limit), plus those of kubepods' limit.
 	res.oomKills = podsOOMKills(t) - ooms
-	for name, get := range last {
-		p := get()
+	// The first eviction: the first pod the watches saw marked, from the
+	// burst's start (negative: before it, when the kubelet acted on the two
+	// pods that came first).
+	var first time.Time
+	for _, f := range last {
+		if at, swapMiB := f.marked(); !at.IsZero() && (first.IsZero() || at.Before(first)) {
+			first, res.swapUsedAtFirstEvictionBytes = at, swapMiB<<20
+			res.firstEvictionSeconds, res.evicted = at.Sub(burstStart).Seconds(), true
+		}
+	}
+	for name, f := range last {
+		p := f.get()
 		res.phases[name] = string(p.Status.Phase)
 		if p.DeletionTimestamp != nil && gone(core, name) {
 			res.phases[name] = "gone"
 		}
-		if st := p.Status.ContainerStatuses; name == "low" && len(st) == 1 && st[0].State.Terminated != nil {
-			res.lowExit = st[0].State.Terminated.ExitCode
+		if st := p.Status.ContainerStatuses; len(st) == 1 && st[0].State.Terminated != nil {
+			term := st[0].State.Terminated
+			if name == "low" {
+				res.lowExit = term.ExitCode
+			}
+			if term.ExitCode != 0 {
+				res.ends = append(res.ends, fmt.Sprintf("%s exited %d (%s)", name, term.ExitCode, term.Reason))
+			}
+			if term.Reason == "OOMKilled" {
+				res.oomKills++
+			}
 		}
 	}
 	res.lowLog = lowLog()
@@ -531,11 +605,16 @@ func runBurst(t testing.TB, s burstSetup) burstResult {
 		}
 	}
 	if agentPod != nil {
-		res.agentRecords = podRecords(node.PodLog(t, agentPod, "agent"))
+		res.agentRecords = podRecords(firstAgentLog())
+		if restarted {
+			next := kubetest.WaitPod(t, core, agentNS, "app.kubernetes.io/name=headroom-agent", 90*time.Second, "the next agent Ready",
+				func(q *corev1.Pod) bool { return q.Name != agentPod.Name && kubetest.PodReady(q) })
+			res.agentRecords = append(res.agentRecords, podRecords(node.PodLog(t, next, "agent"))...)
+		}
 		res.swapAfterCgroup = map[string]time.Duration{}
 		made := cgroupMade()
-		for name, get := range last {
-			at, ok := made["pod"+string(get().UID)]
+		for name, f := range last {
+			at, ok := made["pod"+string(f.get().UID)]
 			for _, r := range res.agentRecords {
 				if ok && r.Action == policy.ActionSetSwap && r.Workload == "apps/"+name && r.Error == "" {
 					res.swapAfterCgroup[name] = r.Time.Sub(at)
@@ -544,8 +623,8 @@ func runBurst(t testing.TB, s burstSetup) burstResult {
 			}
 		}
 	}
-	t.Logf("%s: OOM kills %d, evicted by %v, first eviction %.1f s after the burst started (swap used %d MiB of %d), full stall %.1f s, pods %v, swap limits after the cgroups %v",
-		s.name, res.oomKills, res.evictedBy, res.firstEvictionSeconds, res.swapUsedAtFirstEvictionBytes>>20, burstSwapBytes>>20, res.fullStallSeconds, res.phases, res.swapAfterCgroup)
+	t.Logf("%s: OOM kills %d, evicted by %v, first eviction %.1f s after the burst started (swap used %d MiB of %d), full stall %.1f s, pods %v, swap limits after the cgroups %v, failed workloads %v",
+		s.name, res.oomKills, res.evictedBy, res.firstEvictionSeconds, res.swapUsedAtFirstEvictionBytes>>20, burstSwapBytes>>20, res.fullStallSeconds, res.phases, res.swapAfterCgroup, res.ends)
 	return res
 }
 
@@ -738,6 +817,33 @@ func TestSystemRealKubeletAgentEvictsTheBurst(t *testing.T) {
 	}
 }
 
+// The agent's pod deleted while its victim takes 8 s to go (a preStop
+// hook): the stopping agent forces nothing, the DaemonSet's next agent
+// finds the eviction in the journal on the node, and no second pod is
+// evicted for the same pressure.
+func TestSystemRealKubeletAgentRestartMidEviction(t *testing.T) {
+	s := kubeletHeadroom
+	// A burst that crosses the agent's threshold but stops 130 MiB short
+	// of the OOM point: the victim holds its memory through its 8 s
+	// preStop hook, and the agent rightly chooses nobody else meanwhile.
+	s.slowVictim, s.restartAgent, s.lowSizeMi = true, true, 1000
+	res := runBurst(t, s)
+	if got := res.evictedBy["agent"]; len(got) != 1 || got[0] != "low" {
+		t.Errorf("agent evictions %v, want exactly low", got)
+	}
+	for _, r := range res.agentRecords {
+		if r.Action == policy.ActionEvicted {
+			t.Logf("%s: %s after %.1f s %s", r.Workload, r.Outcome.Result, r.Outcome.Seconds, r.Outcome.Err)
+			if r.Outcome.Result == policy.EvictedForcibly {
+				t.Errorf("%s was forced: %+v", r.Workload, r.Outcome)
+			}
+		}
+	}
+	if res.oomKills != 0 || res.phases["high"] != string(corev1.PodSucceeded) || res.phases["mid"] != string(corev1.PodSucceeded) {
+		t.Errorf("OOM kills %d, pods %v", res.oomKills, res.phases)
+	}
+}
+
 // A PodDisruptionBudget that allows no disruption of the burst pod: the
 // agent's eviction of it is refused, the next candidate goes at once, and
 // the protected pod runs to its end.
@@ -792,7 +898,9 @@ func BenchmarkSystemRealKubeletHeadToHead(b *testing.B) {
 				b.ReportMetric(float64(res.oomKills), "oom_kills")
 				b.ReportMetric(float64(len(res.evictedBy["kubelet"])), "kubelet_evictions")
 				b.ReportMetric(float64(len(res.evictedBy["agent"])), "agent_evictions")
-				b.ReportMetric(res.firstEvictionSeconds, "first_eviction_s")
+				if res.evicted {
+					b.ReportMetric(res.firstEvictionSeconds, "first_eviction_s")
+				}
 				b.ReportMetric(res.fullStallSeconds, "full_stall_s")
 				b.ReportMetric(float64(res.swapUsedAtFirstEvictionBytes>>20), "swap_used_at_first_eviction_MiB")
 				b.ReportMetric(lost, "high_priority_lost")
