@@ -30,6 +30,7 @@ import (
 
 	"github.com/headroom-dev/headroom/internal/agent"
 	"github.com/headroom-dev/headroom/internal/cgroup"
+	"github.com/headroom-dev/headroom/internal/host"
 	"github.com/headroom-dev/headroom/internal/kube/kubetest"
 	"github.com/headroom-dev/headroom/internal/policy"
 	"github.com/headroom-dev/headroom/internal/testenv"
@@ -690,23 +691,14 @@ func evictionMarked(p *corev1.Pod) bool {
 	return false
 }
 
-// swapUsedBytes is the machine's swap in use (/proc/meminfo).
+// swapUsedBytes is the machine's swap in use.
 func swapUsedBytes(t testing.TB) int64 {
 	t.Helper()
-	b, err := os.ReadFile("/proc/meminfo")
+	m, err := host.ReadMemory()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var total, free int64
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 2 && f[0] == "SwapTotal:" {
-			total, _ = strconv.ParseInt(f[1], 10, 64)
-		} else if len(f) >= 2 && f[0] == "SwapFree:" {
-			free, _ = strconv.ParseInt(f[1], 10, 64)
-		}
-	}
-	return (total - free) << 10
+	return int64(m.SwapTotalBytes - m.SwapFreeBytes)
 }
 
 func gone(core corev1client.CoreV1Interface, name string) bool {
@@ -717,20 +709,11 @@ func gone(core corev1client.CoreV1Interface, name string) bool {
 // fullStallMicros is the node's memory "full" stall so far (PSI, µs).
 func fullStallMicros(t testing.TB) int64 {
 	t.Helper()
-	b, err := os.ReadFile("/proc/pressure/memory")
+	psi, err := host.ReadMemoryPSI()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "full ") {
-			if _, v, ok := strings.Cut(line, "total="); ok {
-				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				return n
-			}
-		}
-	}
-	t.Fatal("no full line in /proc/pressure/memory")
-	return 0
+	return int64(psi.FullMicros)
 }
 
 // tuneWatermarks sets vm.watermark_scale_factor as the node tuning does
@@ -744,7 +727,11 @@ func tuneWatermarks(t testing.TB, thresholdBytes int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ram := kubetest.MemTotalBytes(t)
+	mem, err := host.ReadMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ram := int64(mem.TotalBytes)
 	factor := int64(math.Ceil(float64(thresholdBytes+max(256<<20, ram/100)) / float64(ram) * 10000))
 	factor = min(max(factor, 10), 1000)
 	if err := os.WriteFile(path, []byte(strconv.FormatInt(factor, 10)), 0o644); err != nil {

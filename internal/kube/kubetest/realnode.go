@@ -21,6 +21,7 @@ import (
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/headroom-dev/headroom/internal/host"
 	"github.com/headroom-dev/headroom/internal/testenv"
 )
 
@@ -123,7 +124,12 @@ func StartRealNode(t testing.TB, cp *ControlPlane, name string, opts RealNodeOpt
 	}
 	n := &RealNode{Name: name, Dir: dir, PodsMemoryBytes: opts.PodsMemoryBytes, Address: HostAddress(t), cp: cp,
 		containerdSocket: filepath.Join(dir, "containerd.sock")}
-	n.CapacityBytes = MemTotalBytes(t)
+	mem, err := host.ReadMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// MemTotal, which the kubelet reports as its capacity.
+	n.CapacityBytes = int64(mem.TotalBytes)
 	if n.CapacityBytes <= n.PodsMemoryBytes {
 		t.Fatalf("the machine's %d MiB cannot hold a node of %d MiB", n.CapacityBytes>>20, n.PodsMemoryBytes>>20)
 	}
@@ -640,27 +646,6 @@ func dirEntries(dir string) map[string]bool {
 		out[e.Name()] = true
 	}
 	return out
-}
-
-// MemTotalBytes is the machine's memory (/proc/meminfo's MemTotal, which
-// the kubelet reports as its capacity).
-func MemTotalBytes(t testing.TB) int64 {
-	t.Helper()
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
-			kib, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kib << 10
-		}
-	}
-	t.Fatal("no MemTotal in /proc/meminfo")
-	return 0
 }
 
 // PodLog is what a container of a pod on the node has written so far
