@@ -14,12 +14,15 @@ func newReportCommand() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "report RUN_DIR...",
-		Short: "Draw density (or sim) results as an HTML page with charts and PNGs",
-		Long: `Reads one or more result directories (from headroom density, later headroom sim)
-and writes one self-contained HTML page (opens offline) with charts: aggregate
-pages/s vs workers (log scale) with the detected regime boundaries and the swap
-device's measured random-read rate; per-worker pages/s spread per step; swap-in/out
-and major faults; PSI; creation latency p50/p95/p99; and why each ramp stopped.
+		Short: "Draw density or sim results as an interactive HTML page and PNGs",
+		Long: `Reads one or more result directories (from headroom density or headroom sim)
+and writes one self-contained HTML page (its chart library embedded: it opens
+offline) with interactive charts: aggregate pages/s vs workers (log scale) with
+the detected regime boundaries and the swap device's measured random-read rate;
+per-worker pages/s spread per step; swap-in/out and major faults; PSI; creation
+latency p50/p95/p99; and why each ramp stopped. Point to read a value, click a
+legend entry to toggle a series, drag to zoom the x axis, click a worker count
+to open that step's timelines (pages/s per worker, swap traffic, PSI, balloons).
 Several runs overlay on the same axes. PNG files of the charts are written beside
 the page (<name>-aggregate.png, ...). --json prints the computed summary.`,
 		Example: `  headroom report results/20261121-120000-density -o report.html

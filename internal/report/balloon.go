@@ -7,7 +7,6 @@ import (
 	"sort"
 	"time"
 
-	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 
@@ -48,8 +47,7 @@ func runStart(r Run) time.Time {
 // balloon grants (solid, from the guest's balloon as QEMU reports it) and
 // the agent's target (dashed), over the node's memory state.
 func balloonChart(i int, r Run) chart {
-	p := newPlot("Balloon: granted memory and target per VM — "+r.Label, "seconds into the run", "MiB", false, false)
-	p.Legend.Top = false // the lines start at the top: the VMs' full memory
+	p := newPlot("Balloon: granted memory and target per VM — "+r.Label, "seconds into the run", "MiB", false)
 	t0 := runStart(r)
 	sec := func(t time.Time) float64 { return t.Sub(t0).Seconds() }
 	// granted holds each VM name's line segments: a new segment per step
@@ -106,25 +104,34 @@ func balloonChart(i int, r Run) chart {
 	sort.Strings(names)
 	for j, name := range names {
 		c := runColor(j)
+		// One legend entry and one interactive series per name, its
+		// steps' segments apart.
+		var joined [][2]float64
 		for k, seg := range granted[name] {
 			label := name + " granted"
 			if k > 0 {
-				label = "" // one legend entry per name
+				label = ""
+				prev := granted[name][k-1]
+				joined = append(joined, [2]float64{(prev[len(prev)-1].X + seg[0].X) / 2, math.NaN()})
 			}
-			addTimeLine(p, label, seg, c, nil)
+			addPlotLine(p, label, seg, c, nil)
+			joined = append(joined, specPoints(seg)...)
+		}
+		if len(joined) > 0 {
+			p.s.add(name+" granted", c, nil, true, false, joined)
 		}
 		if pts := targets[name]; len(pts) > 0 {
 			pts = append(pts, plotter.XY{X: end, Y: pts[len(pts)-1].Y})
 			addTimeLine(p, name+" target", pts, c, []vg.Length{vg.Points(5), vg.Points(3)})
 		}
 	}
-	p.Y.Min, p.Y.Max = 0, top
-	return chart{name: fmt.Sprintf("balloon-%d", i+1), title: "Balloon targets and granted memory per VM over the node's memory state: " + r.Label, p: p}
+	p.p.Y.Min, p.p.Y.Max = 0, top
+	return chart{name: fmt.Sprintf("balloon-%d", i+1), title: "Balloon targets and granted memory per VM over the node's memory state: " + r.Label, f: p}
 }
 
 // shadeMemoryStates draws each memory state's time span as a band, with a
 // legend entry per state that occurs.
-func shadeMemoryStates(p *plot.Plot, changes []policy.Decision, sec func(time.Time) float64, end, top float64) {
+func shadeMemoryStates(p *fig, changes []policy.Decision, sec func(time.Time) float64, end, top float64) {
 	seen := map[string]*plotter.Polygon{}
 	for k, d := range changes {
 		from, to := sec(d.Time), end
@@ -140,12 +147,13 @@ func shadeMemoryStates(p *plot.Plot, changes []policy.Decision, sec func(time.Ti
 		}
 		band.Color = memStateColors[d.MemoryState.To]
 		band.LineStyle.Width = 0
-		p.Add(band)
+		p.p.Add(band)
 		seen[d.MemoryState.To] = band
+		p.s.Bands = append(p.s.Bands, specBand{From: from, To: to, Label: "node " + d.MemoryState.To, Color: cssColor(band.Color)})
 	}
 	for _, st := range memStateOrder {
 		if band := seen[st]; band != nil {
-			p.Legend.Add("node "+st, band)
+			p.legendAdd("node "+st, band)
 		}
 	}
 }
@@ -153,7 +161,7 @@ func shadeMemoryStates(p *plot.Plot, changes []policy.Decision, sec func(time.Ti
 // guestPageInsChart: per run, the guests' major faults per second (their
 // page-ins: swap-ins and file reads) summed over the run's VMs, over time.
 func guestPageInsChart(runs []Run) chart {
-	p := newPlot("Guest page-ins (major faults/s, all VMs)", "seconds into the run", "faults/s (log)", true, false)
+	p := newPlot("Guest page-ins (major faults/s, all VMs)", "seconds into the run", "faults/s (log)", true)
 	for i, r := range runs {
 		t0 := runStart(r)
 		var pts plotter.XYs
@@ -179,7 +187,7 @@ func guestPageInsChart(runs []Run) chart {
 		}
 		addTimeLine(p, r.Label, pts, runColor(i), nil)
 	}
-	return chart{name: "guest-page-ins", title: "Guest page-ins over time (major faults/s inside the guests, all VMs)", p: p}
+	return chart{name: "guest-page-ins", title: "Guest page-ins over time (major faults/s inside the guests, all VMs)", f: p}
 }
 
 // hasGuestStats reports whether a run's timeline holds guests' own stats.
@@ -196,17 +204,23 @@ func hasGuestStats(r Run) bool {
 
 // addTimeLine draws a line without point marks (a sample a second is too
 // dense for marks).
-func addTimeLine(p *plot.Plot, label string, pts plotter.XYs, c color.Color, dashes []vg.Length) {
+func addTimeLine(f *fig, label string, pts plotter.XYs, c color.Color, dashes []vg.Length) {
 	if len(pts) == 0 {
 		return
 	}
+	addPlotLine(f, label, pts, c, dashes)
+	f.s.add(label, c, cssDashes(dashes), true, false, specPoints(pts))
+}
+
+// addPlotLine draws the line in the PNG only.
+func addPlotLine(f *fig, label string, pts plotter.XYs, c color.Color, dashes []vg.Length) {
 	l, err := plotter.NewLine(pts)
 	if err != nil {
 		return
 	}
 	l.Color, l.Dashes = c, dashes
-	p.Add(l)
+	f.p.Add(l)
 	if label != "" {
-		p.Legend.Add(label, l)
+		f.legendAdd(label, l)
 	}
 }

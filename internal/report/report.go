@@ -1,12 +1,14 @@
 // Package report turns result directories (from `headroom density` and
-// `headroom sim`) into one self-contained HTML page with charts, PNG files
-// of the main charts, and a JSON summary. Charts are drawn with gonum/plot;
+// `headroom sim`) into one self-contained HTML page with interactive
+// charts (uPlot, embedded with the page's script from assets/), PNG files
+// of the same charts (gonum/plot), and a JSON summary. Each chart is built
+// once as points (charts.go, balloon.go, timeline.go) and drawn both ways;
 // several runs overlay on the same axes.
 package report
 
 import (
 	"bytes"
-	"encoding/base64"
+	_ "embed"
 	"encoding/json"
 	"fmt"
 	"html/template"
@@ -62,6 +64,8 @@ type Run struct {
 	// (both empty where the run has none).
 	Timeline  []results.Sample
 	Decisions []policy.Decision
+	// Intervals are the workers' own rates per interval (workers.jsonl).
+	Intervals []results.WorkerInterval
 }
 
 // Load reads result directories.
@@ -80,7 +84,11 @@ func Load(dirs []string) ([]Run, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", d, err)
 		}
-		out = append(out, Run{Dir: d, Run: r, Regimes: r.Regimes(), Timeline: timeline, Decisions: decisions})
+		intervals, err := results.ReadWorkerIntervals(d)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", d, err)
+		}
+		out = append(out, Run{Dir: d, Run: r, Regimes: r.Regimes(), Timeline: timeline, Decisions: decisions, Intervals: intervals})
 	}
 	return out, nil
 }
@@ -127,15 +135,15 @@ func Summarize(runs []Run) []Summary {
 type Chart struct {
 	Name  string // file stem: aggregate, per-worker, ...
 	Title string
-	// Image is the PNG as a data URI: the page embeds the exact pixels
-	// (an SVG would be laid out with the browser's fonts, not the ones
-	// the chart was measured with) and needs no other file.
-	Image template.URL
 	PNG   string // path of the PNG file
 }
 
 // Write renders the HTML page at htmlPath and the PNGs beside it, and
-// returns the charts.
+// returns the charts. The page draws the same data as interactive charts
+// (hover to read a value, click a legend entry to toggle a series, drag to
+// zoom the x axis, a click on a worker count to open that step's
+// timelines) with the chart library embedded in it: it opens from disk
+// with no network.
 func Write(runs []Run, htmlPath string) ([]Chart, error) {
 	if len(runs) == 0 {
 		return nil, fmt.Errorf("no runs to report")
@@ -150,6 +158,7 @@ func Write(runs []Run, htmlPath string) ([]Chart, error) {
 		return nil, err
 	}
 	var out []Chart
+	var specs []spec
 	for _, c := range charts {
 		png, err := c.render("png")
 		if err != nil {
@@ -159,8 +168,14 @@ func Write(runs []Run, htmlPath string) ([]Chart, error) {
 		if err := os.WriteFile(path, png, 0o644); err != nil {
 			return nil, err
 		}
-		uri := "data:image/png;base64," + base64.StdEncoding.EncodeToString(png)
-		out = append(out, Chart{Name: c.name, Title: c.title, Image: template.URL(uri), PNG: path})
+		out = append(out, Chart{Name: c.name, Title: c.title, PNG: path})
+		c.f.s.Name = c.name
+		c.f.s.align()
+		specs = append(specs, c.f.s)
+	}
+	chartData, err := specsJSON(pageCharts{Charts: specs, Timelines: timelines(runs)})
+	if err != nil {
+		return nil, err
 	}
 	summaries := Summarize(runs)
 	summaryJSON, err := json.MarshalIndent(summaries, "", "  ")
@@ -168,18 +183,40 @@ func Write(runs []Run, htmlPath string) ([]Chart, error) {
 		return nil, err
 	}
 	var buf bytes.Buffer
-	err = page.Execute(&buf, pageData{Runs: runs, Summaries: summaries, Charts: out, SummaryJSON: template.JS(summaryJSON)})
+	err = page.Execute(&buf, pageData{Runs: runs, Summaries: summaries, Charts: out, SummaryJSON: template.JS(summaryJSON),
+		ChartJSON: template.JS(chartData), Library: template.JS(uplotJS), LibraryCSS: template.CSS(uplotCSS), Script: template.JS(reportJS)})
 	if err != nil {
 		return nil, err
 	}
 	return out, os.WriteFile(htmlPath, buf.Bytes(), 0o644)
 }
 
+// pageCharts is the page's chart data (#headroom-charts).
+type pageCharts struct {
+	Charts    []spec         `json:"charts"`
+	Timelines []runTimelines `json:"timelines"`
+}
+
+// The chart library (uPlot, MIT: assets/uplot/LICENSE) and the page's own
+// script, inlined into every page.
+var (
+	//go:embed assets/uplot/uPlot.iife.min.js
+	uplotJS string
+	//go:embed assets/uplot/uPlot.min.css
+	uplotCSS string
+	//go:embed assets/report.js
+	reportJS string
+)
+
 type pageData struct {
 	Runs        []Run
 	Summaries   []Summary
 	Charts      []Chart
 	SummaryJSON template.JS
+	ChartJSON   template.JS
+	Library     template.JS
+	LibraryCSS  template.CSS
+	Script      template.JS
 }
 
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
@@ -192,10 +229,11 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 		}
 		return fmt.Sprintf("%+.2f", *v)
 	},
-	"f2":  func(v float64) string { return fmt.Sprintf("%.2f", v) },
-	"f3":  func(v float64) string { return fmt.Sprintf("%.3f", v) },
-	"ms":  func(v float64) string { return fmt.Sprintf("%.3f", v*1e3) },
-	"gib": func(v uint64) string { return fmt.Sprintf("%.2f GiB", float64(v)/(1<<30)) },
+	"f2":   func(v float64) string { return fmt.Sprintf("%.2f", v) },
+	"f3":   func(v float64) string { return fmt.Sprintf("%.3f", v) },
+	"ms":   func(v float64) string { return fmt.Sprintf("%.3f", v*1e3) },
+	"gib":  func(v uint64) string { return fmt.Sprintf("%.2f GiB", float64(v)/(1<<30)) },
+	"base": filepath.Base,
 }).Parse(pageTemplate))
 
 const pageTemplate = `<!DOCTYPE html>
@@ -204,7 +242,11 @@ const pageTemplate = `<!DOCTYPE html>
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
 h1{font-size:1.6em} h2{font-size:1.25em;margin-top:2em} table{border-collapse:collapse;margin:1em 0;font-size:.9em}
 td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right} th{background:#f3f3f3} td.l,th.l{text-align:left}
-.chart img{width:100%;height:auto;max-width:1000px} .failed{color:#b00}
+.chart{min-height:380px;max-width:1000px} .failed{color:#b00} p.png{font-size:.8em;margin:.2em 0 0}
+.u-legend{text-align:left;font-size:.85em;max-height:12em;overflow-y:auto} .u-legend .u-series{display:inline-block;margin-right:.6em}
+#timeline{border-top:2px solid #ccc;margin-top:2em} #timeline .chart{min-height:260px} button.open-timeline{font-size:.8em}
+.hint{color:#555;font-size:.9em}
+{{.LibraryCSS}}
 </style></head><body>
 <h1>headroom density report</h1>
 <p>Aggregate and per-worker pages/second as the number of workers grows: everything in RAM, a sharp fall as swap
@@ -221,19 +263,25 @@ device's measured 4 KiB random-read rate, the physical limit of page-ins.</p>
 <td>{{if .PlateauPageInFraction}}{{rate .PlateauPageInsPerSec}} / {{rate .SwapReadIOPS}} = {{pct .PlateauPageInFraction}}{{else}}–{{end}}</td>
 <td>{{slope .PlateauCreationSlope}}</td><td class="l">{{.StopReason}}</td></tr>
 {{end}}</table>
-{{range .Charts}}<h2>{{.Title}}</h2><div class="chart" id="chart-{{.Name}}"><img alt="{{.Title}}" src="{{.Image}}"></div>
+<p class="hint">Point at a chart to read its values; click a legend entry to hide or show its series; drag across a chart to
+zoom its x axis, double-click to zoom out; click a worker count to open that step's timelines (or use a step's button below).</p>
+{{range .Charts}}<h2>{{.Title}}</h2><div class="chart" id="chart-{{.Name}}"></div><p class="png"><a href="{{base .PNG}}">PNG</a></p>
 {{end}}
-{{range .Runs}}<h2>Steps: {{.Label}}</h2>
+<div id="timeline" hidden><h2 id="timeline-title">Step timelines</h2><div id="timeline-charts"></div></div>
+{{range $run, $r := .Runs}}<h2>Steps: {{.Label}}</h2>
 <p>{{.Machine.Hostname}}, kernel {{.Machine.Kernel}}, {{.Machine.CPUs}} CPUs; node {{gib .Node.MemoryBytes}} RAM, {{gib .Node.SwapBytes}} swap{{if .Node.SwapTier}} ({{.Node.SwapTier}} tier){{end}};
 request per worker {{gib .Node.RequestBytes}}; {{.Node.Scope}}</p>
 <table class="steps"><tr><th>step</th><th>workers</th><th>aggregate pages/s</th><th>swap-in/s</th><th>swap-out/s</th><th>major faults/s</th>
-<th>PSI some</th><th>PSI full</th><th>CPU cores busy</th><th>create p50 s</th><th>p95</th><th>p99</th><th>start skew ms</th><th class="l">status</th></tr>
+<th>PSI some</th><th>PSI full</th><th>CPU cores busy</th><th>create p50 s</th><th>p95</th><th>p99</th><th>start skew ms</th><th class="l">status</th><th class="l">over time</th></tr>
 {{range .Steps}}<tr><td>{{.Index}}</td><td>{{.Workers}}</td><td>{{rate .AggregatePagesPerSec}}</td><td>{{rate .SwapInPagesPerSec}}</td><td>{{rate .SwapOutPagesPerSec}}</td>
 <td>{{rate .MajorFaultsPerSec}}</td><td>{{f1 .PSISomePercent}}%</td><td>{{f1 .PSIFullPercent}}%</td><td>{{if .CPUBusyCores}}{{f2 .CPUBusyCores}}{{else}}–{{end}}</td><td>{{f3 .CreateP50Seconds}}</td><td>{{f3 .CreateP95Seconds}}</td>
-<td>{{f3 .CreateP99Seconds}}</td><td>{{ms .StartSkewSeconds}}</td><td class="l{{if .Failed}} failed{{end}}">{{if .Failed}}failed: {{.FailReason}}{{else}}ok{{end}}</td></tr>
+<td>{{f3 .CreateP99Seconds}}</td><td>{{ms .StartSkewSeconds}}</td><td class="l{{if .Failed}} failed{{end}}">{{if .Failed}}failed: {{.FailReason}}{{else}}ok{{end}}</td><td class="l"><button class="open-timeline" data-run="{{$run}}" data-step="{{.Index}}" hidden>timeline</button></td></tr>
 {{end}}</table>
 <p>Stopped: {{.StopReason}}</p>
 {{end}}
 <script type="application/json" id="headroom-summary">{{.SummaryJSON}}</script>
+<script type="application/json" id="headroom-charts">{{.ChartJSON}}</script>
+<script>{{.Library}}</script>
+<script>{{.Script}}</script>
 </body></html>
 `

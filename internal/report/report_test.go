@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -98,20 +99,51 @@ func TestWriteHTMLAndPNGs(t *testing.T) {
 	}
 	html, _ := os.ReadFile(out)
 	page := string(html)
-	for _, want := range []string{"data:image/png;base64,", `id="chart-aggregate"`, `id="chart-per-worker"`, `id="chart-swap"`, `id="chart-psi"`,
+	for _, want := range []string{"uPlot", `id="chart-aggregate"`, `id="chart-per-worker"`, `id="chart-swap"`, `id="chart-psi"`,
 		`id="chart-cpu"`, "2.70", `id="chart-latency"`, "seq-run", "random-run", "worker w3 OOM-killed",
 		`id="headroom-summary"`, "80.00M", "50.0%", "&#43;0.42"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("report lacks %q", want)
 		}
 	}
-	if strings.Contains(page, "http://") && !strings.Contains(page, "http://www.w3.org") || strings.Contains(page, "https://") {
-		t.Error("report refers to an outside resource; it must open offline")
+	// Offline: nothing the page loads comes from elsewhere (the browser
+	// test watches its requests).
+	if m := regexp.MustCompile(`(?i)(src|href)\s*=\s*["']?(https?:)?//|url\(\s*["']?(https?:)?//|@import`).FindString(page); m != "" {
+		t.Errorf("report refers to an outside resource (%q); it must open offline", m)
 	}
-	i := strings.Index(page, `id="headroom-summary">`)
-	j := strings.Index(page[i:], "</script>")
+	var data pageCharts
+	if err := json.Unmarshal([]byte(embedded(t, page, "headroom-charts")), &data); err != nil {
+		t.Fatalf("embedded chart data: %v", err)
+	}
+	// The interactive aggregate chart holds the same points as the PNG:
+	// each run's aggregate rate at each worker count.
+	agg := data.Charts[0]
+	if agg.Name != "aggregate" || !agg.WorkersX || !agg.LogY || len(agg.Xs) != 10 || agg.Xs[0] != 1 || agg.Xs[9] != 10 {
+		t.Fatalf("aggregate chart spec %+v", agg)
+	}
+	found := false
+	for _, se := range agg.Series {
+		if se.Label == "seq-run" {
+			found = true
+			for _, st := range runs[0].Steps {
+				var y *float64
+				if st.Workers <= len(se.Ys) {
+					y = se.Ys[st.Workers-1]
+				}
+				if st.Failed != (y == nil) || y != nil && math.Abs(*y-st.AggregatePagesPerSec) > 1e-3*st.AggregatePagesPerSec {
+					t.Errorf("seq-run at %d workers: chart %v, step %v (failed %v)", st.Workers, y, st.AggregatePagesPerSec, st.Failed)
+				}
+			}
+		}
+	}
+	if !found {
+		t.Error("no seq-run series on the interactive aggregate chart")
+	}
+	if len(data.Timelines) != 2 {
+		t.Errorf("%d runs' timelines, want one per run", len(data.Timelines))
+	}
 	var summary []Summary
-	if err := json.Unmarshal([]byte(page[i+len(`id="headroom-summary">`):i+j]), &summary); err != nil || len(summary) != 2 {
+	if err := json.Unmarshal([]byte(embedded(t, page, "headroom-summary")), &summary); err != nil || len(summary) != 2 {
 		t.Fatalf("embedded summary: %v", err)
 	}
 	if len(charts) != 6 {
@@ -127,6 +159,18 @@ func TestWriteHTMLAndPNGs(t *testing.T) {
 			t.Fatalf("%s: %v", c.PNG, err)
 		}
 	}
+}
+
+// embedded is the text of the page's script element with that id.
+func embedded(t *testing.T, page, id string) string {
+	t.Helper()
+	open := `id="` + id + `">`
+	i := strings.Index(page, open)
+	if i < 0 {
+		t.Fatalf("no #%s in the page", id)
+	}
+	j := strings.Index(page[i:], "</script>")
+	return page[i+len(open) : i+j]
 }
 
 // distinctColors counts colours in an image, to tell a drawn page from a
@@ -333,5 +377,36 @@ func TestKubevirtRunChartsLatencyByPhase(t *testing.T) {
 	run.Steps[0].AggregatePagesPerSec = 1e6
 	if controlPlaneOnly([]Run{{Dir: "kv", Run: run}}) {
 		t.Errorf("a run with pages/s drawn as control plane only")
+	}
+}
+
+func TestSINumber(t *testing.T) {
+	for _, c := range []struct {
+		v    float64
+		want string
+	}{{0, "0"}, {1, "1"}, {0.25, "0.25"}, {950, "950"}, {1000, "1k"}, {2500, "2.5k"}, {61600, "61.6k"},
+		{1e8, "100M"}, {84.08e6, "84.1M"}, {1.5e9, "1.5G"}, {-2e6, "-2M"}, {999.6, "1k"}, {3e12, "3T"}} {
+		if got := siNumber(c.v); got != c.want {
+			t.Errorf("siNumber(%g) = %q, want %q", c.v, got, c.want)
+		}
+	}
+}
+
+func TestWorkerTicks(t *testing.T) {
+	for _, c := range []struct {
+		min, max float64
+		every    bool // a labelled tick at every count
+	}{{1, 10, true}, {0.5, 20.5, true}, {1, 20, true}, {1, 21, false}, {1, 100, false}} {
+		ticks := workerTicks{}.Ticks(c.min, c.max)
+		labelled := 0
+		for _, tk := range ticks {
+			if tk.Label != "" {
+				labelled++
+			}
+		}
+		n := int(math.Floor(c.max) - math.Ceil(c.min) + 1)
+		if got := labelled == n; got != c.every {
+			t.Errorf("axis %g..%g: %d labelled ticks for %d counts, want every count %v", c.min, c.max, labelled, n, c.every)
+		}
 	}
 }

@@ -342,6 +342,24 @@ func ReadTimeline(dir string) ([]Sample, error) {
 	return readLines[Sample](filepath.Join(dir, TimelineFile), nil)
 }
 
+// WorkerInterval is what the report reads of a workers.jsonl line: one
+// worker's touches over one interval of a step (the line holds the whole
+// memload record).
+type WorkerInterval struct {
+	Step            int       `json:"step"`             // the step it ran in
+	Repeat          int       `json:"repeat"`           // that step's repetition
+	Worker          string    `json:"worker"`           // the worker
+	Time            time.Time `json:"time"`             // the interval's end
+	IntervalSeconds float64   `json:"interval_seconds"` // its length
+	PagesPerSec     float64   `json:"pages_per_sec"`    // the worker's touches a second over it
+}
+
+// ReadWorkerIntervals reads workers.jsonl (missing file: none). Lines
+// that are not intervals (a truncated last line) end the list.
+func ReadWorkerIntervals(dir string) ([]WorkerInterval, error) {
+	return readLines(filepath.Join(dir, WorkersFile), func(w WorkerInterval) bool { return w.Worker != "" && !w.Time.IsZero() })
+}
+
 // ReadDecisions reads the agent's decision lines (missing file: none).
 // Lines that are not decisions (a truncated last line of an interrupted
 // run) end the list.
