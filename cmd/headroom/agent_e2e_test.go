@@ -187,7 +187,13 @@ func (a *e2eAgent) snapshot() agent.View {
 // announces that a round has read a file the test wrote).
 func (a *e2eAgent) seen(cond func(agent.View) bool) {
 	a.t.Helper()
-	testenv.Eventually(a.t, 5*time.Second, func() bool { return cond(a.snapshot()) })
+	var last agent.View
+	a.t.Cleanup(func() {
+		if a.t.Failed() {
+			a.t.Logf("the agent's last view: signals %+v", last.Signals)
+		}
+	})
+	testenv.Eventually(a.t, 5*time.Second, func() bool { last = a.snapshot(); return cond(last) })
 }
 
 // stop sends SIGTERM and waits for exit status 0.
@@ -227,6 +233,17 @@ func (a *e2eAgent) masked() string {
 func evaluated(v agent.View, signal string) bool {
 	for _, s := range v.Signals {
 		if s.Name == signal {
+			return true
+		}
+	}
+	return false
+}
+
+// heldInRAM: the signal is past its threshold and does not fire, the
+// scope's memory fitting in its RAM.
+func heldInRAM(v agent.View, signal string) bool {
+	for _, s := range v.Signals {
+		if s.Name == signal && s.FitsInRAM && !s.Firing {
 			return true
 		}
 	}
@@ -299,9 +316,16 @@ func TestAgentEndToEndOnFixtureTree(t *testing.T) {
 	}
 	testenv.Eventually(t, 5*time.Second, func() bool { return strings.Count(a.stderr.String(), "workload metadata unusable") == 2 })
 
-	// A PSI stall: 2 s of full stall within the 1 s window. vm-b, with the
-	// defaults (the symlink's "protected" was not read), goes.
+	// A PSI stall, 2 s of full stall within the 1 s window, while the
+	// scope fits in RAM (0.9 of 2 GiB): pages coming back, nothing fires.
 	f.psi(2_000_000)
+	a.seen(func(v agent.View) bool { return heldInRAM(v, "psi_memory_full") })
+	// Over RAM (1900 + 200 MiB of swap: 2100 MiB, short of the 2150 MiB
+	// where swap_utilization fires) the stall goes on: vm-b, with the
+	// defaults (the symlink's "protected" was not read), goes.
+	f.scopeUse(1900*mib, 200*mib)
+	f.swaps(1*gib, 200*mib)
+	f.psi(4_000_000)
 	n = a.waitFor("vm-b's eviction", n, a.line("evict", "vm-b"))
 
 	// SIGTERM mid-eviction: the stop waits 300 ms, forces nothing and
@@ -321,7 +345,7 @@ func TestAgentEndToEndOnFixtureTree(t *testing.T) {
 	b := startE2EAgent(t, f)
 	n = b.waitFor("vm-b's resumed eviction", 0, b.line("resume_eviction", "vm-b"))
 	b.seen(func(v agent.View) bool { return evaluated(v, "psi_memory_full") })
-	f.psi(4_000_000)
+	f.psi(6_000_000)
 	n = b.waitFor("a note that vm-b is still leaving", n, func(r agent.Record) bool {
 		return r.Action == "none" && strings.Contains(r.Reason, "previous victim")
 	})

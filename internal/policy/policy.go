@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -592,9 +593,18 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 		}
 		return out, st
 	case len(st.Evicting) > 0:
-		out = st.note(out, Decision{Time: now, Action: ActionNone, Trigger: triggerOf(firing, nil),
-			Reason: "waiting for the previous victim to exit"})
-		return out, st
+		// A victim that takes its time to leave (a long preStop hook, a
+		// guest slow to power off) holds its memory meanwhile, and may
+		// still grow: past the cool-down, at the OOM point, the kernel
+		// would kill the others first, so the next candidate goes beside
+		// it. (Within the cool-down the victim is given its usual time.)
+		if oomFirst = nearOOM(sample.Scope); oomFirst == "" || inCooldown(st, cfg, now) {
+			oomFirst = ""
+			out = st.note(out, Decision{Time: now, Action: ActionNone, Trigger: triggerOf(firing, nil),
+				Reason: "waiting for the previous victim to exit"})
+			return out, st
+		}
+		oomFirst = fmt.Sprintf("%s while %s is still leaving", oomFirst, strings.Join(slices.Sorted(maps.Keys(st.Evicting)), ", "))
 	case inCooldown(st, cfg, now):
 		// Past this only when the OOM point would come first.
 		if oomFirst = oomBeforeCooldownEnds(st, cfg, now); oomFirst == "" {
@@ -612,17 +622,21 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 
 	ranked := Rank(slices.DeleteFunc(slices.Clone(snap.Workloads), func(w Workload) bool {
 		_, abandoned := st.Abandoned[w.Name]
+		_, leaving := st.Evicting[w.Name]
 		r, refused := st.Refused[w.Name]
-		return abandoned || refused && now.Before(r.Until)
+		return abandoned || leaving || refused && now.Before(r.Until)
 	}), rankAllowances(snap, st))
 	if len(ranked) == 0 {
 		out = st.note(out, Decision{Time: now, Action: ActionNone, Trigger: triggerOf(firing, nil),
-			Reason: "no evictable workload (all protected, empty, unreadable, given up on, or refused a moment ago)"})
+			Reason: "no evictable workload (all protected, empty, unreadable, given up on, leaving, or refused a moment ago)"})
 		return out, st
 	}
 	victim := ranked[0]
 	reason := rankReason(ranked, rankAllowances(snap, st))
-	if oomFirst != "" {
+	switch {
+	case oomFirst != "" && len(st.Evicting) > 0:
+		reason += fmt.Sprintf("; %.1f s after the last eviction: %s", now.Sub(st.LastEviction).Seconds(), oomFirst)
+	case oomFirst != "":
 		reason += fmt.Sprintf("; %.1f s after the last eviction, inside the %g s cool-down: %s",
 			now.Sub(st.LastEviction).Seconds(), cfg.CooldownSeconds, oomFirst)
 	}
@@ -644,6 +658,15 @@ func inCooldown(st State, cfg Config, now time.Time) bool {
 // nearOOMSwapFactor: a scope whose working set and swap fill its RAM and
 // this share of the swap its workloads may use is at its OOM point.
 const nearOOMSwapFactor = 0.95
+
+// nearOOM says the scope is at its OOM point (within 5% of its swap of
+// it), or "" if it is not (or has no swap to measure it by).
+func nearOOM(s Scope) string {
+	if s.SwapBytes > 0 && float64(s.UsedBytes()) >= float64(s.RAMBytes)+nearOOMSwapFactor*float64(s.SwapBytes) {
+		return fmt.Sprintf("the scope is within %.0f%% of its swap of the OOM point", 100*(1-nearOOMSwapFactor))
+	}
+	return ""
+}
 
 // oomBeforeCooldownEnds says why the scope would reach the kernel's OOM
 // point (RAM + the swap its workloads may use) before the cool-down ends,
@@ -667,8 +690,8 @@ func oomBeforeCooldownEnds(st State, cfg Config, now time.Time) string {
 	if st.VictimGone.IsZero() || st.VictimGone.Before(st.LastEviction) || last.Time.Before(st.VictimGone) {
 		return ""
 	}
-	if float64(last.Scope.UsedBytes()) >= float64(last.Scope.RAMBytes)+nearOOMSwapFactor*float64(last.Scope.SwapBytes) {
-		return fmt.Sprintf("the scope is within %.0f%% of its swap of the OOM point", 100*(1-nearOOMSwapFactor))
+	if near := nearOOM(last.Scope); near != "" {
+		return near
 	}
 	i := 0
 	for i < len(st.Window) && st.Window[i].Time.Before(st.VictimGone) {

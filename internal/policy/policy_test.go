@@ -262,14 +262,18 @@ func TestEvaluate(t *testing.T) {
 		{"utilization over RAM + factor × swap", []Sample{sample(0, 4, 2.1)}, []string{SignalSwapUtilization}, nil, 0},
 		{"utilization at the threshold does not fire", []Sample{sample(0, 4, 2)}, nil, nil, 0},
 		{"compressed tiers' RAM counts in utilization", []Sample{withCompressedRAM(sample(0, 4, 2), 0.1)}, []string{SignalSwapUtilization}, nil, 0},
-		{"swap-in average over threshold", []Sample{withCounters(sample(0, 1, 0), 0, 0, 0, 0), withCounters(sample(10, 1, 0), 10010, 0, 0, 0)}, []string{SignalSwapIn}, nil, 0},
+		{"swap-in average over threshold", []Sample{withCounters(sample(0, 4, 1), 0, 0, 0, 0), withCounters(sample(10, 4, 1), 10010, 0, 0, 0)}, []string{SignalSwapIn}, nil, 0},
 		{"swap-out average is a difference, not the total", []Sample{withCounters(sample(0, 1, 0), 0, 1e9, 0, 0), withCounters(sample(10, 1, 0), 0, 1e9+100, 0, 0)}, nil, nil, 0},
 		{"counter reset is no increase", []Sample{withCounters(sample(0, 1, 0), 1e9, 0, 0, 0), withCounters(sample(10, 1, 0), 5, 0, 0, 0)}, nil, nil, 0},
-		{"PSI full share of the window", []Sample{withCounters(sample(0, 1, 0), 0, 0, 0, 0), withCounters(sample(10, 1, 0), 0, 0, 3e6, 2.5e6)}, []string{SignalPSIFull}, nil, 0},
-		{"PSI some share of the window", []Sample{withCounters(sample(0, 1, 0), 0, 0, 0, 0), withCounters(sample(10, 1, 0), 0, 0, 6e6, 0)}, []string{SignalPSISome}, nil, 0},
+		{"PSI full share of the window", []Sample{withCounters(sample(0, 4, 1), 0, 0, 0, 0), withCounters(sample(10, 4, 1), 0, 0, 3e6, 2.5e6)}, []string{SignalPSIFull}, nil, 0},
+		{"PSI some share of the window", []Sample{withCounters(sample(0, 4, 1), 0, 0, 0, 0), withCounters(sample(10, 4, 1), 0, 0, 6e6, 0)}, []string{SignalPSISome}, nil, 0},
+		// Paging or a stall while working set + swap fit in RAM (3.5 of
+		// 4 GiB) is pages coming back, not overcommit: nothing fires.
+		{"a stall with the scope in RAM does not fire", []Sample{withCounters(sample(0, 3, 0.5), 0, 0, 0, 0), withCounters(sample(10, 3, 0.5), 20000, 0, 6e6, 3e6)}, nil, nil, 0},
+		{"nor with the scope exactly at RAM", []Sample{withCounters(sample(0, 3, 1), 0, 0, 0, 0), withCounters(sample(10, 3, 1), 20000, 0, 6e6, 3e6)}, nil, nil, 0},
 		{"rates need a second of samples", []Sample{withCounters(sample(0, 1, 0), 0, 0, 0, 0), withCounters(sample(0.5, 1, 0), 1e6, 1e6, 1e6, 1e6)}, nil, nil, 0},
 		// The samples of a 1 s window span less than 1 s: half of it will do.
-		{"a 1 s window gives rates", []Sample{withCounters(sample(0, 1, 0), 0, 0, 0, 0), withCounters(sample(0.95, 1, 0), 0, 0, 0, 1e6)}, []string{SignalPSIFull}, nil, 1},
+		{"a 1 s window gives rates", []Sample{withCounters(sample(0, 4, 1), 0, 0, 0, 0), withCounters(sample(0.95, 4, 1), 0, 0, 0, 1e6)}, []string{SignalPSIFull}, nil, 1},
 		{"a 1 s window needs half a second", []Sample{withCounters(sample(0, 1, 0), 0, 0, 0, 0), withCounters(sample(0.45, 1, 0), 0, 0, 0, 1e6)}, nil, nil, 1},
 		{"growth reaching RAM + swap within the horizon", []Sample{sample(0, 3, 1), sample(5, 4, 1.5), sample(10, 4, 2)}, []string{SignalSwapExhaustion}, nil, 0},
 		{"slow growth is not exhaustion", []Sample{sample(0, 3, 1), sample(10, 3, 1.01)}, nil, nil, 0},
@@ -573,7 +577,7 @@ func TestWindowRestartsAfterEviction(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MaxAverageSwapInPagesPerSecond = 100
 	cfg.CooldownSeconds = 0
-	s := func(sec float64, in uint64) Sample { x := sample(sec, 1, 0); x.PswpIn = in; return x }
+	s := func(sec float64, in uint64) Sample { x := sample(sec, 4, 1); x.PswpIn = in; return x }
 	wls := []Workload{wl("a", 1, 1, 1, 0), wl("b", 2, 1, 1, 0)}
 	st := State{}
 	var ds []Decision
@@ -663,5 +667,41 @@ func TestUsageBounds(t *testing.T) {
 				t.Errorf("%s: at %d B swap_utilization firing %v, threshold %d", c.name, used, fires, threshold)
 			}
 		}
+	}
+}
+
+// A victim slow to leave (a long preStop hook, a guest slow to power off)
+// holds its memory and may grow meanwhile: past the cool-down, at the OOM
+// point, the next candidate goes beside it; short of the OOM point, or
+// within the cool-down, the agent waits for it.
+func TestDecideNextGoesBesideASlowVictimAtTheOOMPoint(t *testing.T) {
+	cfg := DefaultConfig() // cool-down 5 s; OOM margin: within 5% of 4 GiB of swap
+	wls := []Workload{wl("gold", 10, 2, 2, 1), wl("bronze", 1, 2, 2, 1.5), wl("silver", 5, 2, 2, 0.5)}
+	ds, st := Decide(Snapshot{Sample: sample(0, 4, 3.5), Workloads: wls}, cfg, State{})
+	if ev := evictions(ds); len(ev) != 1 || ev[0].Workload != "bronze" {
+		t.Fatalf("first eviction %+v", ev)
+	}
+	for _, c := range []struct {
+		name    string
+		sec     float64
+		swapGiB float64
+		want    string // the workload evicted, "" for none
+	}{
+		{"within the cool-down, at the OOM point", 3, 3.9, ""},
+		{"past the cool-down, short of the OOM point", 6, 3.7, ""},
+		{"past the cool-down, at the OOM point", 6, 3.9, "silver"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ds, _ := Decide(Snapshot{Sample: sample(c.sec, 4, c.swapGiB), Workloads: wls}, cfg, st)
+			ev := evictions(ds)
+			switch {
+			case c.want == "" && len(ev) != 0:
+				t.Fatalf("evicted %+v while bronze is leaving", ev)
+			case c.want == "" && (len(ds) == 0 || !strings.Contains(ds[len(ds)-1].Reason, "waiting for the previous victim")):
+				t.Fatalf("decisions %+v, want a wait for bronze", ds)
+			case c.want != "" && (len(ev) != 1 || ev[0].Workload != c.want || !strings.Contains(ev[0].Reason, "while bronze is still leaving")):
+				t.Fatalf("evictions %+v, want %s beside bronze", ev, c.want)
+			}
+		})
 	}
 }

@@ -20,7 +20,7 @@ func TestDecideRefusalBacksOffAndTheNextGoesAtOnce(t *testing.T) {
 	var st State
 	var ds []Decision
 	for i, sec := range []float64{0, 0.5, 1} {
-		ds, st = Decide(Snapshot{Sample: swapIn(sample(sec, 2, 1), uint64(i)*1000), Workloads: wls}, cfg, st)
+		ds, st = Decide(Snapshot{Sample: swapIn(sample(sec, 4, 1), uint64(i)*1000), Workloads: wls}, cfg, st)
 	}
 	if ev := evictions(ds); len(ev) != 1 || ev[0].Workload != "pdb" || ev[0].Trigger.Signal != SignalSwapIn {
 		t.Fatalf("first eviction: %+v", ds)
@@ -48,7 +48,7 @@ func TestDecideRefusalBacksOffAndTheNextGoesAtOnce(t *testing.T) {
 		{3.75, refused("c"), "", map[string]float64{"pdb": 2, "b": 2, "c": 2}},
 	}
 	for _, c := range cases {
-		ds, st = Decide(Snapshot{Sample: swapIn(sample(c.sec, 2, 1), uint64(c.sec*2000)), Workloads: wls, Outcomes: c.outcomes}, cfg, st)
+		ds, st = Decide(Snapshot{Sample: swapIn(sample(c.sec, 4, 1), uint64(c.sec*2000)), Workloads: wls, Outcomes: c.outcomes}, cfg, st)
 		got := ""
 		if ev := evictions(ds); len(ev) == 1 {
 			got = ev[0].Workload
@@ -77,7 +77,7 @@ func TestDecideRefusalBacksOffAndTheNextGoesAtOnce(t *testing.T) {
 		if _, ok := st.Evicting["pdb"]; ok {
 			outcomes = refused("pdb")
 		}
-		ds, st = Decide(Snapshot{Sample: swapIn(sample(sec, 2, 1), uint64(sec*2000)), Workloads: wls[:1], Outcomes: outcomes}, cfg, st)
+		ds, st = Decide(Snapshot{Sample: swapIn(sample(sec, 4, 1), uint64(sec*2000)), Workloads: wls[:1], Outcomes: outcomes}, cfg, st)
 		if i > 0 && st.Refused["pdb"].DelaySeconds > cfg.RefusalBackoffMaxSeconds {
 			t.Fatalf("%.2f s: back-off %g s over its cap", sec, st.Refused["pdb"].DelaySeconds)
 		}

@@ -24,6 +24,9 @@ type Signal struct {
 	Unit      string  `json:"unit"`            // bytes, pages_per_second, percent or seconds
 	Below     bool    `json:"below,omitempty"` // the signal fires below its threshold (swap_exhaustion), not above
 	Firing    bool    `json:"firing"`          // past its threshold
+	// FitsInRAM marks a stall or paging rate past its threshold that does
+	// not fire: the scope's working set and swap together fit in its RAM.
+	FitsInRAM bool `json:"fits_in_ram,omitempty"`
 }
 
 // minRateSpanSeconds is the shortest stretch of samples a rate or trend is
@@ -75,6 +78,12 @@ func Evaluate(window []Sample, cfg Config) (signals []Signal, unreadable []strin
 		{SignalPSIFull, cfg.PSIFullPercent, "percent", 1e-4, func(s Sample) uint64 { return s.PSIFullMicros }, psiErr},
 		{SignalPSISome, cfg.PSISomePercent, "percent", 1e-4, func(s Sample) uint64 { return s.PSISomeMicros }, psiErr},
 	}
+	// A stall or a paging rate while the scope's memory fits in its RAM is
+	// pages coming back after pressure has passed (an eviction, a finished
+	// burst), not overcommit: evicting another workload would free nothing
+	// the rest need, so those signals do not fire then. Unreadable usage
+	// leaves them armed.
+	fits := last.ScopeErr == "" && last.Scope.UsedBytes() <= last.Scope.RAMBytes
 	for _, a := range averages {
 		if a.threshold == 0 {
 			continue
@@ -85,7 +94,11 @@ func Evaluate(window []Sample, cfg Config) (signals []Signal, unreadable []strin
 		}
 		if span >= minSpan {
 			perSec := delta(a.counter(first), a.counter(last)) / span
-			signals = append(signals, above(a.name, a.scale*perSec, a.threshold, a.unit))
+			sig := above(a.name, a.scale*perSec, a.threshold, a.unit)
+			if sig.Firing && fits {
+				sig.Firing, sig.FitsInRAM = false, true
+			}
+			signals = append(signals, sig)
 		}
 	}
 
