@@ -89,16 +89,10 @@ func statusCaps(t testing.TB, pid int, field string) uint64 {
 // lacks CAP_SYS_RESOURCE (this one), that capability, which no container
 // can be given there (runc: "unable to apply caps: operation not
 // permitted"). It returns the capabilities the agent's container must end
-// up with.
-func deployAgent(t testing.TB, cp *kubetest.ControlPlane, extraConfig string) (wantCaps uint64) {
+// up with, and when deploy/ was applied.
+func deployAgent(t testing.TB, cp *kubetest.ControlPlane, extraConfig string) (wantCaps uint64, applied time.Time) {
 	t.Helper()
-	crd := kubetest.ServiceMonitorCRD(t)
-	if out, err := cp.Kubectl(t, crd, "apply", "--server-side", "-f", "-"); err != nil {
-		t.Fatalf("ServiceMonitor CRD: %v\n%s", err, out)
-	}
-	if out, err := cp.Kubectl(t, "", "wait", "--for=condition=Established", "--timeout=30s", "crd/servicemonitors.monitoring.coreos.com"); err != nil {
-		t.Fatalf("CRD not established: %v\n%s", err, out)
-	}
+	cp.InstallServiceMonitorCRD(t)
 	name, tag, _ := strings.Cut(kubetest.HeadroomImageRef, ":")
 	overlay := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
@@ -150,10 +144,11 @@ images:
 	if err := os.WriteFile(filepath.Join(dir, "overlay", "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	applied = time.Now()
 	if out, err := cp.Kubectl(t, "", "apply", "-k", filepath.Join(dir, "overlay")); err != nil {
 		t.Fatalf("kubectl apply -k (deploy/ with the local image): %v\n%s", err, out)
 	}
-	return wantCaps
+	return wantCaps, applied
 }
 
 // The DaemonSet from deploy/ runs under a real kubelet with what users
@@ -165,8 +160,7 @@ func TestSystemRealKubeletRunsTheDaemonSet(t *testing.T) {
 		t.Errorf("node Ready %.1f s after containerd started (target < 30 s)", node.ReadySeconds)
 	}
 	core := cp.Clientset(t).CoreV1()
-	applied := time.Now()
-	wantCaps := deployAgent(t, cp, "")
+	wantCaps, applied := deployAgent(t, cp, "")
 	pod := kubetest.WaitPod(t, core, agentNS, "app.kubernetes.io/name=headroom-agent", 90*time.Second, "Ready", kubetest.PodReady)
 	readyAfter := time.Since(applied)
 	t.Logf("agent pod %s Ready %.1f s after kubectl apply (target < 10 s)", pod.Name, readyAfter.Seconds())

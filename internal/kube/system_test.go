@@ -681,13 +681,7 @@ webhooks:
 // the Prometheus operator's own CRD.
 func TestSystemKubeDeployRendersAndDryRuns(t *testing.T) {
 	cp := kubetest.Start(t)
-	crd := kubetest.ServiceMonitorCRD(t)
-	if out, err := cp.Kubectl(t, crd, "apply", "--server-side", "-f", "-"); err != nil {
-		t.Fatalf("ServiceMonitor CRD: %v\n%s", err, out)
-	}
-	if out, err := cp.Kubectl(t, "", "wait", "--for=condition=Established", "--timeout=30s", "crd/servicemonitors.monitoring.coreos.com"); err != nil {
-		t.Fatalf("CRD not established: %v\n%s", err, out)
-	}
+	cp.InstallServiceMonitorCRD(t)
 	rendered, err := cp.Kubectl(t, "", "kustomize", filepath.Join(testenv.ModuleRoot(t), "deploy"))
 	if err != nil {
 		t.Fatalf("kubectl kustomize deploy/: %v\n%s", err, rendered)

@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/headroom-dev/headroom/internal/testenv"
 )
 
 // AddNode creates a Node kwok keeps Ready, with this memory and room for
@@ -87,6 +89,25 @@ func Documents(t testing.TB, stream string) []map[string]any {
 		out = append(out, obj)
 	}
 	return out
+}
+
+// InstallServiceMonitorCRD creates the Prometheus operator's ServiceMonitor
+// CRD and returns once kubectl can map the kind: the apiserver publishes
+// a new group in its discovery a moment after the CRD is established, and
+// a kubectl apply of a ServiceMonitor in that moment fails ("ensure CRDs
+// are installed first").
+func (cp *ControlPlane) InstallServiceMonitorCRD(t testing.TB) {
+	t.Helper()
+	if out, err := cp.Kubectl(t, ServiceMonitorCRD(t), "apply", "--server-side", "-f", "-"); err != nil {
+		t.Fatalf("ServiceMonitor CRD: %v\n%s", err, out)
+	}
+	if out, err := cp.Kubectl(t, "", "wait", "--for=condition=Established", "--timeout=30s", "crd/servicemonitors.monitoring.coreos.com"); err != nil {
+		t.Fatalf("CRD not established: %v\n%s", err, out)
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		out, err := cp.Kubectl(t, "", "api-resources", "--api-group", "monitoring.coreos.com", "-o", "name")
+		return err == nil && strings.Contains(out, "servicemonitors.monitoring.coreos.com")
+	})
 }
 
 // ServiceMonitorCRD returns the Prometheus operator's own ServiceMonitor

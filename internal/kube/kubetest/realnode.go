@@ -689,42 +689,51 @@ func WaitPod(t testing.TB, core corev1client.CoreV1Interface, ns, selector strin
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	list, err := core.Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range list.Items {
-		if cond(&list.Items[i]) {
-			return &list.Items[i]
-		}
-	}
-	w, err := core.Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: list.ResourceVersion})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
 	var last *corev1.Pod
+	// A watch may end early (the apiserver closes watches it finds slow):
+	// list and watch again from there.
 	for {
-		select {
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				t.Fatalf("pods %s in %s: the watch ended before %s", selector, ns, what)
+		list, err := core.Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			if ctx.Err() != nil {
+				break
 			}
+			t.Fatal(err)
+		}
+		for i := range list.Items {
+			if cond(&list.Items[i]) {
+				return &list.Items[i]
+			}
+			last = &list.Items[i]
+		}
+		w, err := core.Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: list.ResourceVersion})
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			t.Fatal(err)
+		}
+		for ev := range w.ResultChan() {
 			if p, ok := ev.Object.(*corev1.Pod); ok {
 				if cond(p) {
+					w.Stop()
 					return p
 				}
 				last = p
 			}
-		case <-ctx.Done():
-			state := "no pod"
-			if last != nil {
-				b, _ := json.Marshal(last.Status)
-				state = last.Name + ": " + string(b)
-			}
-			t.Fatalf("pods %s in %s: not %s after %s (%s)", selector, ns, what, timeout, state)
+		}
+		w.Stop()
+		if ctx.Err() != nil {
+			break
 		}
 	}
+	state := "no pod"
+	if last != nil {
+		b, _ := json.Marshal(last.Status)
+		state = last.Name + ": " + string(b)
+	}
+	t.Fatalf("pods %s in %s: not %s after %s (%s)", selector, ns, what, timeout, state)
+	return nil
 }
 
 // PodReady reports whether the pod's Ready condition is true.
