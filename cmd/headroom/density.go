@@ -14,6 +14,7 @@ import (
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/microvm"
 	"github.com/headroom-dev/headroom/internal/results"
+	"github.com/headroom-dev/headroom/internal/swaptier"
 	"github.com/headroom-dev/headroom/internal/units"
 )
 
@@ -119,7 +120,7 @@ func newDensityCommand() *cobra.Command {
 	fl.BoolVar(&f.stopOnFail, "stop-on-failure", f.stopOnFail, "stop the ramp at the first failed step")
 	fl.Var(&f.nodeMemory, "node-memory", "put the workers in one node cgroup with this memory limit (default: the whole host)")
 	fl.StringVar(&f.swap, "swap", "", "swap for the run: a size (a swap file created and removed), existing, or none")
-	fl.StringVar(&f.swapTier, "swap-tier", "", "compressed tier in front of the swap: "+density.SwapTierForm)
+	fl.StringVar(&f.swapTier, "swap-tier", "", "compressed tier in front of the swap: "+swaptier.TierForm+" (ratio, pool and POOL_SIZE: sim only)")
 	fl.BoolVar(&f.agent, "agent", false, "run headroom agent on the node for the whole run")
 	fl.BoolVar(&f.balloon, "balloon", false, "qemu backend with --agent: the agent also drives the VMs' balloons")
 	fl.StringVar(&f.balloonPol, "balloon-policy", "headroom", "with --balloon: headroom (memory states, guest-aware targets) or mom (oVirt MOM's rules)")

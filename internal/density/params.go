@@ -140,30 +140,18 @@ func ParseSwap(s string) (mode string, sizeBytes uint64, err error) {
 	return "file", n, nil
 }
 
-// SwapTierForm describes the accepted --swap-tier syntax.
-const SwapTierForm = "zram:SIZE[,algorithm=A,priority=N] or zswap[:max_pool_percent=N,compressor=C]"
-
-// ParseSwapTier parses --swap-tier: "zram:2Gi,algorithm=lz4" or
+// ParseSwapTier parses --swap-tier (swaptier.TierForm, the grammar sim
+// shares) for a real tier: "zram:2Gi,algorithm=lz4" or
 // "zswap:max_pool_percent=20" ("" for none).
 func ParseSwapTier(s string) (*swaptier.ZramSpec, *swaptier.ZswapSpec, error) {
-	kind, opts, _ := strings.Cut(s, ":")
-	switch kind {
-	case "":
-		return nil, nil, nil
-	case "zram":
-		z, err := swaptier.ParseZram(opts)
-		if err != nil {
-			return nil, nil, fmt.Errorf("invalid swap tier %q: want %s", s, SwapTierForm)
-		}
-		return &z, nil, nil
-	case "zswap":
-		z, err := swaptier.ParseZswap(opts)
-		if err != nil {
-			return nil, nil, fmt.Errorf("invalid swap tier %q: want %s", s, SwapTierForm)
-		}
-		return nil, &z, nil
+	t, err := swaptier.ParseTier(s)
+	if err != nil {
+		return nil, nil, err
 	}
-	return nil, nil, fmt.Errorf("invalid swap tier %q: want %s", s, SwapTierForm)
+	if err := t.Real(); err != nil {
+		return nil, nil, err
+	}
+	return t.Zram, t.Zswap, nil
 }
 
 // SwapSpec is the swap the run sets up (File nil unless --swap SIZE).

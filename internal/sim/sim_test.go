@@ -888,6 +888,9 @@ func TestParseTier(t *testing.T) {
 		"zram:512Mi,ratio=3":           {Kind: TierZram, SizeBytes: 512 << 20, Ratio: 3, CPUSecondsPerPage: cpu},
 		"zram:512Mi,pool=host,ratio=3": {Kind: TierZram, SizeBytes: 512 << 20, Ratio: 3, CPUSecondsPerPage: cpu, PoolOnHost: true},
 		"zram:512Mi,pool=node":         {Kind: TierZram, SizeBytes: 512 << 20, Ratio: 2, CPUSecondsPerPage: cpu},
+		// The grammar density takes: a real tier's keys are accepted.
+		"zram:512Mi,algorithm=lz4,priority=50": {Kind: TierZram, SizeBytes: 512 << 20, Ratio: 2, CPUSecondsPerPage: cpu},
+		"zswap:compressor=zstd":                {Kind: TierZswap, PoolBytes: 2 << 30, SizeBytes: 4 << 30, Ratio: 2, CPUSecondsPerPage: cpu},
 		// zswap's pool: 20% of RAM by default, or a percentage, or a size;
 		// it holds ratio times its size of pages.
 		"zswap":                          {Kind: TierZswap, PoolBytes: 2 << 30, SizeBytes: 4 << 30, Ratio: 2, CPUSecondsPerPage: cpu},
@@ -908,8 +911,8 @@ func TestParseTier(t *testing.T) {
 	} {
 		got, err := ParseTier(in, 2, ram)
 		if want == nil {
-			if err == nil || !strings.Contains(err.Error(), TierForm) {
-				t.Errorf("%s: %+v, %v; want an error naming %s", in, got, err, TierForm)
+			if err == nil || !strings.Contains(err.Error(), swaptier.TierForm) {
+				t.Errorf("%s: %+v, %v; want an error naming %s", in, got, err, swaptier.TierForm)
 			}
 			continue
 		}

@@ -2,15 +2,11 @@ package sim
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/headroom-dev/headroom/internal/memload"
-	"github.com/headroom-dev/headroom/internal/units"
+	"github.com/headroom-dev/headroom/internal/swaptier"
 )
-
-// TierForm describes the accepted --swap-tier syntax.
-const TierForm = "zram:SIZE[,ratio=R][,pool=node|host] or zswap[:POOL_SIZE|:max_pool_percent=N][,ratio=R][,pool=node|host]"
 
 // zswapDefaultMaxPoolPercent is the kernel's default zswap.max_pool_percent.
 const zswapDefaultMaxPoolPercent = 20
@@ -68,76 +64,43 @@ func TierKindOf(s string) TierKind {
 	return ""
 }
 
-// ParseTier parses --swap-tier. zram:SIZE is a compressed swap device of
+// ParseTier parses --swap-tier (swaptier.TierForm, the grammar density
+// shares) into the modelled tier. zram:SIZE is a compressed swap device of
 // SIZE (uncompressed); zswap is a compressed cache in front of the device,
 // its pool limited to POOL_SIZE or max_pool_percent (default 20) of
 // ramBytes, the RAM the kernel takes that percentage of. Without a ratio
 // the tier compresses at contentRatio; pool=host puts the compressed pool
-// outside the node's RAM.
+// outside the node's RAM. The compressor, algorithm and priority a real
+// tier takes are accepted; the model's ratio stands for the compressor.
 func ParseTier(s string, contentRatio float64, ramBytes uint64) (*Tier, error) {
-	bad := fmt.Errorf("--swap-tier %q: want %s with R >= 1 and N in (0,100]", s, TierForm)
-	kind, opts, _ := strings.Cut(s, ":")
-	t := &Tier{Kind: TierKind(kind), Ratio: contentRatio, CPUSecondsPerPage: tierCPUSecondsPerPage}
-	var parts []string
-	switch t.Kind {
-	case TierZram:
-		if opts == "" {
-			return nil, bad
-		}
-		parts = strings.Split(opts, ",")
-		size, err := units.ParseBytes(parts[0])
-		if err != nil || size == 0 {
-			return nil, bad
-		}
-		t.SizeBytes, parts = size, parts[1:]
-	case TierZswap:
-		t.PoolBytes = ramBytes * zswapDefaultMaxPoolPercent / 100
-		if opts != "" {
-			parts = strings.Split(opts, ",")
-			if size, err := units.ParseBytes(parts[0]); err == nil && !strings.Contains(parts[0], "=") {
-				if size == 0 {
-					return nil, bad
-				}
-				t.PoolBytes, parts = size, parts[1:]
-			}
-		}
-	default:
-		return nil, bad
+	p, err := swaptier.ParseTier(s)
+	if err != nil {
+		return nil, err
 	}
-	for _, o := range parts {
-		k, v, _ := strings.Cut(o, "=")
-		switch {
-		case k == "ratio":
-			r, err := strconv.ParseFloat(v, 64)
-			if err != nil || !(r >= 1) {
-				return nil, bad
-			}
-			t.Ratio = r
-		case k == "pool":
-			if v != "node" && v != "host" {
-				return nil, bad
-			}
-			t.PoolOnHost = v == "host"
-		case k == "max_pool_percent" && t.Kind == TierZswap:
-			pct, err := strconv.ParseFloat(v, 64)
-			if err != nil || !(pct > 0 && pct <= 100) {
-				return nil, bad
-			}
-			t.PoolBytes = uint64(float64(ramBytes) * pct / 100)
-		default:
-			return nil, bad
-		}
+	t := &Tier{Ratio: contentRatio, CPUSecondsPerPage: tierCPUSecondsPerPage, PoolOnHost: p.PoolOnHost}
+	if p.Ratio > 0 {
+		t.Ratio = p.Ratio
 	}
-	if t.Kind == TierZswap {
-		if t.PoolBytes == 0 && ramBytes == 0 {
-			return nil, fmt.Errorf("--swap-tier %q: a zswap pool sized by max_pool_percent needs the node's RAM (--node-memory), or give its size (zswap:POOL_SIZE)", s)
-		}
+	switch {
+	case p.Zram != nil:
+		t.Kind, t.SizeBytes = TierZram, p.Zram.SizeBytes
+	case p.Zswap != nil:
+		t.Kind, t.PoolBytes = TierZswap, p.ZswapPoolBytes
 		if t.PoolBytes == 0 {
-			return nil, bad
+			if ramBytes == 0 {
+				return nil, fmt.Errorf("--swap-tier %q: a zswap pool sized by max_pool_percent needs the node's RAM (--node-memory), or give its size (zswap:POOL_SIZE)", s)
+			}
+			pct := uint64(zswapDefaultMaxPoolPercent)
+			if p.Zswap.MaxPoolPercent > 0 {
+				pct = p.Zswap.MaxPoolPercent
+			}
+			t.PoolBytes = ramBytes * pct / 100
 		}
 		// The pool holds compressed pages: it takes ratio times its
 		// size of pages.
 		t.SizeBytes = uint64(float64(t.PoolBytes) * t.Ratio)
+	default:
+		return nil, fmt.Errorf("--swap-tier %q: want %s", s, swaptier.TierForm)
 	}
 	return t, nil
 }
