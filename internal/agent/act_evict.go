@@ -227,6 +227,9 @@ func (e *evictions) start(ev loop.Eviction, t Target, instance, heldBytes uint64
 		if !ev.PrevSample.IsZero() {
 			r.LatencyBoundSeconds = sent.Sub(ev.PrevSample).Seconds()
 		}
+		if !ev.ThresholdEventAt.IsZero() && d.Trigger != nil && d.Trigger.Signal == policy.SignalSwapUtilization {
+			r.ThresholdEventSeconds = sent.Sub(ev.ThresholdEventAt).Seconds()
+		}
 		ev.Record(r)
 		entry.SignaledAt = sent
 		e.journal.put(entry)

@@ -207,14 +207,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-wake:
 			a.metrics.psiWakeups.Inc()
 			a.Tick(a.clock.Now(), false)
-		case <-a.obs.usageWake:
+		case eventAt := <-a.obs.usageWake:
 			// Usage hovering at a threshold crosses it again and again:
 			// rounds stay at least minUsageWakeGap apart.
 			if wait := a.loop.PrevSample().Add(minUsageWakeGap).Sub(a.clock.Now()); wait > 0 {
 				<-a.clock.After(wait)
 			}
 			a.metrics.usageWakeups.Inc()
-			a.Tick(a.clock.Now(), false)
+			a.tick(a.clock.Now(), false, eventAt)
 		}
 	}
 }
@@ -239,9 +239,18 @@ func (a *Agent) stop(srv *http.Server) {
 
 // Tick runs one observe → decide → act round at now; rediscover lists the
 // workloads at once.
-func (a *Agent) Tick(now time.Time, rediscover bool) {
+func (a *Agent) Tick(now time.Time, rediscover bool) { a.tick(now, rediscover, time.Time{}) }
+
+// tick is Tick for a round the kernel's usage-threshold event at eventAt
+// woke (zero: a timed or listing round).
+func (a *Agent) tick(now time.Time, rediscover bool, eventAt time.Time) {
 	a.metrics.ticks.Inc()
-	snap := a.loop.Tick(now, rediscover)
+	var snap policy.Snapshot
+	if eventAt.IsZero() {
+		snap = a.loop.Tick(now, rediscover)
+	} else {
+		snap = a.loop.TickOnEvent(now, eventAt)
+	}
 	st := a.loop.State()
 	if snap.Sample.ScopeErr == "" {
 		a.obs.watchUsage(usageThresholds(policy.UsageBounds(snap, st, a.cfg.Config)))

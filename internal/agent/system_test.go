@@ -250,6 +250,13 @@ func TestSystemAgentEvictsLowestPriorityFirst(t *testing.T) {
 		if r.Action == policy.ActionEvict && (r.LatencyBoundSeconds <= 0 || r.LatencyBoundSeconds > 1) {
 			t.Errorf("threshold crossing to eviction signal took up to %.3f s, want at most 1 s", r.LatencyBoundSeconds)
 		}
+		// Timed from the kernel's event, the crossing itself.
+		if r.Action == policy.ActionEvict && r.Trigger != nil && r.Trigger.Signal == policy.SignalSwapUtilization {
+			t.Logf("%s: threshold event to eviction signal %.3f s (bound from the round before: %.3f s)", r.Workload, r.ThresholdEventSeconds, r.LatencyBoundSeconds)
+			if r.ThresholdEventSeconds <= 0 || r.ThresholdEventSeconds > 0.1 {
+				t.Errorf("threshold event to eviction signal %.3f s, want a round woken by the event and at most 0.1 s", r.ThresholdEventSeconds)
+			}
+		}
 	}
 }
 

@@ -57,6 +57,11 @@ type Eviction struct {
 	// PrevSample is when the round before the decision sampled: the
 	// threshold was crossed after it, which bounds the reaction time.
 	PrevSample time.Time
+	// ThresholdEventAt is when the kernel's usage-threshold event that
+	// woke the deciding round came (zero for a timed round): the kernel
+	// checks a v1 cgroup's thresholds as it charges pages, so the crossing
+	// came just before it.
+	ThresholdEventAt time.Time
 	// Record logs the evict line (with when the request went out, or why
 	// it was refused); Report hands the outcome to the next round.
 	Record func(Record)
@@ -75,6 +80,10 @@ type Record struct {
 	// the eviction signal: the crossing happened after the previous
 	// sample, which had not fired.
 	LatencyBoundSeconds float64 `json:"latency_bound_seconds,omitempty"`
+	// ThresholdEventSeconds is, for a round the kernel's usage-threshold
+	// event woke (cgroup v1), the time from that event, the crossing, to
+	// the eviction signal.
+	ThresholdEventSeconds float64 `json:"threshold_event_seconds,omitempty"`
 }
 
 // Recorder takes every record, from the round and from evictions running
@@ -106,6 +115,7 @@ type Loop struct {
 	lastDiscovery time.Time
 	statsAt       time.Time
 	prevSample    time.Time
+	eventAt       time.Time           // the threshold event that woke this round (TickOnEvent)
 	swapResults   []policy.SwapResult // applied this round, for the next
 
 	mu       sync.Mutex // guards outcomes
@@ -145,6 +155,14 @@ func (l *Loop) Resume(name string, chosenAt, now time.Time) {
 
 // PrevSample is when the last round sampled.
 func (l *Loop) PrevSample() time.Time { return l.prevSample }
+
+// TickOnEvent runs a round the kernel's usage-threshold event (at eventAt)
+// woke: an eviction it decides is timed from the event.
+func (l *Loop) TickOnEvent(now, eventAt time.Time) policy.Snapshot {
+	l.eventAt = eventAt
+	defer func() { l.eventAt = time.Time{} }()
+	return l.Tick(now, false)
+}
 
 // Tick runs one round at now; rediscover lists the workloads whatever the
 // discovery interval (the source said they changed). It returns the
@@ -212,7 +230,7 @@ func (l *Loop) carryOut(d policy.Decision) {
 			r.Error = err.Error()
 		}
 	case d.Action == policy.ActionEvict:
-		l.act.Evict(Eviction{Decision: d, PrevSample: l.prevSample, Record: l.rec.Record, Report: l.Report})
+		l.act.Evict(Eviction{Decision: d, PrevSample: l.prevSample, ThresholdEventAt: l.eventAt, Record: l.rec.Record, Report: l.Report})
 		return
 	}
 	l.rec.Record(r)
