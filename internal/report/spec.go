@@ -114,11 +114,10 @@ func (s *spec) align() {
 // round4 keeps four significant digits: the page's data stays small and
 // no figure is read finer than that.
 func round4(v float64) float64 {
-	if v == 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return v
 	}
-	mag := math.Pow(10, 3-math.Floor(math.Log10(math.Abs(v))))
-	return math.Round(v*mag) / mag
+	return roundSignificant(v, 4)
 }
 
 // spread turns a scatter (many points per x: every worker of a step) into
