@@ -14,7 +14,6 @@ import (
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/microvm"
 	"github.com/headroom-dev/headroom/internal/results"
-	"github.com/headroom-dev/headroom/internal/swaptier"
 	"github.com/headroom-dev/headroom/internal/units"
 )
 
@@ -113,18 +112,18 @@ func newDensityCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error { return runDensity(cmd, f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.backend, "backend", f.backend, "worker backend: cgroup (a memory cgroup per worker), qemu (a micro-VM per worker), libvirt (a libvirt domain per worker) or kubevirt (VMIs on a cluster)")
-	f.rampFlags.register(fl, "worker", fmt.Sprintf("per-worker request overhead beyond its memory (default: %s for cgroup, %s for qemu and libvirt, as measured)",
+	fl.StringVar(&f.backend, "backend", f.backend, "a worker is a cgroup (cgroup), a micro-VM (qemu), a libvirt domain (libvirt) or a VMI (kubevirt)")
+	f.rampFlags.register(fl, "worker", fmt.Sprintf("per-worker request overhead beyond its memory (cgroup %s, VMs %s, as measured)",
 		units.FormatBytes(density.DefaultOverheadBytes), units.FormatBytes(density.DefaultVMOverheadBytes)))
 	fl.IntVar(&f.repeat, "repeat", f.repeat, "runs of each step")
 	fl.BoolVar(&f.stopOnFail, "stop-on-failure", f.stopOnFail, "stop the ramp at the first failed step")
 	fl.Var(&f.nodeMemory, "node-memory", "put the workers in one node cgroup with this memory limit (default: the whole host)")
 	fl.StringVar(&f.swap, "swap", "", "swap for the run: a size (a swap file created and removed), existing, or none")
-	fl.StringVar(&f.swapTier, "swap-tier", "", "compressed tier in front of the swap: "+swaptier.TierForm+" (ratio, pool and POOL_SIZE: sim only)")
+	fl.StringVar(&f.swapTier, "swap-tier", "", "compressed tier in front of the swap: zram:SIZE[,algorithm=A,priority=N] or zswap[:max_pool_percent=N,compressor=C]")
 	fl.BoolVar(&f.agent, "agent", false, "run headroom agent on the node for the whole run")
 	fl.BoolVar(&f.balloon, "balloon", false, "qemu backend with --agent: the agent also drives the VMs' balloons")
 	fl.StringVar(&f.balloonPol, "balloon-policy", "headroom", "with --balloon: headroom (memory states, guest-aware targets) or mom (oVirt MOM's rules)")
-	fl.DurationVar(&f.pace, "pace", 0, "with --rate: how often each workload wakes to touch its next batch (default 10ms); in TCG guests, where a wake-up costs about 3 ms of CPU here, a coarser pace leaves the cores to what is measured (50ms: five guests at 1M pages/s left a core free)")
+	fl.DurationVar(&f.pace, "pace", 0, "with --rate: how often each workload wakes to touch its next batch (default 10ms; 50ms saves CPU in TCG guests)")
 	fl.Var(&f.guestCache, "guest-cache", "qemu backend: clean page cache each guest holds beside its workload (it reads this much of a disk at boot)")
 	fl.StringVar(&f.out, "out", "", "results directory (default ./results/<timestamp>-density)")
 	fl.StringVar(&f.label, "label", "", "name of this run in reports (default: scan and size)")

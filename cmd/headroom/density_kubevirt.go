@@ -39,17 +39,17 @@ type kubevirtFlags struct {
 func (k *kubevirtFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&k.kubeconfig, "kubeconfig", "", "kubevirt backend: kubeconfig file (default $KUBECONFIG, then ~/.kube/config)")
-	fl.StringVar(&k.namespace, "namespace", "", "kubevirt backend: namespace to create for the run and delete after it (default headroom-density-<id>; an existing one is refused)")
-	fl.StringVar(&k.template, "template", "", "kubevirt backend: VirtualMachineInstance or VirtualMachine YAML every object is made from (default: built in from --vm-memory, --cpus, --container-disk, --node-selector)")
-	fl.StringVar(&k.object, "kubevirt-object", "vmi", "kubevirt backend, built-in template: create vmi (VirtualMachineInstances) or vm (VirtualMachines that run one)")
+	fl.StringVar(&k.namespace, "namespace", "", "kubevirt: namespace made for the run and deleted after (default headroom-density-<id>; must not exist)")
+	fl.StringVar(&k.template, "template", "", "kubevirt: VMI or VM YAML every object is made from (default: built from --vm-memory, --cpus and the rest)")
+	fl.StringVar(&k.object, "kubevirt-object", "vmi", "kubevirt, built-in template: vmi (VirtualMachineInstances) or vm (VirtualMachines)")
 	fl.Float64Var(&k.qps, "qps", k.qps, "kubevirt backend: API requests per second (a token bucket, as client-go's)")
 	fl.IntVar(&k.burst, "burst", k.burst, "kubevirt backend: requests allowed at once above --qps")
 	fl.DurationVar(&k.timeout, "timeout", k.timeout, "kubevirt backend: an object not Running this long after its create request fails the step")
 	fl.BoolVar(&k.burstOnly, "burst-only", false, "kubevirt backend: one step of the largest --deployments count, no ramp (the seed-002 burst)")
 	fl.StringVar(&k.nodeSelector, "node-selector", "", "kubevirt backend, built-in template: key=value[,key=value] the VMIs' nodes must carry")
-	fl.StringVar(&k.containerDisk, "container-disk", kubevirt.DefaultContainerDisk, "kubevirt backend, built-in template: the guest's containerDisk image")
+	fl.StringVar(&k.containerDisk, "container-disk", kubevirt.DefaultContainerDisk, "kubevirt: the guest's containerDisk image")
 	fl.IntVar(&k.cpus, "cpus", 1, "kubevirt backend, built-in template: vCPUs per VMI")
-	fl.StringVar(&k.controller, "controller-address", "", "kubevirt backend: host:port the guests reach this machine at; runs headroom load in every guest (cloud-init fetches the binary from port+1) and measures it once a step's VMIs run")
+	fl.StringVar(&k.controller, "controller-address", "", "kubevirt: host:port the guests reach this machine at, to run headroom load in each and measure it")
 }
 
 // kubevirtOnly are the flags that mean something only with --backend kubevirt.

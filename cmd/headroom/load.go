@@ -100,7 +100,7 @@ func (f *loadFlags) register(fl *pflag.FlagSet) {
 	fl.Var(&f.hugePages, "hugepages", "transparent huge pages for the block: never (MADV_NOHUGEPAGE) or madvise (MADV_HUGEPAGE)")
 	fl.DurationVar(&f.interval, "interval", time.Second, "reporting interval")
 	fl.DurationVar(&f.stopDelay, "stop-delay", 0, "on SIGTERM/SIGINT, go on (memory held, touching) this long before exiting, as a guest powering down does")
-	fl.DurationVar(&f.pace, "pace", 0, "with --rate: how often the run wakes to touch its next batch (default 10ms); where a wake-up is dear, as in a TCG guest (about 3 ms of CPU each here), a coarser pace costs less CPU, and intervals shorter than a few paces show the batches")
+	fl.DurationVar(&f.pace, "pace", 0, "with --rate: how often the run wakes to touch its next batch (default 10ms; coarser costs less CPU in a TCG guest)")
 	fl.BoolVar(&f.json, "json", false, "print JSON lines (interval records, then a final {\"type\":\"summary\"} line)")
 	fl.StringVar(&f.controller, "controller", "", "join a controller at unix:/path or tcp:host:port: report ready, wait for start, stream records")
 	fl.StringVar(&f.workerID, "worker-id", "", "this worker's name at the controller (default: host-pid)")

@@ -97,8 +97,12 @@ func TestHelpIsOneLineAFlag(t *testing.T) {
 			switch {
 			case strings.Contains(f.Usage, "\n"):
 				t.Errorf("%s --%s: help spans lines", c.CommandPath(), f.Name)
-			case len(f.Usage) > maxUsage:
+			case len(f.Usage) > maxUsage && c.CommandPath() == "headroom sim":
+				// The simulator's parameters get their help from one
+				// declaration each (issue 58); until then, listed.
 				t.Logf("%s --%s: help is %d characters (over %d)", c.CommandPath(), f.Name, len(f.Usage), maxUsage)
+			case len(f.Usage) > maxUsage:
+				t.Errorf("%s --%s: help is %d characters (over %d): say the rest in the guide", c.CommandPath(), f.Name, len(f.Usage), maxUsage)
 			case f.Usage == "":
 				t.Errorf("%s --%s: no help", c.CommandPath(), f.Name)
 			}

@@ -43,9 +43,13 @@ func ParseTier(s string) (Tier, error) {
 	if opts != "" {
 		parts = strings.Split(opts, ",")
 	}
-	switch kind {
-	case "":
+	switch {
+	case s == "":
 		return t, nil
+	case kind == "":
+		return bad("no tier named")
+	}
+	switch kind {
 	case "zram":
 		if len(parts) == 0 {
 			return bad("zram needs its SIZE")

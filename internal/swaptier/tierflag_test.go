@@ -25,6 +25,8 @@ func TestParseTier(t *testing.T) {
 		{in: "zram:lots", bad: "not a size"},
 		{in: "zswap:0", bad: "not a size"},
 		{in: "zcache:1Gi", bad: "unknown tier"},
+		{in: ":", bad: "no tier named"}, // found by FuzzParseTier
+		{in: ":zram", bad: "no tier named"},
 		{in: "zram:1Gi,max_pool_percent=20", bad: "not a key of zram"},
 		{in: "zswap:algorithm=lz4", bad: "not a key of zswap"},
 		{in: "zswap:max_pool_percent=0", bad: "[1,100]"},
