@@ -598,13 +598,13 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 		// still grow: past the cool-down, at the OOM point, the kernel
 		// would kill the others first, so the next candidate goes beside
 		// it. (Within the cool-down the victim is given its usual time.)
-		if oomFirst = nearOOM(sample.Scope); oomFirst == "" || inCooldown(st, cfg, now) {
-			oomFirst = ""
+		near := nearOOM(sample.Scope)
+		if near == "" || inCooldown(st, cfg, now) {
 			out = st.note(out, Decision{Time: now, Action: ActionNone, Trigger: triggerOf(firing, nil),
 				Reason: "waiting for the previous victim to exit"})
 			return out, st
 		}
-		oomFirst = fmt.Sprintf("%s while %s is still leaving", oomFirst, strings.Join(slices.Sorted(maps.Keys(st.Evicting)), ", "))
+		oomFirst = fmt.Sprintf("%s while %s is still leaving", near, strings.Join(slices.Sorted(maps.Keys(st.Evicting)), ", "))
 	case inCooldown(st, cfg, now):
 		// Past this only when the OOM point would come first.
 		if oomFirst = oomBeforeCooldownEnds(st, cfg, now); oomFirst == "" {

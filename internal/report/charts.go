@@ -354,11 +354,14 @@ func aggregateChart(runs []Run) chart {
 func perWorkerChart(runs []Run) chart {
 	p := newPlot("Per-worker pages/s", "workers", "pages/s per worker (log)", true)
 	for i, r := range runs {
-		var pts plotter.XYs
+		// raw at each worker count (the interactive chart's), pts beside
+		// it by run (the PNG's, so runs' dots do not cover each other).
+		var pts, raw plotter.XYs
 		offset := (float64(i) - float64(len(runs)-1)/2) * 0.15
 		for _, s := range r.Steps {
 			for _, w := range s.PerWorker {
 				if w.Error == "" {
+					raw = append(raw, plotter.XY{X: float64(s.Workers), Y: floor(w.PagesPerSec)})
 					pts = append(pts, plotter.XY{X: float64(s.Workers) + offset, Y: floor(w.PagesPerSec)})
 				}
 			}
@@ -380,14 +383,6 @@ func perWorkerChart(runs []Run) chart {
 		p.legendAdd(r.Label, sc)
 		// A pointer reads the spread: the slowest, median and fastest
 		// worker of each step.
-		var raw plotter.XYs
-		for _, s := range r.Steps {
-			for _, w := range s.PerWorker {
-				if w.Error == "" {
-					raw = append(raw, plotter.XY{X: float64(s.Workers), Y: floor(w.PagesPerSec)})
-				}
-			}
-		}
 		lo, mid, hi := spread(specPoints(raw))
 		dashes := cssDashes(runDashes(r))
 		p.s.add(r.Label+": slowest", sc.Color, []float64{2, 3}, true, true, lo)

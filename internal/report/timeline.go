@@ -57,9 +57,9 @@ func timelines(runs []Run) []runTimelines {
 	return out
 }
 
-func timelineSpec(name, title, y string, logY bool) *fig {
-	f := &fig{s: spec{Name: name, Title: title, X: "seconds after the step's workers were released", Y: y, LogY: logY}}
-	return f
+// timelineSpec is a timeline chart: interactive only (no PNG).
+func timelineSpec(name, title, y string, logY bool) *spec {
+	return &spec{Name: name, Title: title, X: "seconds after the step's workers were released", Y: y, LogY: logY}
 }
 
 // workerRates: each worker's pages/s per interval (only its repeat's).
@@ -72,10 +72,10 @@ func workerRates(st results.Step, ivs []results.WorkerInterval, sec func(time.Ti
 		}
 	}
 	for i, name := range sortedKeys(per) {
-		f.s.add(name, runColor(i), nil, true, false, specPoints(per[name]))
+		f.add(name, runColor(i), nil, true, false, specPoints(per[name]))
 	}
-	f.s.align()
-	return f.s, len(per) > 0
+	f.align()
+	return *f, len(per) > 0
 }
 
 // nodeTimelines: the node's swap-in and swap-out pages/s and its PSI
@@ -100,11 +100,11 @@ func nodeTimelines(samples []results.Sample, sec func(time.Time) float64) []spec
 		some = append(some, plotter.XY{X: x, Y: float64(b.PSISomeMicros-a.PSISomeMicros) / dt / 1e4})
 		full = append(full, plotter.XY{X: x, Y: float64(b.PSIFullMicros-a.PSIFullMicros) / dt / 1e4})
 	}
-	swap.s.add("swap-in pages/s", runColor(0), nil, true, false, specPoints(in))
-	swap.s.add("swap-out pages/s", runColor(1), nil, true, false, specPoints(out))
-	psi.s.add("some", runColor(0), nil, true, false, specPoints(some))
-	psi.s.add("full", runColor(1), nil, true, false, specPoints(full))
-	charts := []spec{swap.s, psi.s}
+	swap.add("swap-in pages/s", runColor(0), nil, true, false, specPoints(in))
+	swap.add("swap-out pages/s", runColor(1), nil, true, false, specPoints(out))
+	psi.add("some", runColor(0), nil, true, false, specPoints(some))
+	psi.add("full", runColor(1), nil, true, false, specPoints(full))
+	charts := []spec{*swap, *psi}
 
 	balloon := timelineSpec("balloon", "Memory each VM's balloon leaves its guest", "MiB", false)
 	per := map[string]plotter.XYs{}
@@ -122,9 +122,9 @@ func nodeTimelines(samples []results.Sample, sec func(time.Time) float64) []spec
 	}
 	if moved {
 		for i, name := range sortedKeys(per) {
-			balloon.s.add(name, runColor(i), nil, true, false, specPoints(per[name]))
+			balloon.add(name, runColor(i), nil, true, false, specPoints(per[name]))
 		}
-		charts = append(charts, balloon.s)
+		charts = append(charts, *balloon)
 	}
 	for i := range charts {
 		charts[i].align()

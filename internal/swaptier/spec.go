@@ -146,11 +146,18 @@ func ParseZswap(s string) (ZswapSpec, error) {
 	}
 	z := ZswapSpec{Compressor: kv["compressor"]}
 	if v := kv["max_pool_percent"]; v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil || n < 1 || n > 100 {
-			return ZswapSpec{}, fmt.Errorf("--zswap max_pool_percent=%q: want an integer in [1,100]", v)
+		if z.MaxPoolPercent, err = maxPoolPercent("--zswap", v); err != nil {
+			return ZswapSpec{}, err
 		}
-		z.MaxPoolPercent = n
 	}
 	return z, nil
+}
+
+// maxPoolPercent parses zswap's max_pool_percent (the kernel takes 1..100).
+func maxPoolPercent(flag, v string) (uint64, error) {
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil || n < 1 || n > 100 {
+		return 0, fmt.Errorf("%s max_pool_percent=%q: want an integer in [1,100]", flag, v)
+	}
+	return n, nil
 }

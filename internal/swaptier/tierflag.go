@@ -101,9 +101,9 @@ func ParseTier(s string) (Tier, error) {
 		case k == "writeback" && t.Zram != nil:
 			t.Zram.Writeback = v
 		case k == "priority" && t.Zram != nil:
-			n, err := strconv.Atoi(v)
-			if err != nil || n < -1 || n > 32767 {
-				return bad("priority N must be an integer in [-1,32767]")
+			n, err := priority("zram", v, DefaultZramPriority)
+			if err != nil {
+				return bad(err.Error())
 			}
 			t.Zram.Priority = n
 		case k == "compressor" && t.Zswap != nil:
@@ -112,9 +112,9 @@ func ParseTier(s string) (Tier, error) {
 			if t.ZswapPoolBytes > 0 {
 				return bad("give a zswap pool its POOL_SIZE or max_pool_percent, not both")
 			}
-			n, err := strconv.ParseUint(v, 10, 64)
-			if err != nil || n < 1 || n > 100 {
-				return bad("max_pool_percent N must be an integer in [1,100]")
+			n, err := maxPoolPercent("zswap", v)
+			if err != nil {
+				return bad(err.Error())
 			}
 			t.Zswap.MaxPoolPercent = n
 		default:
