@@ -334,7 +334,7 @@ func resolveAgentConfig(fl *pflag.FlagSet, f *agentFlags, flags []configFlag, fr
 }
 
 type calibrateFlags struct {
-	agent.CalibrateOptions
+	probe.CalibrateOptions
 	device      string
 	writeConfig string
 	json        bool
@@ -372,11 +372,11 @@ func runCalibrate(cmd *cobra.Command, f *calibrateFlags) error {
 	if err := f.Validate(); err != nil {
 		return usageError{err}
 	}
-	dev, err := agent.PickSwapDevice(f.device)
+	dev, err := probe.PickSwapDevice(f.device)
 	if err != nil {
 		return usageError{err}
 	}
-	c, err := agent.Calibrate(cmd.Context(), dev, f.CalibrateOptions)
+	c, err := probe.Calibrate(cmd.Context(), dev, f.CalibrateOptions)
 	if err != nil {
 		return err
 	}

@@ -20,7 +20,8 @@ import (
 	"github.com/headroom-dev/headroom/internal/policy"
 	"github.com/headroom-dev/headroom/internal/results"
 	"github.com/headroom-dev/headroom/internal/sim"
-	"github.com/headroom-dev/headroom/internal/swaptier"
+	"github.com/headroom-dev/headroom/internal/sim/machine"
+	"github.com/headroom-dev/headroom/internal/swaptier/tierspec"
 	"github.com/headroom-dev/headroom/internal/units"
 )
 
@@ -122,7 +123,7 @@ func newSimCommand() *cobra.Command {
 	fl.StringVar(&f.scenario, "scenario", "", "YAML file of these flags' values (keys: flag names); flags given override it")
 	fl.StringVar(&f.machine, "machine", "", "this: measure this machine's RAM, cores, touch rate and swap device for the node's figures (flags and the scenario override them)")
 	fl.StringVar(&f.saveMachine, "save-machine", "", "with --machine this: also write the measured figures to this file as a scenario (reuse them with --scenario FILE; the flags given still win)")
-	fl.IntVar(&f.machineRounds, "machine-rounds", sim.DefaultMachineRounds, "with --machine this: how often each figure is measured, the median kept (1: a third of the time, noisier on a shared machine)")
+	fl.IntVar(&f.machineRounds, "machine-rounds", machine.DefaultRounds, "with --machine this: how often each figure is measured, the median kept (1: a third of the time, noisier on a shared machine)")
 	f.rampFlags.register(fl, "VM", "host memory per VM beyond its guest RAM (QEMU), also added to its request")
 	fl.Var(&f.guestOverhead, "guest-overhead", "guest memory besides the workload that stays resident (kernel, caches)")
 	fl.Var(&f.nodeMemory, "node-memory", "the node's RAM")
@@ -154,7 +155,7 @@ func newSimCommand() *cobra.Command {
 	fl.StringVar(&f.halfFullWritePages, "swap-write-pages-half-full", "", "pages one write carries once half the swap is in use, where the kernel frees slots as pages come in, "+sim.IOPagesForm+" (default: as --swap-write-pages; --machine this measures it: a page a write for a random scan on kernel 6.18 with a swap file)")
 	fl.StringVar(&f.halfFullCapacity, "swap-mixed-capacity-half-full", "", "--swap-mixed-capacity once half the swap is in use, "+sim.MixedCapacityForm+" (default: as --swap-mixed-capacity; --machine this measures it)")
 	fl.StringVar(&f.swapDepths, "swap-depths", "", "the swap device's rates by queue depth, "+sim.DepthsForm+"; replaces --swap-read-iops and --swap-write-iops as its capacity")
-	fl.StringVar(&f.swapTier, "swap-tier", "", "compressed tier in front of the device: "+swaptier.TierForm+" (ratio: --swap-tier-ratio unless given)")
+	fl.StringVar(&f.swapTier, "swap-tier", "", "compressed tier in front of the device: "+tierspec.Form+" (ratio: --swap-tier-ratio unless given)")
 	fl.Float64Var(&f.tierRatio, "swap-tier-ratio", 0, "how many bytes of the workload's pages the tier stores in a byte of RAM, at least 1 (default: the ratio --content names; --machine this measures it with the tier's compressor)")
 	fl.StringVar(&f.swapReadahead, "swap-readahead", "address", "how the kernel reads swap ahead for a sequential fault: address (the faulting VM's neighbouring pages: the kernel's way on SSDs) or offset (the neighbouring swap slots, as while any rotational swap is active: a VM gets as many of its own pages a read as reclaim took from it a visit, more for the VMs made first, by --readahead-order); --machine this reads which from the kernel")
 	fl.Float64Var(&f.readaheadOrder, "readahead-order", 0, "with --swap-readahead offset, how many more of its own pages a sequential fault brings the VM made first, -0.9 to 0.9: 1 + this times --swap-read-pages for the first, 1 − this for the last (default 0: alike; --machine this measures it from its paging workers' pages a major fault by the order they were made)")
@@ -234,8 +235,8 @@ func applyMachine(cmd *cobra.Command, f *simFlags) error {
 	if cmd.Flags().Changed("swap-tier-ratio") {
 		tier = ""
 	}
-	fig, err := sim.MeasureMachine(cmd.Context(), sim.MeasureOptions{Headroom: exe, Scan: memload.Scan(f.scan),
-		SwapFileDir: swaptier.DefaultFileDir, Duration: 2 * time.Second, Tier: tier, Content: memload.Content(f.content), Rounds: f.machineRounds})
+	fig, err := machine.Measure(cmd.Context(), machine.Options{Headroom: exe, Scan: memload.Scan(f.scan),
+		SwapFileDir: tierspec.DefaultFileDir, Duration: 2 * time.Second, Tier: tier, Content: memload.Content(f.content), Rounds: f.machineRounds})
 	if err != nil {
 		return err
 	}
@@ -331,7 +332,7 @@ func applyMachine(cmd *cobra.Command, f *simFlags) error {
 
 // saveMachineScenario writes the figures --machine this measured as a
 // scenario: measuring takes minutes, and --scenario FILE reuses them.
-func saveMachineScenario(path string, fig sim.MachineFigures, measured map[string]string) error {
+func saveMachineScenario(path string, fig machine.Figures, measured map[string]string) error {
 	body, err := yaml.Marshal(measured)
 	if err != nil {
 		return err

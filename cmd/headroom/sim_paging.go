@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/headroom-dev/headroom/internal/memload"
-	"github.com/headroom-dev/headroom/internal/sim"
+	"github.com/headroom-dev/headroom/internal/sim/machine"
 )
 
 const simPagingLong = `Measure what paging costs on this machine now, as sim --machine this
@@ -69,8 +69,8 @@ func runSimPaging(cmd *cobra.Command, f *simPagingFlags) error {
 	if !f.json {
 		fmt.Fprintf(cmd.ErrOrStderr(), "paging %d %s workers, half of each out, for %s once all scan (some 20 s)...\n", f.workers, f.scan.String(), f.window)
 	}
-	sample, err := sim.MeasurePaging(cmd.Context(), exe, memload.Scan(f.scan), f.workers, f.window, false)
-	if errors.Is(err, sim.ErrPagingNeedsRoot) {
+	sample, err := machine.MeasurePaging(cmd.Context(), exe, memload.Scan(f.scan), f.workers, f.window, false)
+	if errors.Is(err, machine.ErrPagingNeedsRoot) {
 		return usagef("sim paging %v", err)
 	}
 	if err != nil {
@@ -78,7 +78,7 @@ func runSimPaging(cmd *cobra.Command, f *simPagingFlags) error {
 	}
 	if f.json {
 		out := struct {
-			sim.PagingSample
+			machine.PagingSample
 			// CreationSlope and ReadaheadOrder are absent with one
 			// worker, the second also where one had no major fault.
 			CreationSlope  *float64 `json:"creation_slope,omitempty"`

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/headroom-dev/headroom/internal/swaptier"
+	"github.com/headroom-dev/headroom/internal/swaptier/tierspec"
 )
 
 func newSwapCommand() *cobra.Command {
@@ -37,16 +38,16 @@ func newSwapUpCommand(statePath *string) *cobra.Command {
   headroom swap up --file 8Gi --zswap=max_pool_percent=20,compressor=lz4`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var spec swaptier.Spec
+			var spec tierspec.Spec
 			if file != "" {
-				f, err := swaptier.ParseFile(file)
+				f, err := tierspec.ParseFile(file)
 				if err != nil {
 					return usageError{err}
 				}
 				spec.File = &f
 			}
 			if zram != "" {
-				z, err := swaptier.ParseZram(zram)
+				z, err := tierspec.ParseZram(zram)
 				if err != nil {
 					return usageError{err}
 				}
@@ -57,7 +58,7 @@ func newSwapUpCommand(statePath *string) *cobra.Command {
 				if opts == zswapOn {
 					opts = ""
 				}
-				z, err := swaptier.ParseZswap(opts)
+				z, err := tierspec.ParseZswap(opts)
 				if err != nil {
 					return usageError{err}
 				}

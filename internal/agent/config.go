@@ -217,3 +217,24 @@ func (c Config) Validate() error {
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// MergeConfigFile sets keys in a YAML configuration file, keeping its
+// other keys (the file is created if missing).
+func MergeConfigFile(path string, values map[string]float64) error {
+	doc := map[string]any{}
+	if b, err := os.ReadFile(path); err == nil {
+		if err := yaml.Unmarshal(b, &doc); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	} else if !os.IsNotExist(err) {
+		return err
+	}
+	for k, v := range values {
+		doc[k] = v
+	}
+	b, err := yaml.Marshal(doc)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/headroom-dev/headroom/internal/cgroup"
 	"github.com/headroom-dev/headroom/internal/host"
 	"github.com/headroom-dev/headroom/internal/swaptier"
+	"github.com/headroom-dev/headroom/internal/swaptier/tierspec"
 	"github.com/headroom-dev/headroom/internal/testenv"
 )
 
@@ -25,7 +26,7 @@ func TestSystemZramRAMCountsAgainstTheScope(t *testing.T) {
 			}
 		}
 	})
-	if _, err := swaptier.Up(swaptier.Spec{Zram: &swaptier.ZramSpec{SizeBytes: 256 << 20, Priority: 100}}, state); err != nil {
+	if _, err := swaptier.Up(tierspec.Spec{Zram: &tierspec.ZramSpec{SizeBytes: 256 << 20, Priority: 100}}, state); err != nil {
 		t.Fatal(err)
 	}
 	node := testenv.NewMemoryCgroup(t, 64<<20)

@@ -4,11 +4,12 @@ import (
 	"fmt"
 
 	"github.com/headroom-dev/headroom/internal/swaptier"
+	"github.com/headroom-dev/headroom/internal/swaptier/tierspec"
 	"github.com/headroom-dev/headroom/internal/units"
 )
 
 // SwapDirPrefix starts the name of the directory holding a run's swap file.
-const SwapDirPrefix = swaptier.DirPrefix
+const SwapDirPrefix = tierspec.DirPrefix
 
 // CheckMachine checks the parameters against this machine before anything
 // is created, naming the flag: the node must fit in RAM, and the swap the
@@ -24,7 +25,7 @@ func (p Params) CheckMachine() error {
 			units.FormatBytes(p.NodeMemoryBytes), units.FormatBytes(m.RAMBytes))
 	}
 	if spec := p.SwapSpec(); spec.File != nil || spec.Zram != nil || spec.Zswap != nil {
-		if err := spec.Check(m); err != nil {
+		if err := swaptier.Check(spec, m); err != nil {
 			return fmt.Errorf("--swap/--swap-tier: %w", err)
 		}
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/microvm"
-	"github.com/headroom-dev/headroom/internal/swaptier"
+	"github.com/headroom-dev/headroom/internal/swaptier/tierspec"
 	"github.com/headroom-dev/headroom/internal/units"
 )
 
@@ -44,8 +44,8 @@ type Params struct {
 	Swap          string
 	SwapFileBytes uint64
 	// Zram or Zswap is a compressed tier in front of the swap (nil: none).
-	Zram  *swaptier.ZramSpec
-	Zswap *swaptier.ZswapSpec
+	Zram  *tierspec.ZramSpec
+	Zswap *tierspec.ZswapSpec
 	Agent bool
 	// Balloon runs the agent's balloon controller with this policy
 	// (headroom or mom; "": off).
@@ -140,11 +140,11 @@ func ParseSwap(s string) (mode string, sizeBytes uint64, err error) {
 	return "file", n, nil
 }
 
-// ParseSwapTier parses --swap-tier (swaptier.TierForm, the grammar sim
+// ParseSwapTier parses --swap-tier (tierspec.Form, the grammar sim
 // shares) for a real tier: "zram:2Gi,algorithm=lz4" or
 // "zswap:max_pool_percent=20" ("" for none).
-func ParseSwapTier(s string) (*swaptier.ZramSpec, *swaptier.ZswapSpec, error) {
-	t, err := swaptier.ParseTier(s)
+func ParseSwapTier(s string) (*tierspec.ZramSpec, *tierspec.ZswapSpec, error) {
+	t, err := tierspec.Parse(s)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -155,10 +155,10 @@ func ParseSwapTier(s string) (*swaptier.ZramSpec, *swaptier.ZswapSpec, error) {
 }
 
 // SwapSpec is the swap the run sets up (File nil unless --swap SIZE).
-func (p Params) SwapSpec() swaptier.Spec {
-	spec := swaptier.Spec{Zram: p.Zram, Zswap: p.Zswap}
+func (p Params) SwapSpec() tierspec.Spec {
+	spec := tierspec.Spec{Zram: p.Zram, Zswap: p.Zswap}
 	if p.Swap == "file" {
-		spec.File = &swaptier.FileSpec{SizeBytes: p.SwapFileBytes, Priority: swaptier.DefaultFilePriority}
+		spec.File = &tierspec.FileSpec{SizeBytes: p.SwapFileBytes, Priority: tierspec.DefaultFilePriority}
 	}
 	return spec
 }

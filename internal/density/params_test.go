@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/headroom-dev/headroom/internal/memload"
-	"github.com/headroom-dev/headroom/internal/swaptier"
+	"github.com/headroom-dev/headroom/internal/swaptier/tierspec"
 )
 
 func TestParseDeployments(t *testing.T) {
@@ -125,7 +125,7 @@ func TestValidate(t *testing.T) {
 		"--overcommit-percent":   func(p *Params) { p.OvercommitPercent = 50 },
 		"--workload-runtime":     func(p *Params) { p.WorkloadRuntime = 0 },
 		"--repeat":               func(p *Params) { p.Repeat = 0 },
-		"--swap-tier":            func(p *Params) { p.Zram = &swaptier.ZramSpec{SizeBytes: 1 << 30} },
+		"--swap-tier":            func(p *Params) { p.Zram = &tierspec.ZramSpec{SizeBytes: 1 << 30} },
 		"--agent":                func(p *Params) { p.Agent = true },
 		"--guest-cache":          func(p *Params) { p.GuestCacheBytes = 64 << 20 },
 		"and --guest-cache":      func(p *Params) { p.Backend, p.GuestCacheBytes = "qemu", 192<<20 },

@@ -18,7 +18,7 @@ import (
 
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/results"
-	"github.com/headroom-dev/headroom/internal/swaptier"
+	"github.com/headroom-dev/headroom/internal/swaptier/tierspec"
 	"github.com/headroom-dev/headroom/internal/testenv"
 )
 
@@ -211,7 +211,7 @@ func TestSystemInterruptKeepsPartialResults(t *testing.T) {
 func TestSystemZramTier(t *testing.T) {
 	p := smallNode(t)
 	p.Deployments = []int{1}
-	p.Zram = &swaptier.ZramSpec{SizeBytes: 128 << 20, Priority: swaptier.DefaultZramPriority}
+	p.Zram = &tierspec.ZramSpec{SizeBytes: 128 << 20, Priority: tierspec.DefaultZramPriority}
 	_, run, err := Run(context.Background(), p, testReporter{t: t})
 	assertRestored(t)
 	if err != nil {

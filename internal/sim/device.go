@@ -59,7 +59,7 @@ func depthsAscending(ds []DepthRate) bool {
 // readIOPSAt is the device's read rate with q reads outstanding:
 // interpolated in log2 of the depth between measured depths, the nearest
 // measured rate beyond them.
-func (d Device) readIOPSAt(q float64) float64 {
+func (d Device) ReadIOPSAt(q float64) float64 {
 	if len(d.Depths) == 0 {
 		return d.ReadIOPS
 	}
@@ -130,16 +130,16 @@ func capacityAt(cs []TaskCapacity, tasks, fallback float64) float64 {
 // readSeconds and writeSeconds are the device time one read or write of
 // pages takes at a 4 KiB rate of iops: that rate's time plus the further
 // pages' transfer.
-func (d Device) readSeconds(iops, pages float64) float64 {
+func (d Device) ReadSeconds(iops, pages float64) float64 {
 	return 1/iops + transferSeconds(pages, d.ReadBytesPerSec)
 }
 
-func (d Device) writeSeconds(iops, pages float64) float64 {
+func (d Device) WriteSeconds(iops, pages float64) float64 {
 	return 1/iops + transferSeconds(pages, d.WriteBytesPerSec)
 }
 
 // writeIOPS is the device's rate for reclaim's writes, which queue deep.
-func (d Device) writeIOPS() float64 {
+func (d Device) WriteIOPSAt() float64 {
 	if len(d.Depths) == 0 {
 		return d.WriteIOPS
 	}

@@ -157,7 +157,7 @@ type node struct {
 	swapHalfFull bool
 	// fillOrderLeftPages is what reclaim still takes by the fill's order
 	// (Node.ReclaimOrderSlope) where it falls behind this step: as many
-	// pages as that order was measured over (fillOrderShare of the VMs'
+	// pages as that order was measured over (FillOrderShare of the VMs'
 	// workloads); past them, the steady order.
 	fillOrderLeftPages float64
 	// writebackLeft is what a full zswap pool still has to write back to
@@ -188,10 +188,10 @@ func pagesOf(b uint64) float64 { return float64(b) / PageBytes }
 func newNode(nd Node, spec VMSpec, count int, dt float64, seed uint64) *node {
 	s := &node{n: nd, w: spec.Workload, process: spec.Process, rng: rand.New(rand.NewPCG(seed, 0x5eed)), dtSeconds: dt,
 		capacityPages: pagesOf(nd.RAMBytes - nd.SystemReserveBytes), diskCapPages: pagesOf(nd.Swap.SizeBytes),
-		readWait: nd.Swap.LatencySeconds, touchRate: touchRateAt(nd.TouchRate, 0), ksm: newKSMD(nd.KSMDCPUSeconds),
+		readWait: nd.Swap.LatencySeconds, touchRate: TouchRateAt(nd.TouchRate, 0), ksm: newKSMD(nd.KSMDCPUSeconds),
 		startCPUFactor: spec.StartCPUFactor, startCPUSeconds: spec.StartCPUSeconds, windowPages: math.Pow(2, float64(nd.PageCluster))}
 	s.setIOFigures(0)
-	s.fillOrderLeftPages = fillOrderShare * pagesOf(spec.Workload.SizeBytes) * float64(count)
+	s.fillOrderLeftPages = FillOrderShare * pagesOf(spec.Workload.SizeBytes) * float64(count)
 	if nd.Tier != nil {
 		s.tierCapPages = pagesOf(nd.Tier.SizeBytes)
 	}
@@ -208,7 +208,7 @@ func newNode(nd Node, spec VMSpec, count int, dt float64, seed uint64) *node {
 		}
 		place := 0.0
 		if count > 1 {
-			place = releasePlace(i, count)
+			place = CreationPlace(i, count)
 		}
 		s.vms = append(s.vms, &vmState{name: workerName(i), createdAt: created, creationPlace: place, startAt: start, pages: pagesOf(spec.Workload.SizeBytes),
 			overhead: pagesOf(spec.GuestOverheadBytes + spec.HostOverheadBytes), guestOverhead: pagesOf(spec.GuestOverheadBytes),
@@ -218,9 +218,9 @@ func newNode(nd Node, spec VMSpec, count int, dt float64, seed uint64) *node {
 	return s
 }
 
-// maxCreationOrderSlope bounds the creation-order slopes (Node.ReadaheadOrderSlope,
+// MaxCreationOrderSlope bounds the creation-order slopes (Node.ReadaheadOrderSlope,
 // Node.SteadyReclaimOrderSlope): the last VM made keeps a tenth of the mean.
-const maxCreationOrderSlope = 0.9
+const MaxCreationOrderSlope = 0.9
 
 // readahead is the pages of its own one of v's swap-in faults brings
 // for this scan: the window (by the VMs faulting) where the kernel reads
@@ -299,7 +299,7 @@ func (s *node) writeBack(dt float64) {
 			held += v.tier + v.cacheTier
 		}
 	}
-	w := min(s.writebackLeft, held, 0.5*s.n.Swap.writeIOPS()*dt)
+	w := min(s.writebackLeft, held, 0.5*s.n.Swap.WriteIOPSAt()*dt)
 	if w <= 0 {
 		s.writebackLeft = 0
 		return
@@ -541,8 +541,8 @@ func (s *node) deviceLoad(cpuShare, readWait float64) float64 {
 		writes += r * miss * s.dirtyShare(v) * toDevice / s.writePages
 	}
 	d := s.n.Swap
-	busy := reads*d.readSeconds(d.readIOPSAt(reads*readWait), s.pagesPerRead()) + writes*d.writeSeconds(d.writeIOPS(), s.writePages) +
-		s.writebackPerSec*d.writeSeconds(d.writeIOPS(), 1)
+	busy := reads*d.ReadSeconds(d.ReadIOPSAt(reads*readWait), s.pagesPerRead()) + writes*d.WriteSeconds(d.WriteIOPSAt(), s.writePages) +
+		s.writebackPerSec*d.WriteSeconds(d.WriteIOPSAt(), 1)
 	return busy / s.mixedCapacity
 }
 
@@ -656,7 +656,7 @@ func (s *node) busyVMs() float64 {
 
 // touchedBytesPerCore is the memory that sets a core's touch rate: the
 // running VMs' mean resident workload memory, more where they take turns
-// on a core (Node.TouchTurnBlocks, touchBytes).
+// on a core (Node.TouchTurnBlocks, TouchBytes).
 func (s *node) touchedBytesPerCore() float64 {
 	if s.w.Scan == memload.ScanNone {
 		return 0
@@ -671,7 +671,7 @@ func (s *node) touchedBytesPerCore() float64 {
 	if busy == 0 {
 		return 0
 	}
-	return touchBytes(pages*PageBytes/busy, busy/min(busy, s.n.CPUs), turnBlocksOrDefault(s.n.TouchTurnBlocks))
+	return TouchBytes(pages*PageBytes/busy, busy/min(busy, s.n.CPUs), turnBlocksOrDefault(s.n.TouchTurnBlocks))
 }
 
 // coresUsed is the cores the busy VMs use at a share of a core each.
@@ -701,7 +701,7 @@ func (s *node) tick(now float64, measuring bool) {
 	s.setIOFigures(faulting)
 	s.writeBack(dt)
 	touched := s.touchedBytesPerCore()
-	s.touchRate = touchRateAt(s.n.TouchRate, touched) * aloneSpeedup(aloneSpeedupAt(s.n.TouchAloneSpeedup, touched), s.busyVMs(), s.n.CPUs) *
+	s.touchRate = TouchRateAt(s.n.TouchRate, touched) * aloneSpeedup(aloneSpeedupAt(s.n.TouchAloneSpeedup, touched), s.busyVMs(), s.n.CPUs) *
 		s.n.TouchBesidePaging.factor(s.devicePagesInPerSec)
 	share := s.cpuShare()
 	s.readWait = s.solveReadWait(share)

@@ -98,7 +98,7 @@ type Node struct {
 	// cores (nil: no difference).
 	TouchAloneSpeedup []AloneSpeedup
 	// TouchTurnBlocks is how many blocks' worth of memory a worker touches
-	// as while it takes turns on a core with others (touchBytes): 1 no
+	// as while it takes turns on a core with others (TouchBytes): 1 no
 	// loss, up to MaxTouchTurnBlocks; 0 is DefaultTouchTurnBlocks. With
 	// two or more workers a core the rate is TouchRate's at the block ×
 	// this, whatever their number; between one and two, the log2 of the
@@ -157,7 +157,7 @@ type Node struct {
 	// VMs created first where it falls behind (as while a fill past RAM
 	// waits for it): the first VM's pages are taken 1 + slope times as
 	// readily as the average, the last's 1 − slope times, the rest evenly
-	// between (0: alike), for a step's first fillOrderShare of its
+	// between (0: alike), for a step's first FillOrderShare of its
 	// workloads taken. Measured here with eight workers filling together
 	// 12% past their cgroup's limit: the first had 1.3-1.9 times the mean
 	// out, the last 0.1-0.6.
@@ -346,7 +346,7 @@ func Validate(n Node, v VMSpec) error {
 		return fmt.Errorf("--system-reserve %s leaves nothing of --node-memory %s", units.FormatBytes(n.SystemReserveBytes), units.FormatBytes(n.RAMBytes))
 	case !(n.CPUs > 0):
 		return fmt.Errorf("--cpus must be positive")
-	case !touchRatesValid(n.TouchRate):
+	case !TouchRatesValid(n.TouchRate):
 		return fmt.Errorf("--touch-rate: want %s, sizes ascending, rates positive", TouchRateForm)
 	case !aloneSpeedupsValid(n.TouchAloneSpeedup):
 		return fmt.Errorf("--touch-alone-speedup %s: want %s, sizes ascending", FormatTouchAloneSpeedup(n.TouchAloneSpeedup), TouchAloneSpeedupForm)
@@ -356,10 +356,10 @@ func Validate(n Node, v VMSpec) error {
 		return fmt.Errorf("--reclaim-batch %g: want a share of a VM's pages from 0 to 1", n.ReclaimBatchShare)
 	case !(n.ReclaimOrderSlope >= 0 && n.ReclaimOrderSlope < 1):
 		return fmt.Errorf("--reclaim-order %g: want a slope from 0 to below 1", n.ReclaimOrderSlope)
-	case !(math.Abs(n.SteadyReclaimOrderSlope) <= maxCreationOrderSlope):
-		return fmt.Errorf("--reclaim-order-steady %g: want a slope from -%g to %g", n.SteadyReclaimOrderSlope, maxCreationOrderSlope, maxCreationOrderSlope)
-	case !(math.Abs(n.ReadaheadOrderSlope) <= maxCreationOrderSlope):
-		return fmt.Errorf("--readahead-order %g: want a slope from -%g to %g", n.ReadaheadOrderSlope, maxCreationOrderSlope, maxCreationOrderSlope)
+	case !(math.Abs(n.SteadyReclaimOrderSlope) <= MaxCreationOrderSlope):
+		return fmt.Errorf("--reclaim-order-steady %g: want a slope from -%g to %g", n.SteadyReclaimOrderSlope, MaxCreationOrderSlope, MaxCreationOrderSlope)
+	case !(math.Abs(n.ReadaheadOrderSlope) <= MaxCreationOrderSlope):
+		return fmt.Errorf("--readahead-order %g: want a slope from -%g to %g", n.ReadaheadOrderSlope, MaxCreationOrderSlope, MaxCreationOrderSlope)
 	case !(n.ReclaimBurstPages >= 0 && n.ReclaimBurstPages <= maxReclaimBurstPages):
 		return fmt.Errorf("--reclaim-burst %g: want pages a visit from 0 to %d", n.ReclaimBurstPages, maxReclaimBurstPages)
 	case !(n.FillOutPagesPerSec >= 0) || math.IsInf(n.FillOutPagesPerSec, 0):

@@ -59,18 +59,3 @@ func readaheadUsedAt(us []ReadaheadUse, tasks float64) float64 {
 	u := alongLog2(us, max(tasks, 1), func(u ReadaheadUse) float64 { return u.Tasks }, func(u ReadaheadUse) float64 { return u.UsedShare }, false)
 	return min(max(u, minReadaheadUsed), 1)
 }
-
-// UsedShare is the share of the pages swapped in that the sample's
-// workers touched, at most 1 (ok false without pages in or workers).
-// Every touch of a sequential scan over a block half out needs a page
-// from swap, so what was swapped in beyond the touches went unused.
-func (s PagingSample) UsedShare() (float64, bool) {
-	if !(s.PagesInPerSec > 0) || len(s.WorkerPagesPerSec) == 0 {
-		return 0, false
-	}
-	var touched float64
-	for _, r := range s.WorkerPagesPerSec {
-		touched += r
-	}
-	return min(touched/s.PagesInPerSec, 1), touched > 0
-}

@@ -45,49 +45,6 @@ func TestReadaheadUsedFollowsTheFaultingTasks(t *testing.T) {
 	}
 }
 
-// A sample's used share is its workers' touches over its pages in, at
-// most 1; none without pages in or workers.
-func TestPagingSampleUsedShare(t *testing.T) {
-	for _, c := range []struct {
-		s      PagingSample
-		want   float64
-		wantOK bool
-	}{
-		{PagingSample{PagesInPerSec: 18000, WorkerPagesPerSec: []float64{8000, 7660}}, 0.87, true},
-		{PagingSample{PagesInPerSec: 18000, WorkerPagesPerSec: []float64{9500, 9500}}, 1, true},
-		{PagingSample{PagesInPerSec: 0, WorkerPagesPerSec: []float64{9500}}, 0, false},
-		{PagingSample{PagesInPerSec: 18000}, 0, false},
-		{PagingSample{PagesInPerSec: 18000, WorkerPagesPerSec: []float64{0, 0}}, 0, false},
-	} {
-		if got, ok := c.s.UsedShare(); ok != c.wantOK || math.Abs(got-c.want) > 1e-9 {
-			t.Errorf("%+v: %g, %v; want %g, %v", c.s, got, ok, c.want, c.wantOK)
-		}
-	}
-}
-
-// The paging runs give a sequential scan's used share by worker count
-// (each count's median), none for a random scan or where a count cannot
-// tell it.
-func TestSummarizePagingTakesTheUsedShare(t *testing.T) {
-	sample := func(touched, in float64) PagingSample {
-		return PagingSample{SecondsPerPage: 50e-6, PagesInPerSec: in, WorkerPagesPerSec: []float64{touched / 2, touched / 2}}
-	}
-	runs := [][]PagingSample{
-		{sample(8950, 9000), sample(9100, 9000), sample(8900, 9000)},
-		{sample(15000, 18000), sample(15660, 18000), sample(16000, 18000)},
-	}
-	if p := summarizePaging(runs, 2, memload.ScanSeq); !reflect.DeepEqual(p.readaheadUsed, []ReadaheadUse{{2, 0.99}, {8, 0.87}}) {
-		t.Errorf("seq: %+v, want 2:0.99 8:0.87", p.readaheadUsed)
-	}
-	if p := summarizePaging(runs, 2, memload.ScanRandom); p.readaheadUsed != nil {
-		t.Errorf("random: %+v, want none", p.readaheadUsed)
-	}
-	runs[1][1].PagesInPerSec = 0
-	if p := summarizePaging(runs, 2, memload.ScanSeq); p.readaheadUsed != nil {
-		t.Errorf("a run without pages in: %+v, want none", p.readaheadUsed)
-	}
-}
-
 // A device at its read limit reads as many pages as before when part of
 // them go unused, and the scans touch only the used share of them (eight
 // pages a read at 10k reads a second: 80k pages in, 64k of them touched

@@ -8,9 +8,9 @@ import (
 // Reclaim: which VMs lose the pages that do not fit, and how many a visit.
 
 const (
-	// reclaimBatchPages is how many pages reclaim takes from one cgroup at
+	// ReclaimBatchPages is how many pages reclaim takes from one cgroup at
 	// a time (SWAP_CLUSTER_MAX).
-	reclaimBatchPages = 32.0
+	ReclaimBatchPages = 32.0
 	// maxReclaimBurstPages bounds Node.ReclaimBurstPages: a GiB a visit.
 	maxReclaimBurstPages = 1 << 18
 )
@@ -169,24 +169,25 @@ func (s *node) reclaim(dt float64, fillWaits bool) {
 	}
 }
 
-// fillOrderShare is the share of a step's workloads reclaim takes by the
+// FillOrderShare is the share of a step's workloads reclaim takes by the
 // fill's order where it falls behind: the share past the limit that order
-// is measured over (releaseOverfill: 1 − 1/1.12). However deep the fill,
+// is measured over (a fill 12% past its limit: 1 − 1/1.12; a probe of
+// Node.ReclaimOrderSlope fills 1/(1 − this) of the limit). However deep the fill,
 // the order moves about as many pages from the last made to the first:
 // measured here, the first of eight random workers had 0.09 of its block
 // more out than the mean 12% past the limit and 0.09 at 100% past (a
 // pages-out slope of 0.85 and of 0.12); applied to a whole deep fill,
 // the 0.85 left the model's plateau slope at 0.9-1.1 (measured 0.23-0.29).
-const fillOrderShare = 1 - 1/releaseOverfill
+const FillOrderShare = 1 - 1/1.12
 
 // writePagesPerSec is the pages a second the device writes with reclaim's
 // writes alone (0: no device).
 func (s *node) writePagesPerSec() float64 {
 	d := s.n.Swap
-	if !(d.writeIOPS() > 0) {
+	if !(d.WriteIOPSAt() > 0) {
 		return 0
 	}
-	return s.writePages / d.writeSeconds(d.writeIOPS(), s.writePages)
+	return s.writePages / d.WriteSeconds(d.WriteIOPSAt(), s.writePages)
 }
 
 // pickByWeight draws an index with probability weights[i]/sum (sum > 0:
@@ -250,7 +251,7 @@ func (s *node) weighByCreation(weights []float64, slope float64) float64 {
 			continue
 		}
 		if weighted > 1 {
-			weights[i] = w * (1 + slope*releasePlace(rank, weighted))
+			weights[i] = w * (1 + slope*CreationPlace(rank, weighted))
 			rank++
 		}
 		sum += weights[i]
@@ -264,7 +265,7 @@ func (s *node) weighByCreation(weights []float64, slope float64) float64 {
 // priority and a visit scans the cgroup's LRU >> priority, a share of it
 // (Node.ReclaimBatchShare), if that is more.
 func (s *node) reclaimBatch(v *vmState, behind bool) float64 {
-	batch := max(reclaimBatchPages, s.n.ReclaimBurstPages)
+	batch := max(ReclaimBatchPages, s.n.ReclaimBurstPages)
 	if behind {
 		batch = max(batch, s.n.ReclaimBatchShare*(v.resident+v.cache))
 	}
@@ -282,4 +283,10 @@ func (s *node) oomKill() {
 	if victim != nil {
 		victim.phase, victim.gone = phaseGone, "OOM-killed"
 	}
+}
+
+// CreationPlace is the i-th of n VMs' place in creation order: 1 for the
+// first, −1 for the last, evenly between.
+func CreationPlace(i, n int) float64 {
+	return 1 - 2*float64(i)/float64(n-1)
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/policy"
 	"github.com/headroom-dev/headroom/internal/results"
-	"github.com/headroom-dev/headroom/internal/swaptier"
+	"github.com/headroom-dev/headroom/internal/swaptier/tierspec"
 	"github.com/headroom-dev/headroom/internal/units"
 )
 
@@ -288,10 +288,10 @@ func TestDeviceRateFollowsQueueDepth(t *testing.T) {
 			t.Errorf("%d VMs: %.0f reads/s, want %.0f (the rate at their depth)", count, reads, want)
 		}
 	}
-	if got := nd.Swap.readIOPSAt(4); math.Abs(got-8500) > 1e-9 {
+	if got := nd.Swap.ReadIOPSAt(4); math.Abs(got-8500) > 1e-9 {
 		t.Errorf("depth 4 between 1:1000 and 16:16000: %g IOPS, want 8500 (halfway in log2)", got)
 	}
-	if got := nd.Swap.readIOPSAt(0.2); got != 1000 {
+	if got := nd.Swap.ReadIOPSAt(0.2); got != 1000 {
 		t.Errorf("below the first depth: %g, want its rate", got)
 	}
 }
@@ -911,8 +911,8 @@ func TestParseTier(t *testing.T) {
 	} {
 		got, err := ParseTier(in, 2, ram)
 		if want == nil {
-			if err == nil || !strings.Contains(err.Error(), swaptier.TierForm) {
-				t.Errorf("%s: %+v, %v; want an error naming %s", in, got, err, swaptier.TierForm)
+			if err == nil || !strings.Contains(err.Error(), tierspec.Form) {
+				t.Errorf("%s: %+v, %v; want an error naming %s", in, got, err, tierspec.Form)
 			}
 			continue
 		}
@@ -936,70 +936,6 @@ func TestTierKindOf(t *testing.T) {
 		if got := TierKindOf(in); got != want {
 			t.Errorf("%q: %q, want %q", in, got, want)
 		}
-	}
-}
-
-// The model's tier ratio is the measured one, an incompressible page
-// stored whole and a fill pattern at the model's own figure.
-func TestTierRatioFromMeasuredCompression(t *testing.T) {
-	for _, tc := range []struct {
-		c    *swaptier.Compression
-		want float64
-	}{
-		{nil, 0},
-		{&swaptier.Compression{StoredBytes: 64 << 20, RAMBytes: 37 << 20}, 64.0 / 37},
-		{&swaptier.Compression{StoredBytes: 64 << 20, RAMBytes: 65 << 20}, 1},
-		{&swaptier.Compression{StoredBytes: 64 << 20, RAMBytes: 0, SamePages: 16384}, sameFilledRatio},
-		{&swaptier.Compression{StoredBytes: 64 << 20, RAMBytes: 1 << 20}, sameFilledRatio},
-	} {
-		if got := (MachineFigures{TierCompression: tc.c}).TierRatio(); math.Abs(got-tc.want) > 1e-12 {
-			t.Errorf("%+v: %g, want %g", tc.c, got, tc.want)
-		}
-	}
-}
-
-// The figures line says how often each figure was measured: the median of
-// the rounds with the paging CPU's spread, or one run and no spread.
-func TestMachineFiguresRounds(t *testing.T) {
-	f := MachineFigures{RAMBytes: 24 << 30, CPUs: 2, SwapDevice: "/dev/vdb", ReadIOPS: 30e3, WriteIOPS: 30e3,
-		PagingCPU: []PagingCost{{2, 55e-6}}, PagingCPUSpread: []Spread{{53e-6, 56e-6}},
-		TouchRate: []TouchRate{{256 << 20, 24e6}}, TouchBesidePagingPagesPerSec: 17.4e6, TouchBesidePagingBytes: 256 << 20,
-		BesidePagesInPerSec: 17.7e3, PagingStealSeconds: 20e-6, ReleaseWorkers: 8, ReclaimBatchPages: 5800, ReclaimBatchShare: 0.098, ReclaimOrderSlope: 0.47, ReclaimBurstPages: 480}
-	for rounds, want := range map[int][]string{
-		3: {"0.098 of a worker's pages in RAM (6 runs pooled", "a worker a core, median of 3 runs", "/dev/vdb, median of 3 probes:", "2: 55.0 µs (53-56, median of 3 runs)",
-			"touched 17.40M pages a second of its CPU (0.73× the rate in RAM)", "20.0 µs of its cores a page in (steal; median of 3 runs)",
-			"; reclaim took their pages in bursts of 480 pages a visit to one's cgroup",
-			"8 workers filling together 12% past their cgroup's limit had pages out by the order their cgroups were made (the first 1.47× the mean, the last 0.53×) and beside that by batches of 5800 pages a visit", "(6 runs pooled; the order is applied, the batch is not"},
-		1: {"a worker a core, one run", "/dev/vdb, one probe:", "2: 55.0 µs;", "(steal; one run)"},
-	} {
-		f.Rounds, f.ReleaseRuns = rounds, rounds*releaseRunsPerRound
-		got := f.String() + ";"
-		for _, w := range want {
-			if !strings.Contains(got, w) {
-				t.Errorf("rounds %d: %q lacks %q", rounds, got, w)
-			}
-		}
-		if rounds == 1 && strings.Contains(got, "median") {
-			t.Errorf("rounds 1: %q: want no median of one run", got)
-		}
-	}
-	if (MeasureOptions{}).rounds() != DefaultMachineRounds || (MeasureOptions{Rounds: 1}).rounds() != 1 {
-		t.Errorf("rounds: want %d unless given", DefaultMachineRounds)
-	}
-}
-
-// The beside runs' figures give the model's share of a core's rate: the
-// resident worker's rate over the touch rate at its block, rounded; none
-// where they were not measured.
-func TestMachineFiguresTouchBesidePaging(t *testing.T) {
-	f := MachineFigures{TouchRate: []TouchRate{{64 << 20, 60e6}, {256 << 20, 24e6}, {1 << 30, 15e6}},
-		TouchBesidePagingPagesPerSec: 17.4e6, TouchBesidePagingBytes: 256 << 20, BesidePagesInPerSec: 17712.4}
-	if got, want := f.TouchBesidePaging(), (TouchBesidePaging{Share: 0.73, PagesInPerSec: 17712}); got != want {
-		t.Errorf("%+v, want %+v", got, want)
-	}
-	f.TouchBesidePagingPagesPerSec = 0
-	if got := f.TouchBesidePaging(); got != (TouchBesidePaging{}) {
-		t.Errorf("not measured: %+v, want none", got)
 	}
 }
 
@@ -1278,7 +1214,7 @@ func TestAFillWaitingForReclaimTakesByTheFillsOrder(t *testing.T) {
 			}
 			n.tick(float64(tick)*0.01, false)
 		}
-		budgetPerVM := fillOrderShare * n.vms[0].pages
+		budgetPerVM := FillOrderShare * n.vms[0].pages
 		apart := (n.vms[0].workloadSwapped() - n.vms[workers-1].workloadSwapped()) / budgetPerVM
 		// Kept up with, the first made still has a little more out: it
 		// starts filling a moment before the others.

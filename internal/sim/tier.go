@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/headroom-dev/headroom/internal/memload"
-	"github.com/headroom-dev/headroom/internal/swaptier"
+	"github.com/headroom-dev/headroom/internal/swaptier/tierspec"
 )
 
 // zswapDefaultMaxPoolPercent is the kernel's default zswap.max_pool_percent.
@@ -35,15 +35,15 @@ func (t *Tier) isZswap() bool { return t != nil && t.Kind == TierZswap }
 // tierCPUSecondsPerPage is zram's cost to compress or decompress a page.
 const tierCPUSecondsPerPage = 3e-6
 
-// sameFilledRatio is the ratio the model gives pages zram and zswap store
+// SameFilledRatio is the ratio the model gives pages zram and zswap store
 // as a fill pattern (a few bytes each); a measured ratio is capped there.
-const sameFilledRatio = 50
+const SameFilledRatio = 50
 
 // ContentRatio is how well a content class compresses (zram's ratio).
 func ContentRatio(c memload.Content) float64 {
 	switch c.Kind {
 	case memload.ContentZero:
-		return sameFilledRatio
+		return SameFilledRatio
 	case memload.ContentCompress:
 		return c.CompressRatio
 	case memload.ContentDup:
@@ -64,7 +64,7 @@ func TierKindOf(s string) TierKind {
 	return ""
 }
 
-// ParseTier parses --swap-tier (swaptier.TierForm, the grammar density
+// ParseTier parses --swap-tier (tierspec.Form, the grammar density
 // shares) into the modelled tier. zram:SIZE is a compressed swap device of
 // SIZE (uncompressed); zswap is a compressed cache in front of the device,
 // its pool limited to POOL_SIZE or max_pool_percent (default 20) of
@@ -73,7 +73,7 @@ func TierKindOf(s string) TierKind {
 // outside the node's RAM. The compressor, algorithm and priority a real
 // tier takes are accepted; the model's ratio stands for the compressor.
 func ParseTier(s string, contentRatio float64, ramBytes uint64) (*Tier, error) {
-	p, err := swaptier.ParseTier(s)
+	p, err := tierspec.Parse(s)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +100,7 @@ func ParseTier(s string, contentRatio float64, ramBytes uint64) (*Tier, error) {
 		// size of pages.
 		t.SizeBytes = uint64(float64(t.PoolBytes) * t.Ratio)
 	default:
-		return nil, fmt.Errorf("--swap-tier %q: want %s", s, swaptier.TierForm)
+		return nil, fmt.Errorf("--swap-tier %q: want %s", s, tierspec.Form)
 	}
 	return t, nil
 }

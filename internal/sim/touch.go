@@ -27,7 +27,7 @@ type TouchRate struct {
 // touched) or rates by the memory touched per core, ascending.
 func ParseTouchRate(s string) ([]TouchRate, error) {
 	out, ok := parseBySize(s, parseRate, func(bytesPerCore, rate float64) TouchRate { return TouchRate{bytesPerCore, rate} })
-	if !ok || !touchRatesValid(out) {
+	if !ok || !TouchRatesValid(out) {
 		return nil, fmt.Errorf("--touch-rate %q: want %s, sizes ascending, rates positive", s, TouchRateForm)
 	}
 	return out, nil
@@ -80,37 +80,17 @@ func FormatTouchRate(rs []TouchRate) string {
 	return formatBySize(rs, func(r TouchRate) float64 { return r.BytesPerCore }, func(r TouchRate) float64 { return r.PagesPerSec })
 }
 
-// touchRateAt is the pages/s a core touches cycling through bytesPerCore:
+// TouchRateAt is the pages/s a core touches cycling through bytesPerCore:
 // linear in log2 of the bytes between the given sizes, and beyond them the
 // nearest size's rate (a rate at one size alone holds for any). Holding,
 // not extrapolating: past the largest size measured every walk already
 // misses the caches.
-func touchRateAt(rs []TouchRate, bytesPerCore float64) float64 {
+func TouchRateAt(rs []TouchRate, bytesPerCore float64) float64 {
 	if len(rs) == 0 {
 		return 0
 	}
 	return alongLog2(rs, bytesPerCore, func(r TouchRate) float64 { return r.BytesPerCore },
 		func(r TouchRate) float64 { return r.PagesPerSec }, false)
-}
-
-// touchTurnWorkersPerCore are the workers a core the touch probe runs
-// taking turns, each over a block touchTurnBlocksInLargest times smaller
-// than the largest it measures one worker a core, to tell how much
-// sharing a core slows a worker (Node.TouchTurnBlocks): the model's
-// turns cost the same from two a core on, and two and four tell it twice
-// a round.
-var touchTurnWorkersPerCore = []int{2, 4}
-
-// touchTurnBlocksInLargest is how many of the turns' blocks the largest
-// block of the one-worker-a-core curve holds: the curve can tell the
-// turns' cost up to that many blocks.
-const touchTurnBlocksInLargest = 4
-
-// TouchTurn is a core's pages/s with WorkersPerCore workers taking turns
-// on it.
-type TouchTurn struct {
-	WorkersPerCore int     `json:"workers_per_core"`
-	PagesPerSec    float64 `json:"pages_per_sec"`
 }
 
 // DefaultTouchTurnBlocks is Node.TouchTurnBlocks where none is given: a
@@ -130,7 +110,7 @@ func turnBlocksOrDefault(turnBlocks float64) float64 {
 	return turnBlocks
 }
 
-// touchBytes is the memory that sets a core's touch rate while
+// TouchBytes is the memory that sets a core's touch rate while
 // workersPerCore workers of blockBytes each take turns on it: the block
 // alone with one a core, the block × turnBlocks with two or more, and
 // between them the block × turnBlocks^(workers a core − 1), as a core
@@ -140,41 +120,8 @@ func turnBlocksOrDefault(turnBlocks float64) float64 {
 // lines a worker had in the core's caches, and one other evicts them as
 // well as many (here two to six seq workers of 256 MiB a core touched
 // 97-101M pages/s on the two cores, random ones 79-89M).
-func touchBytes(blockBytes, workersPerCore, turnBlocks float64) float64 {
+func TouchBytes(blockBytes, workersPerCore, turnBlocks float64) float64 {
 	return blockBytes * math.Pow(max(turnBlocks, 1), min(max(workersPerCore-1, 0), 1))
-}
-
-// turnBlocksFrom is the turnBlocks (touchBytes) at which the one-worker-
-// a-core rates rs give turnRate, the pages/s a core touched with workers
-// of blockBytes taking turns on it: 1 at or above the rate of one block,
-// the largest size over the block at or below the rate there (the curve
-// holds beyond it, so it cannot tell more). ok is false where rs cannot
-// tell, not falling from the block to its largest size.
-func turnBlocksFrom(rs []TouchRate, blockBytes, turnRate float64) (turnBlocks float64, ok bool) {
-	if len(rs) == 0 || !(blockBytes > 0) {
-		return 0, false
-	}
-	most := rs[len(rs)-1].BytesPerCore / blockBytes
-	one, all := touchRateAt(rs, blockBytes), touchRateAt(rs, blockBytes*most)
-	switch {
-	case !(most > 1) || !(turnRate > 0) || !(one > all):
-		return 0, false
-	case turnRate >= one:
-		return 1, true
-	case turnRate <= all:
-		return most, true
-	}
-	// The rate falls as the bytes grow: bisect in log2 of the blocks.
-	lo, hi := 0.0, math.Log2(most)
-	for range 40 {
-		mid := (lo + hi) / 2
-		if touchRateAt(rs, blockBytes*math.Exp2(mid)) > turnRate {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	return math.Round(math.Exp2((lo+hi)/2)*100) / 100, true
 }
 
 // TouchAloneSpeedupForm describes the accepted --touch-alone-speedup
@@ -192,10 +139,10 @@ type AloneSpeedup struct {
 	Factor       float64
 }
 
-// maxTouchAloneSpeedup bounds AloneSpeedup.Factor, and its inverse the
+// MaxTouchAloneSpeedup bounds AloneSpeedup.Factor, and its inverse the
 // slowdown: a core alone gains or loses its neighbours' share of the
 // caches and the memory bus, not several times its speed.
-const maxTouchAloneSpeedup = 4
+const MaxTouchAloneSpeedup = 4
 
 // ParseTouchAloneSpeedup parses --touch-alone-speedup: one factor or
 // factors by the memory touched per core, ascending; "0" is none.
@@ -223,7 +170,7 @@ func FormatTouchAloneSpeedup(ss []AloneSpeedup) string {
 // returns them (nil: none).
 func aloneSpeedupsValid(ss []AloneSpeedup) bool {
 	for i, a := range ss {
-		if !(a.Factor >= 1.0/maxTouchAloneSpeedup && a.Factor <= maxTouchAloneSpeedup) || !(a.BytesPerCore >= 0) || math.IsInf(a.BytesPerCore, 0) ||
+		if !(a.Factor >= 1.0/MaxTouchAloneSpeedup && a.Factor <= MaxTouchAloneSpeedup) || !(a.BytesPerCore >= 0) || math.IsInf(a.BytesPerCore, 0) ||
 			(len(ss) > 1 && !(a.BytesPerCore > 0)) || (i > 0 && !(a.BytesPerCore > ss[i-1].BytesPerCore)) {
 			return false
 		}
@@ -252,8 +199,8 @@ func aloneSpeedup(speedup, busyCores, cpus float64) float64 {
 	return 1 + (speedup-1)*idle/(cpus-1)
 }
 
-// touchRatesValid says whether rates are as ParseTouchRate returns them.
-func touchRatesValid(rs []TouchRate) bool {
+// TouchRatesValid says whether rates are as ParseTouchRate returns them.
+func TouchRatesValid(rs []TouchRate) bool {
 	if len(rs) == 0 {
 		return false
 	}

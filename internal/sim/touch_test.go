@@ -53,7 +53,7 @@ func FuzzParseTouchRate(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if !touchRatesValid(rs) {
+		if !TouchRatesValid(rs) {
 			t.Fatalf("%q parsed to %+v, which the model refuses", s, rs)
 		}
 		roundTripExact(t, s, rs, ParseTouchRate, FormatTouchRate)
@@ -140,11 +140,11 @@ func TestTouchRateFollowsTheMemoryTouched(t *testing.T) {
 	measured := []TouchRate{{64 << 20, 76e6}, {256 << 20, 50e6}, {1 << 30, 30e6}}
 	for bytes, want := range map[float64]float64{0: 76e6, 32 << 20: 76e6, 64 << 20: 76e6, 128 << 20: 63e6, 256 << 20: 50e6,
 		512 << 20: 40e6, 1 << 30: 30e6, 16 << 30: 30e6} {
-		if got := touchRateAt(measured, bytes); math.Abs(got-want) > 1 {
+		if got := TouchRateAt(measured, bytes); math.Abs(got-want) > 1 {
 			t.Errorf("%.0f MiB a core: %.1fM pages/s, want %.1fM", bytes/(1<<20), got/1e6, want/1e6)
 		}
 	}
-	if got := touchRateAt([]TouchRate{{0, 20e6}}, 1<<40); got != 20e6 {
+	if got := TouchRateAt([]TouchRate{{0, 20e6}}, 1<<40); got != 20e6 {
 		t.Errorf("one rate at 1 TiB: %g, want it", got)
 	}
 }
@@ -237,30 +237,6 @@ func TestEngineTouchRateAlone(t *testing.T) {
 	}
 }
 
-// The probe's rounds: per block the median rate with every core busy and
-// the median alone ÷ all ratio (below 1 where alone was slower), and the
-// smallest block's median populate rate.
-func TestSummarizeTouchRuns(t *testing.T) {
-	runs := []touchRun{
-		{64 << 20, 80e6, 96e6, 200e3}, {256 << 20, 50e6, 48e6, 0},
-		{64 << 20, 70e6, 70e6, 180e3}, {256 << 20, 40e6, 40e6, 0},
-		{64 << 20, 90e6, 99e6, 220e3}, {256 << 20, 45e6, 45e6 * 0.97, 0},
-	}
-	rates, speedups, populate := summarizeTouchRuns(runs)
-	want := []TouchRate{{64 << 20, 80e6}, {256 << 20, 45e6}}
-	wantSpeedups := []AloneSpeedup{{64 << 20, 1.1}, {256 << 20, 0.97}}
-	if !reflect.DeepEqual(rates, want) || !reflect.DeepEqual(speedups, wantSpeedups) || populate != 200e3 {
-		t.Errorf("got %v, speedups %v, populate %g; want %v, %v, 200000", rates, speedups, populate, want, wantSpeedups)
-	}
-	// A wild ratio is held to the model's bounds; one core: none measured.
-	if _, speedups, _ := summarizeTouchRuns([]touchRun{{64 << 20, 80e6, 800e6, 0}}); !reflect.DeepEqual(speedups, []AloneSpeedup{{64 << 20, 4}}) {
-		t.Errorf("alone 10× faster: speedups %v, want 4 (the bound)", speedups)
-	}
-	if _, speedups, _ := summarizeTouchRuns([]touchRun{{64 << 20, 80e6, 0, 0}}); speedups != nil {
-		t.Errorf("nothing alone: speedups %v, want none", speedups)
-	}
-}
-
 // Workers taking turns on a core touch as over their block × turnBlocks
 // from two a core on, the block alone at one, and between in proportion
 // in log2.
@@ -269,92 +245,8 @@ func TestTouchBytes(t *testing.T) {
 		{256, 4, 2, 512}, {256, 2, 2, 512}, {256, 16, 2, 512}, {256, 4, 4, 1024}, {256, 4, 1, 256},
 		{256, 1.5, 4, 512}, {256, 1, 4, 256}, {256, 0.5, 4, 256}, {256, 4, 0.5, 256},
 	} {
-		if got := touchBytes(c.block, c.perCore, c.turnBlocks); math.Abs(got-c.want) > 1e-9 {
+		if got := TouchBytes(c.block, c.perCore, c.turnBlocks); math.Abs(got-c.want) > 1e-9 {
 			t.Errorf("block %g, %g a core, turns as over %g blocks: %g, want %g", c.block, c.perCore, c.turnBlocks, got, c.want)
 		}
 	}
-}
-
-// The probe's turns put on the one-worker-a-core curve: 40M pages/s a
-// core from workers of 256 MiB taking turns is the curve's rate at
-// 512 MiB, two blocks; the curve tells up to its largest size.
-func TestTurnBlocksFrom(t *testing.T) {
-	curve := []TouchRate{{64 << 20, 76e6}, {256 << 20, 50e6}, {1 << 30, 30e6}}
-	for _, c := range []struct {
-		rates    []TouchRate
-		turnRate float64
-		want     float64
-		ok       bool
-	}{
-		{curve, 40e6, 2, true},
-		{curve, 50e6, 1, true},
-		{curve, 55e6, 1, true}, // faster than one block: noise, the block
-		{curve, 30e6, 4, true},
-		{curve, 20e6, 4, true},    // slower than the largest size: the curve cannot tell more
-		{curve, 45e6, 1.41, true}, // 362 MiB: half the way to 512 MiB in log2
-		{[]TouchRate{{256 << 20, 50e6}, {512 << 20, 40e6}}, 30e6, 2, true}, // a shorter curve tells less
-		{curve, 0, 0, false},
-		{[]TouchRate{{0, 50e6}}, 40e6, 0, false},                           // one rate: cannot tell
-		{[]TouchRate{{64 << 20, 76e6}, {256 << 20, 50e6}}, 40e6, 0, false}, // the curve ends at the block
-		{[]TouchRate{{256 << 20, 30e6}, {1 << 30, 50e6}}, 40e6, 0, false},  // not falling
-		{nil, 40e6, 0, false},
-	} {
-		got, ok := turnBlocksFrom(c.rates, 256<<20, c.turnRate)
-		if ok != c.ok || math.Abs(got-c.want) > 0.005 {
-			t.Errorf("%v at %.0fM: %g, %v; want %g, %v", c.rates, c.turnRate/1e6, got, ok, c.want, c.ok)
-		}
-	}
-}
-
-// Each round's turns are put on that round's curve and the blocks' worth
-// is the median over rounds and counts; the rates are each count's
-// median. Round two's curve sits lower: its 40M is one block there, where
-// on round one's it would be two.
-func TestSummarizeTurns(t *testing.T) {
-	high := []TouchRate{{256 << 20, 50e6}, {1 << 30, 30e6}}
-	low := []TouchRate{{256 << 20, 40e6}, {1 << 30, 24e6}}
-	rounds := []turnRound{
-		{Curve: high, PagesPerSec: map[int]float64{2: 40e6, 4: 40e6}},
-		{Curve: low, PagesPerSec: map[int]float64{2: 40e6, 4: 40e6}},
-		{Curve: high, PagesPerSec: map[int]float64{2: 45e6}},
-	}
-	turns, blocks := summarizeTurns(rounds, 256<<20)
-	want := []TouchTurn{{2, 40e6}, {4, 40e6}}
-	// Blocks by round: 2, 2; 1, 1; 1.41: the median 1.41 (2 on round
-	// one's curve alone).
-	if !reflect.DeepEqual(turns, want) || blocks != 1.41 {
-		t.Errorf("got %v, %g blocks; want %v, 1.41", turns, blocks, want)
-	}
-	if _, blocks := summarizeTurns([]turnRound{{Curve: []TouchRate{{0, 50e6}}, PagesPerSec: map[int]float64{4: 40e6}}}, 256<<20); blocks != 0 {
-		t.Errorf("one rate for a curve: %g blocks, want 0 (cannot tell)", blocks)
-	}
-}
-
-// Whatever the curve and the turns' rate, the blocks are 1..4 (the
-// curve's largest size over the block), and where
-// the rate lies between one block's and the total's, the curve gives it
-// back at the blocks' bytes (two or more workers a core).
-func FuzzTurnBlocksFrom(f *testing.F) {
-	f.Add(76e6, 50e6, 30e6, 40e6)
-	f.Add(50e6, 50e6, 50e6, 40e6)
-	f.Add(1e6, 2e6, 3e6, 2.5e6)
-	f.Fuzz(func(t *testing.T, r64, r256, r1g, turn float64) {
-		rates := []TouchRate{{64 << 20, r64}, {256 << 20, r256}, {1 << 30, r1g}}
-		if !touchRatesValid(rates) || !(turn > 0) || math.IsInf(turn, 0) {
-			return
-		}
-		blocks, ok := turnBlocksFrom(rates, 256<<20, turn)
-		if !ok {
-			return
-		}
-		if !(blocks >= 1 && blocks <= 4) {
-			t.Fatalf("%v at %g: %g blocks", rates, turn, blocks)
-		}
-		if one, all := r256, r1g; turn < one && turn > all {
-			got := touchRateAt(rates, touchBytes(256<<20, 2, blocks))
-			if math.Abs(got-turn) > 0.02*(one-all) {
-				t.Fatalf("%v at %g: %g blocks give %g", rates, turn, blocks, got)
-			}
-		}
-	})
 }

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/headroom-dev/headroom/internal/host"
+	"github.com/headroom-dev/headroom/internal/swaptier/tierspec"
 	"github.com/headroom-dev/headroom/internal/units"
 )
 
@@ -76,12 +77,12 @@ func freeBytes(dir string) (uint64, error) {
 }
 
 // Check refuses a spec that is unsafe or impossible here, naming the flag.
-func (s Spec) Check(m Machine) error {
+func Check(s tierspec.Spec, m Machine) error {
 	if s.File == nil && s.Zram == nil && s.Zswap == nil {
 		return inputErrorf("nothing to set up: no swap file, zram or zswap asked for")
 	}
 	if f := s.File; f != nil {
-		dir := DefaultFileDir
+		dir := tierspec.DefaultFileDir
 		if f.Path != "" {
 			dir = filepath.Dir(f.Path)
 			if _, err := os.Lstat(f.Path); err == nil {

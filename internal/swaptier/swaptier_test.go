@@ -6,28 +6,29 @@ import (
 	"testing"
 
 	"github.com/headroom-dev/headroom/internal/host"
+	"github.com/headroom-dev/headroom/internal/swaptier/tierspec"
 )
 
 func TestParse(t *testing.T) {
-	f, err := ParseFile("8Gi,path=/srv/swap,priority=5")
-	if err != nil || f != (FileSpec{SizeBytes: 8 << 30, Path: "/srv/swap", Priority: 5}) {
+	f, err := tierspec.ParseFile("8Gi,path=/srv/swap,priority=5")
+	if err != nil || f != (tierspec.FileSpec{SizeBytes: 8 << 30, Path: "/srv/swap", Priority: 5}) {
 		t.Errorf("ParseFile = %+v, %v", f, err)
 	}
-	if f, _ := ParseFile("1Gi"); f.Priority != DefaultFilePriority || f.Path != "" {
+	if f, _ := tierspec.ParseFile("1Gi"); f.Priority != tierspec.DefaultFilePriority || f.Path != "" {
 		t.Errorf("ParseFile defaults = %+v", f)
 	}
-	z, err := ParseZram("4Gi,algorithm=lz4,priority=200")
-	if err != nil || z != (ZramSpec{SizeBytes: 4 << 30, Algorithm: "lz4", Priority: 200}) {
+	z, err := tierspec.ParseZram("4Gi,algorithm=lz4,priority=200")
+	if err != nil || z != (tierspec.ZramSpec{SizeBytes: 4 << 30, Algorithm: "lz4", Priority: 200}) {
 		t.Errorf("ParseZram = %+v, %v", z, err)
 	}
-	if z, _ := ParseZram("512Mi"); z.Priority != DefaultZramPriority {
+	if z, _ := tierspec.ParseZram("512Mi"); z.Priority != tierspec.DefaultZramPriority {
 		t.Errorf("ParseZram default priority %d", z.Priority)
 	}
-	zs, err := ParseZswap("max_pool_percent=25,compressor=lzo")
-	if err != nil || zs != (ZswapSpec{MaxPoolPercent: 25, Compressor: "lzo"}) {
+	zs, err := tierspec.ParseZswap("max_pool_percent=25,compressor=lzo")
+	if err != nil || zs != (tierspec.ZswapSpec{MaxPoolPercent: 25, Compressor: "lzo"}) {
 		t.Errorf("ParseZswap = %+v, %v", zs, err)
 	}
-	if zs, err := ParseZswap(""); err != nil || zs != (ZswapSpec{}) {
+	if zs, err := tierspec.ParseZswap(""); err != nil || zs != (tierspec.ZswapSpec{}) {
 		t.Errorf("ParseZswap(bare) = %+v, %v", zs, err)
 	}
 	bad := []struct {
@@ -57,50 +58,50 @@ func TestParse(t *testing.T) {
 	}
 }
 
-func fileErr(s string) error  { _, err := ParseFile(s); return err }
-func zramErr(s string) error  { _, err := ParseZram(s); return err }
-func zswapErr(s string) error { _, err := ParseZswap(s); return err }
+func fileErr(s string) error  { _, err := tierspec.ParseFile(s); return err }
+func zramErr(s string) error  { _, err := tierspec.ParseZram(s); return err }
+func zswapErr(s string) error { _, err := tierspec.ParseZswap(s); return err }
 
 func TestCheck(t *testing.T) {
 	machine := func() Machine {
 		return Machine{RAMBytes: 16 << 30, ZramAlgorithms: []string{"lzo-rle", "lzo", "lz4"}, HasZswap: true,
 			FreeBytes: func(string) (uint64, error) { return 10 << 30, nil }}
 	}
-	file := func(size uint64) *FileSpec { return &FileSpec{SizeBytes: size, Priority: 10} }
-	zram := func(size uint64, alg string) *ZramSpec {
-		return &ZramSpec{SizeBytes: size, Algorithm: alg, Priority: 100}
+	file := func(size uint64) *tierspec.FileSpec { return &tierspec.FileSpec{SizeBytes: size, Priority: 10} }
+	zram := func(size uint64, alg string) *tierspec.ZramSpec {
+		return &tierspec.ZramSpec{SizeBytes: size, Algorithm: alg, Priority: 100}
 	}
 	cases := []struct {
 		name string
-		spec Spec
+		spec tierspec.Spec
 		edit func(*Machine)
 		says string // "" for accepted
 	}{
-		{"file fits", Spec{File: file(8 << 30)}, nil, ""},
-		{"file too big for the disk", Spec{File: file(10 << 30)}, nil, "does not fit"},
-		{"file path exists", Spec{File: &FileSpec{SizeBytes: 1 << 30, Path: "/"}}, nil, "exists"},
-		{"free space unknown", Spec{File: file(1 << 30)}, func(m *Machine) {
+		{"file fits", tierspec.Spec{File: file(8 << 30)}, nil, ""},
+		{"file too big for the disk", tierspec.Spec{File: file(10 << 30)}, nil, "does not fit"},
+		{"file path exists", tierspec.Spec{File: &tierspec.FileSpec{SizeBytes: 1 << 30, Path: "/"}}, nil, "exists"},
+		{"free space unknown", tierspec.Spec{File: file(1 << 30)}, func(m *Machine) {
 			m.FreeBytes = func(string) (uint64, error) { return 0, errors.New("no such dir") }
 		}, "cannot check the free space"},
-		{"zram twice RAM", Spec{File: file(1 << 30), Zram: zram(32<<30, "")}, nil, ""},
-		{"zram over twice RAM", Spec{Zram: zram(32<<30+1, "")}, nil, "more than twice"},
-		{"zram algorithm offered", Spec{Zram: zram(1<<30, "lz4")}, nil, ""},
-		{"zram algorithm not offered", Spec{Zram: zram(1<<30, "zstd")}, nil, "offers lzo-rle, lzo, lz4"},
-		{"no zram", Spec{Zram: zram(1<<30, "")}, func(m *Machine) { m.ZramAlgorithms = nil }, "no zram"},
-		{"zram writeback without support", Spec{Zram: &ZramSpec{SizeBytes: 1 << 30, Writeback: "/dev/vdb"}}, nil, "no writeback"},
-		{"zswap with a file", Spec{File: file(1 << 30), Zswap: &ZswapSpec{}}, nil, ""},
-		{"zswap on existing swap", Spec{Zswap: &ZswapSpec{}}, func(m *Machine) { m.ActiveSwapBytes = 1 << 30 }, ""},
-		{"zswap without swap", Spec{Zswap: &ZswapSpec{}}, nil, "none is on"},
-		{"zswap and zram", Spec{Zram: zram(1<<30, ""), Zswap: &ZswapSpec{}}, nil, "twice"},
-		{"no zswap", Spec{File: file(1 << 30), Zswap: &ZswapSpec{}}, func(m *Machine) { m.HasZswap = false }, "no zswap"},
-		{"nothing", Spec{}, nil, "nothing to set up"},
+		{"zram twice RAM", tierspec.Spec{File: file(1 << 30), Zram: zram(32<<30, "")}, nil, ""},
+		{"zram over twice RAM", tierspec.Spec{Zram: zram(32<<30+1, "")}, nil, "more than twice"},
+		{"zram algorithm offered", tierspec.Spec{Zram: zram(1<<30, "lz4")}, nil, ""},
+		{"zram algorithm not offered", tierspec.Spec{Zram: zram(1<<30, "zstd")}, nil, "offers lzo-rle, lzo, lz4"},
+		{"no zram", tierspec.Spec{Zram: zram(1<<30, "")}, func(m *Machine) { m.ZramAlgorithms = nil }, "no zram"},
+		{"zram writeback without support", tierspec.Spec{Zram: &tierspec.ZramSpec{SizeBytes: 1 << 30, Writeback: "/dev/vdb"}}, nil, "no writeback"},
+		{"zswap with a file", tierspec.Spec{File: file(1 << 30), Zswap: &tierspec.ZswapSpec{}}, nil, ""},
+		{"zswap on existing swap", tierspec.Spec{Zswap: &tierspec.ZswapSpec{}}, func(m *Machine) { m.ActiveSwapBytes = 1 << 30 }, ""},
+		{"zswap without swap", tierspec.Spec{Zswap: &tierspec.ZswapSpec{}}, nil, "none is on"},
+		{"zswap and zram", tierspec.Spec{Zram: zram(1<<30, ""), Zswap: &tierspec.ZswapSpec{}}, nil, "twice"},
+		{"no zswap", tierspec.Spec{File: file(1 << 30), Zswap: &tierspec.ZswapSpec{}}, func(m *Machine) { m.HasZswap = false }, "no zswap"},
+		{"nothing", tierspec.Spec{}, nil, "nothing to set up"},
 	}
 	for _, c := range cases {
 		m := machine()
 		if c.edit != nil {
 			c.edit(&m)
 		}
-		err := c.spec.Check(m)
+		err := Check(c.spec, m)
 		switch {
 		case c.says == "" && err != nil:
 			t.Errorf("%s: refused: %v", c.name, err)
@@ -133,7 +134,7 @@ func FuzzParseZram(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		z, err := ParseZram(s)
+		z, err := tierspec.ParseZram(s)
 		if err != nil {
 			return
 		}

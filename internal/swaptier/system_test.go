@@ -9,12 +9,13 @@ import (
 	"testing"
 
 	"github.com/headroom-dev/headroom/internal/host"
+	"github.com/headroom-dev/headroom/internal/swaptier/tierspec"
 	"github.com/headroom-dev/headroom/internal/testenv"
 )
 
 // upForTest sets up spec with a state file of the test's own, taken down
 // when the test ends even if it fails half-way.
-func upForTest(t *testing.T, spec Spec) (*Setup, string) {
+func upForTest(t *testing.T, spec tierspec.Spec) (*Setup, string) {
 	t.Helper()
 	testenv.RequireRoot(t)
 	state := filepath.Join(t.TempDir(), "swap.json")
@@ -54,8 +55,8 @@ func tier(t *testing.T, st Status, kind string) TierStatus {
 
 func TestSystemSwapTiers(t *testing.T) {
 	t.Run("ZramInFrontOfAFile", func(t *testing.T) {
-		setup, state := upForTest(t, Spec{File: &FileSpec{SizeBytes: 256 << 20, Priority: 10},
-			Zram: &ZramSpec{SizeBytes: 256 << 20, Algorithm: "lzo", Priority: 100}})
+		setup, state := upForTest(t, tierspec.Spec{File: &tierspec.FileSpec{SizeBytes: 256 << 20, Priority: 10},
+			Zram: &tierspec.ZramSpec{SizeBytes: 256 << 20, Algorithm: "lzo", Priority: 100}})
 		file, zram := setup.Device(host.TierDisk), setup.Device(host.TierZram)
 		stop := swapOut(t)
 		st, err := ReadStatus(state)
@@ -73,7 +74,7 @@ func TestSystemSwapTiers(t *testing.T) {
 		if st.Tiers[0].Kind != host.TierZram {
 			t.Errorf("status lists %s first, want zram (the higher priority)", st.Tiers[0].Kind)
 		}
-		if _, err := Up(Spec{File: &FileSpec{SizeBytes: 1 << 20}}, state); !IsInputError(err) || !strings.Contains(err.Error(), "already") {
+		if _, err := Up(tierspec.Spec{File: &tierspec.FileSpec{SizeBytes: 1 << 20}}, state); !IsInputError(err) || !strings.Contains(err.Error(), "already") {
 			t.Errorf("a second up: %v, want a refusal", err)
 		}
 		stop()
@@ -101,7 +102,7 @@ func TestSystemSwapTiers(t *testing.T) {
 	t.Run("ZswapRestoredAfterDown", func(t *testing.T) {
 		before, err := host.ReadZswapParams()
 		testenv.Require(t, err == nil, "zswap")
-		_, state := upForTest(t, Spec{File: &FileSpec{SizeBytes: 256 << 20, Priority: 10}, Zswap: &ZswapSpec{MaxPoolPercent: 7}})
+		_, state := upForTest(t, tierspec.Spec{File: &tierspec.FileSpec{SizeBytes: 256 << 20, Priority: 10}, Zswap: &tierspec.ZswapSpec{MaxPoolPercent: 7}})
 		if z, _ := host.ReadZswapParams(); !z.Enabled || z.MaxPoolPercent != 7 {
 			t.Fatalf("zswap after up: %+v", z)
 		}
@@ -127,7 +128,7 @@ func TestSystemSwapTiers(t *testing.T) {
 
 	t.Run("DownRemovesOnlyWhatUpMade", func(t *testing.T) {
 		theirs := testenv.SwapFile(t, 64<<20)
-		_, state := upForTest(t, Spec{Zswap: &ZswapSpec{}}) // zswap in front of swap found on
+		_, state := upForTest(t, tierspec.Spec{Zswap: &tierspec.ZswapSpec{}}) // zswap in front of swap found on
 		s, _ := LoadState(state)
 		if err := s.Down(); err != nil {
 			t.Fatal(err)

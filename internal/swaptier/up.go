@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/headroom-dev/headroom/internal/host"
+	"github.com/headroom-dev/headroom/internal/swaptier/tierspec"
 )
 
 // Setup is what Up made, in the order it made it; Down undoes it in
@@ -86,7 +87,7 @@ func (s *Setup) add(m Made) error {
 // then zram, then zswap. statePath "" keeps the record in memory only (a
 // density run undoes its own swap). If a step fails, what was made is
 // undone and the error returned.
-func Up(spec Spec, statePath string) (*Setup, error) {
+func Up(spec tierspec.Spec, statePath string) (*Setup, error) {
 	if statePath != "" {
 		if prev, err := LoadState(statePath); err != nil {
 			return nil, err
@@ -98,7 +99,7 @@ func Up(spec Spec, statePath string) (*Setup, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := spec.Check(m); err != nil {
+	if err := Check(spec, m); err != nil {
 		return nil, err
 	}
 	s := &Setup{statePath: statePath}
@@ -138,10 +139,10 @@ func run(name string, args ...string) error {
 	return nil
 }
 
-func (s *Setup) upFile(f FileSpec) error {
+func (s *Setup) upFile(f tierspec.FileSpec) error {
 	path, dir := f.Path, ""
 	if path == "" {
-		d, err := os.MkdirTemp(DefaultFileDir, DirPrefix)
+		d, err := os.MkdirTemp(tierspec.DefaultFileDir, tierspec.DirPrefix)
 		if err != nil {
 			return fmt.Errorf("create the swap file's directory: %w", err)
 		}
@@ -172,7 +173,7 @@ func (s *Setup) upFile(f FileSpec) error {
 	return run("swapon", "-p", strconv.Itoa(f.Priority), path)
 }
 
-func (s *Setup) upZram(z ZramSpec) error {
+func (s *Setup) upZram(z tierspec.ZramSpec) error {
 	dev, hot, err := freeZram()
 	if err != nil {
 		return err
@@ -225,7 +226,7 @@ func freeZram() (dev string, hotAdded bool, err error) {
 	return "zram" + strings.TrimSpace(string(b)), true, nil
 }
 
-func (s *Setup) upZswap(z ZswapSpec) error {
+func (s *Setup) upZswap(z tierspec.ZswapSpec) error {
 	before, err := host.ReadZswapParams()
 	if err != nil {
 		return fmt.Errorf("read zswap's parameters: %w", err)

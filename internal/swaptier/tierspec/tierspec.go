@@ -1,4 +1,4 @@
-package swaptier
+package tierspec
 
 import (
 	"fmt"
@@ -8,12 +8,12 @@ import (
 	"github.com/headroom-dev/headroom/internal/units"
 )
 
-// TierForm is the one --swap-tier grammar, of `headroom density` (a real
+// Form is the one --swap-tier grammar, of `headroom density` (a real
 // tier in front of the swap) and `headroom sim` (a modelled one). ratio,
 // pool and a zswap pool's size describe a modelled tier only: a real one
 // compresses at its content's ratio, in the node's RAM, its pool limited
 // by max_pool_percent.
-const TierForm = "zram:SIZE[,algorithm=A][,priority=N][,writeback=DEV][,ratio=R][,pool=node|host] or " +
+const Form = "zram:SIZE[,algorithm=A][,priority=N][,writeback=DEV][,ratio=R][,pool=node|host] or " +
 	"zswap[:POOL_SIZE|:max_pool_percent=N][,compressor=C][,ratio=R][,pool=node|host]"
 
 // Tier is a parsed --swap-tier.
@@ -32,10 +32,10 @@ type Tier struct {
 	modelled []string
 }
 
-// ParseTier parses --swap-tier ("" is no tier: both specs nil).
-func ParseTier(s string) (Tier, error) {
+// Parse parses --swap-tier ("" is no tier: both specs nil).
+func Parse(s string) (Tier, error) {
 	bad := func(why string) (Tier, error) {
-		return Tier{}, fmt.Errorf("--swap-tier %q: %s; want %s", s, why, TierForm)
+		return Tier{}, fmt.Errorf("--swap-tier %q: %s; want %s", s, why, Form)
 	}
 	var t Tier
 	kind, opts, _ := strings.Cut(s, ":")

@@ -1,4 +1,4 @@
-package sim
+package machine
 
 import (
 	"bufio"
@@ -12,6 +12,10 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/headroom-dev/headroom/internal/sim"
+	"github.com/headroom-dev/headroom/internal/sim/fit"
+	"github.com/headroom-dev/headroom/internal/swaptier/tierspec"
 
 	"github.com/headroom-dev/headroom/internal/cgroup"
 	"github.com/headroom-dev/headroom/internal/host"
@@ -101,7 +105,7 @@ type PagingSample struct {
 	SwapUsedShare float64 `json:"swap_used_share"`
 	// Burst is the pages reclaim took from each worker in each
 	// reclaimBurstBin of the window.
-	Burst BurstSample `json:"-"`
+	Burst fit.BurstSample `json:"-"`
 	// PagesInPerSec is the pages swapped in a second.
 	PagesInPerSec float64 `json:"pages_in_per_sec"`
 	// WorkerBytes is each worker's block, half of it out.
@@ -139,7 +143,7 @@ func (s PagingSample) ReadaheadOrderSlope() (k float64, ok bool) {
 
 // ReclaimOrderSlope is, for a random scan, how much more readily reclaim
 // took from the workers made first (Node.SteadyReclaimOrderSlope): the
-// creationOrderSlope of the inverse of each worker's share in RAM, the
+// fit.CreationOrderSlope of the inverse of each worker's share in RAM, the
 // share of its touches that did not fault. Each worker paging steadily
 // loses as many pages as it faults back, and with the cores shared
 // fairly they fault alike, so reclaim's weight on a worker's pages in
@@ -151,7 +155,7 @@ func (s PagingSample) ReclaimOrderSlope() (k float64, ok bool) {
 	})
 }
 
-// workerOrderSlope is the creationOrderSlope of value over each
+// workerOrderSlope is the fit.CreationOrderSlope of value over each
 // worker's pages touched and major faults a second (ok false with fewer
 // than two workers or a value not ok).
 func (s PagingSample) workerOrderSlope(value func(touched, faults float64) (float64, bool)) (float64, bool) {
@@ -167,21 +171,7 @@ func (s PagingSample) workerOrderSlope(value func(touched, faults float64) (floa
 		}
 		values[i] = v
 	}
-	return creationOrderSlope(values), true
-}
-
-// creationOrderSlope is the least-squares k of values (positive, in the
-// order made) over their mean against 1 + k × place: 1 for the first
-// made, −1 for the last, evenly between.
-func creationOrderSlope(values []float64) float64 {
-	mean := meanOf(values)
-	var num, den float64
-	for i, v := range values {
-		place := releasePlace(i, len(values))
-		num += (v/mean - 1) * place
-		den += place * place
-	}
-	return num / den
+	return fit.CreationOrderSlope(values), true
 }
 
 // String is the account `headroom sim paging` prints.
@@ -290,7 +280,7 @@ func (sw probeSwap) up(fileBytes uint64) (down func() error, err error) {
 	if sw.active {
 		return func() error { return nil }, nil
 	}
-	setup, err := swaptier.Up(swaptier.Spec{File: &swaptier.FileSpec{SizeBytes: fileBytes}}, "")
+	setup, err := swaptier.Up(tierspec.Spec{File: &tierspec.FileSpec{SizeBytes: fileBytes}}, "")
 	if err != nil {
 		return nil, fmt.Errorf("swap file: %w", err)
 	}
@@ -372,7 +362,7 @@ func measurePaging(ctx context.Context, r pagingRun) (sample PagingSample, besid
 	}
 	// Window after window until enough has paged: the figures and the
 	// burst's bins are over all of them.
-	var burst BurstSample
+	var burst fit.BurstSample
 	var after pagingCounters
 	var elapsed time.Duration
 	for windows := 1; ; windows++ {
@@ -510,7 +500,7 @@ func launchLoadWorkers(parent cgroup.Group, prefix, headroom string, n int, args
 				ws.touched[i].Add(rec.Pages)
 				faults += rec.MajorFaults + rec.MinorFaults
 				ws.majorFaults[i].Add(rec.MajorFaults)
-				ws.pagesOut[i].Store(rec.SwapBytes/PageBytes + faults)
+				ws.pagesOut[i].Store(rec.SwapBytes/sim.PageBytes + faults)
 				if !started {
 					began <- struct{}{}
 					started = true
@@ -532,7 +522,7 @@ const reclaimBurstBin = 2 * time.Second
 // outPerBin waits the whole reclaimBurstBins in window and adds to b the
 // pages reclaim took from each worker in each (from their interval
 // records, a tenth of a second apart), after the bins b already has.
-func (ws *loadWorkers) outPerBin(ctx context.Context, window time.Duration, b *BurstSample) error {
+func (ws *loadWorkers) outPerBin(ctx context.Context, window time.Duration, b *fit.BurstSample) error {
 	tick := time.NewTicker(reclaimBurstBin)
 	defer tick.Stop()
 	end := time.After(window)
@@ -664,4 +654,19 @@ func (c pagingCounters) sub(before pagingCounters, window time.Duration) (Paging
 		s.WritesPerSec = writes / window.Seconds()
 	}
 	return s, nil
+}
+
+// UsedShare is the share of the pages swapped in that the sample's
+// workers touched, at most 1 (ok false without pages in or workers).
+// Every touch of a sequential scan over a block half out needs a page
+// from swap, so what was swapped in beyond the touches went unused.
+func (s PagingSample) UsedShare() (float64, bool) {
+	if !(s.PagesInPerSec > 0) || len(s.WorkerPagesPerSec) == 0 {
+		return 0, false
+	}
+	var touched float64
+	for _, r := range s.WorkerPagesPerSec {
+		touched += r
+	}
+	return min(touched/s.PagesInPerSec, 1), touched > 0
 }

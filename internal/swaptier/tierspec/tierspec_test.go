@@ -1,4 +1,4 @@
-package swaptier
+package tierspec
 
 import (
 	"strings"
@@ -37,9 +37,9 @@ func TestParseTier(t *testing.T) {
 		{in: "zswap:compressor=", bad: "not key=value"},
 		{in: "zram:1Gi,ratio=2,ratio=3", bad: "twice"},
 	} {
-		got, err := ParseTier(c.in)
+		got, err := Parse(c.in)
 		if c.bad != "" {
-			if err == nil || !strings.Contains(err.Error(), c.bad) || !strings.Contains(err.Error(), TierForm) {
+			if err == nil || !strings.Contains(err.Error(), c.bad) || !strings.Contains(err.Error(), Form) {
 				t.Errorf("%q: %+v, %v; want an error saying %q and naming the grammar", c.in, got, err, c.bad)
 			}
 			continue
@@ -64,7 +64,7 @@ func FuzzParseTier(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		tier, err := ParseTier(s)
+		tier, err := Parse(s)
 		if err != nil {
 			return
 		}

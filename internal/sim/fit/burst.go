@@ -1,4 +1,4 @@
-package sim
+package fit
 
 // Reclaim's bursts while it keeps up. Workers paging together, each in
 // its own cgroup, lose pages to reclaim second by second; were each

@@ -1,11 +1,9 @@
-package sim
+package fit
 
 import (
 	"math"
 	"math/rand/v2"
 	"testing"
-
-	"github.com/headroom-dev/headroom/internal/memload"
 )
 
 func TestReclaimBurstChi2(t *testing.T) {
@@ -57,7 +55,7 @@ func TestReclaimBurstFromVisits(t *testing.T) {
 					var w int
 					for {
 						w = rng.IntN(c.workers)
-						if rng.Float64()*(1+c.slope) < 1+c.slope*releasePlace(w, c.workers) {
+						if rng.Float64()*(1+c.slope) < 1+c.slope*creationPlace(w, c.workers) {
 							break
 						}
 					}
@@ -73,48 +71,6 @@ func TestReclaimBurstFromVisits(t *testing.T) {
 		// Its standard error is about sqrt(2/dof).
 		if tol := 4 * math.Sqrt(2/dof); math.Abs(got/c.burst-1) > tol {
 			t.Errorf("%+v: burst %.0f pages, want %.0f ± %.0f%%", c, got, c.burst, tol*100)
-		}
-	}
-}
-
-// The model's reclaim, with VMs paging steadily (each faulting back the
-// same pages a tick and reclaim taking as many again), loses each VM's
-// pages second by second as the probe reads them: in bursts of
-// Node.ReclaimBurstPages, or SWAP_CLUSTER_MAX without one.
-func TestBurstProbeReadsTheModelsBurst(t *testing.T) {
-	const vms, seconds, ticksASecond = 8, 5, 4
-	const faultsATick = 500.0 // 2000 pages a second a VM
-	for _, c := range []struct{ burst, want float64 }{{0, reclaimBatchPages}, {500, 500}, {2000, 2000}} {
-		var samples []BurstSample
-		for seed := range 20 {
-			nd := smallNode()
-			nd.ReclaimBurstPages = c.burst
-			n := newNode(nd, oneVM(memload.ScanRandom), vms, 1.0/ticksASecond, uint64(seed+1))
-			running(n, 0.5)
-			n.capacityPages = n.usedPages()
-			out := make([][]float64, vms)
-			for range seconds {
-				lost := make([]float64, vms)
-				for range ticksASecond {
-					for i, v := range n.vms {
-						v.disk -= faultsATick
-						v.resident += faultsATick
-						lost[i] -= v.disk
-					}
-					n.reclaim(1.0/ticksASecond, false)
-					for i, v := range n.vms {
-						lost[i] += v.disk
-					}
-				}
-				for i := range out {
-					out[i] = append(out[i], lost[i])
-				}
-			}
-			samples = append(samples, BurstSample{OutPages: out})
-		}
-		got, dof := PooledReclaimBurst(samples)
-		if tol := 4 * math.Sqrt(2/dof); math.Abs(got/c.want-1) > tol {
-			t.Errorf("burst %g: read %.0f pages a visit, want %g ± %.0f%%", c.burst, got, c.want, tol*100)
 		}
 	}
 }

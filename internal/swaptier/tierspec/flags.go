@@ -2,7 +2,7 @@
 // with — a swap file, a zram device in front of it, zswap — and says what
 // each tier holds and what it costs in RAM. Up records what it made, so
 // Down removes exactly that and nothing it found.
-package swaptier
+package tierspec
 
 import (
 	"fmt"

@@ -1,17 +1,13 @@
-package agent
+package probe
 
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/headroom-dev/headroom/internal/host"
-	"github.com/headroom-dev/headroom/internal/probe"
 )
 
 // CalibrateOptions are `headroom agent calibrate`'s parameters.
@@ -59,7 +55,7 @@ func (o CalibrateOptions) Validate() error {
 // from it, keyed by their configuration keys.
 type Calibration struct {
 	Device     host.SwapDevice    `json:"device"`
-	Probe      probe.Result       `json:"probe"`
+	Probe      Result             `json:"probe"`
 	Fraction   float64            `json:"fraction"`
 	Thresholds map[string]float64 `json:"thresholds"`
 }
@@ -71,7 +67,7 @@ type Calibration struct {
 // blocks would be answered without device I/O); a partition is only read,
 // and written only in WriteTestDir on the same device.
 func Calibrate(ctx context.Context, dev host.SwapDevice, o CalibrateOptions) (Calibration, error) {
-	opts := probe.Options{Duration: o.Duration, Jobs: o.Jobs, ScratchBytes: min(dev.SizeBytes, 256<<20), Depths: o.Depths, LargeBlockBytes: o.LargeBlockBytes,
+	opts := Options{Duration: o.Duration, Jobs: o.Jobs, ScratchBytes: min(dev.SizeBytes, 256<<20), Depths: o.Depths, LargeBlockBytes: o.LargeBlockBytes,
 		Rounds: o.Rounds}
 	switch {
 	case o.WriteTestDir != "":
@@ -81,7 +77,7 @@ func Calibrate(ctx context.Context, dev host.SwapDevice, o CalibrateOptions) (Ca
 	default:
 		opts.Device, opts.DeviceBytes = dev.Path, dev.SizeBytes
 	}
-	res, err := probe.Run(ctx, opts)
+	res, err := Run(ctx, opts)
 	if err != nil {
 		return Calibration{}, err
 	}
@@ -116,25 +112,4 @@ func PickSwapDevice(path string) (host.SwapDevice, error) {
 		return host.SwapDevice{}, fmt.Errorf("no active swap area to calibrate (zram is not probed); enable swap or pass --device")
 	}
 	return *best, nil
-}
-
-// MergeConfigFile sets keys in a YAML configuration file, keeping its
-// other keys (the file is created if missing).
-func MergeConfigFile(path string, values map[string]float64) error {
-	doc := map[string]any{}
-	if b, err := os.ReadFile(path); err == nil {
-		if err := yaml.Unmarshal(b, &doc); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-	} else if !os.IsNotExist(err) {
-		return err
-	}
-	for k, v := range values {
-		doc[k] = v
-	}
-	b, err := yaml.Marshal(doc)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, b, 0o644)
 }

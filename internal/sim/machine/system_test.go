@@ -1,12 +1,15 @@
 //go:build system
 
-package sim
+package machine
 
 import (
 	"context"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/headroom-dev/headroom/internal/sim"
+	"github.com/headroom-dev/headroom/internal/sim/fit"
 
 	"github.com/headroom-dev/headroom/internal/host"
 	"github.com/headroom-dev/headroom/internal/memload"
@@ -78,7 +81,7 @@ func TestSystemReleaseProbe(t *testing.T) {
 		out += s.PagesOut[i]
 		inRAM += s.PagesInRAM[i]
 	}
-	fit := PooledRelease([]ReleaseSample{s})
+	fit := fit.PooledRelease([]fit.ReleaseSample{s})
 	t.Logf("pages out %v; in RAM %v; order slope %.2f, batch %.0f pages, %.3f of a worker; out at %.0f pages a second", s.PagesOut, s.PagesInRAM, fit.OrderSlope, fit.BatchPages, fit.BatchShare, s.FillOutPagesPerSec)
 	// What is out is the overfill's share of the blocks, and a little
 	// more: reclaim keeps the cgroup a little under its limit.
@@ -90,7 +93,7 @@ func TestSystemReleaseProbe(t *testing.T) {
 		t.Errorf("%.0f pages out in all, want about %.0f", out, wantOut)
 	case slices.Min(s.PagesInRAM) <= 0:
 		t.Errorf("a worker had nothing in RAM: %v", s.PagesInRAM)
-	case !(fit.BatchPages >= reclaimBatchPages && fit.BatchShare < 1):
+	case !(fit.BatchPages >= sim.ReclaimBatchPages && fit.BatchShare < 1):
 		t.Errorf("batch %.0f pages, %.3f of a worker", fit.BatchPages, fit.BatchShare)
 	case !(s.FillOutPagesPerSec > 100):
 		t.Errorf("the fill went out at %.0f pages a second: want its pace read", s.FillOutPagesPerSec)

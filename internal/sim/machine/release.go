@@ -1,4 +1,4 @@
-package sim
+package machine
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/headroom-dev/headroom/internal/sim"
+	"github.com/headroom-dev/headroom/internal/sim/fit"
 
 	"github.com/headroom-dev/headroom/internal/cgroup"
 	"github.com/headroom-dev/headroom/internal/host"
@@ -30,10 +33,11 @@ import (
 // the density steps just past RAM measured here (nine on two cores).
 const releaseWorkersPerCore = 4
 
-// releaseOverfill is the workers' blocks over their cgroup's limit: as at
-// the density step the batch was read from (nine workers of 256 MiB and
-// their runtime on a 2 GiB node).
-const releaseOverfill = 1.12
+// releaseOverfill is the workers' blocks over their cgroup's limit: the
+// model applies the order it measures to sim.FillOrderShare of a step's
+// workloads, as at the density step it was read from (nine workers of
+// 256 MiB and their runtime on a 2 GiB node).
+const releaseOverfill = 1 / (1 - sim.FillOrderShare)
 
 // releaseRunsPerRound is the release runs a round of the machine's
 // figures: their variance is pooled.
@@ -42,14 +46,6 @@ const releaseRunsPerRound = 2
 // releaseMinPagesOut is the least mean a worker had out that gives a
 // figure.
 const releaseMinPagesOut = 256
-
-// ReleaseSample is one release run: the pages each worker had out and in
-// RAM once all had filled their blocks, and the pace reclaim swapped the
-// fill's pages out at (FillOutPagesPerSec, 0: not told).
-type ReleaseSample struct {
-	PagesOut, PagesInRAM []float64
-	FillOutPagesPerSec   float64
-}
 
 // swapOutReading is the host's pages swapped out (pswpout) at a time.
 type swapOutReading struct {
@@ -121,99 +117,10 @@ func readSwapOuts() (stop func() []swapOutReading) {
 	}
 }
 
-// ReleaseFit is what release runs tell of reclaim where it falls behind:
-// how much more readily it takes from the cgroups created first
-// (OrderSlope, Node.ReclaimOrderSlope) and its batch a visit, in pages
-// and as a share of a worker's pages in RAM (Node.ReclaimBatchShare, at
-// most 1).
-type ReleaseFit struct {
-	OrderSlope, BatchPages, BatchShare float64
-}
-
-// maxOrderSlope bounds the fitted slope below 1, where the last cgroup
-// would give nothing.
-const maxOrderSlope = 0.95
-
-// PooledRelease fits several runs (each of at least two workers, in the
-// order their cgroups were made) together. Each worker's expected pages
-// out are its run's mean times 1 + slope × its place (1 for the first,
-// −1 for the last, evenly between), the slope fitted by least squares
-// over all runs (at least 0: none measured is none). The batch is the
-// spread left: the squared deviations from that expectation over the
-// expectation's sum, less what the run's mean and a fitted slope took (a
-// multinomial's variance is its batch times its mean, over workers − 1).
-// Eight workers give a variance to about ±50%: pooling weighs every
-// worker alike.
-func PooledRelease(samples []ReleaseSample) ReleaseFit {
-	var fit ReleaseFit
-	var runs []ReleaseSample
-	var means []float64
-	for _, s := range samples {
-		if len(s.PagesOut) >= 2 {
-			runs, means = append(runs, s), append(means, meanOf(s.PagesOut))
-		}
-	}
-	var across, along float64 // the slope's regression sums
-	for r, s := range runs {
-		for i, p := range s.PagesOut {
-			place := releasePlace(i, len(s.PagesOut))
-			across += (p - means[r]) * place
-			along += means[r] * place * place
-		}
-	}
-	if !(along > 0) {
-		return fit
-	}
-	fit.OrderSlope = min(max(across/along, 0), maxOrderSlope)
-	fitted := fit.OrderSlope == across/along // not held to its bounds
-	var squares, dof, expected, workers, inRAM, inRAMWorkers float64
-	for r, s := range runs {
-		n := float64(len(s.PagesOut))
-		// A multinomial's variance over its expected shares g (here 1 +
-		// slope × place, summing to n) is the batch times mean × (n −
-		// Σg²/n), and Σg²/n is 1 + spread.
-		var spread float64
-		for i, p := range s.PagesOut {
-			place := fit.OrderSlope * releasePlace(i, len(s.PagesOut))
-			squares += (p - means[r]*(1+place)) * (p - means[r]*(1+place))
-			spread += place * place / n
-		}
-		dof += means[r] * (n - 1 - spread)
-		expected += means[r] * n
-		workers += n
-		for _, p := range s.PagesInRAM {
-			inRAM += p
-			inRAMWorkers++
-		}
-	}
-	// A fitted slope takes one degree of freedom, at the mean run's mean.
-	if fitted {
-		dof -= expected / workers
-	}
-	if !(dof > 0) {
-		return fit
-	}
-	fit.BatchPages = squares / dof
-	if inRAM > 0 {
-		fit.BatchShare = min(fit.BatchPages/(inRAM/inRAMWorkers), 1)
-	}
-	return fit
-}
-
-// releasePlace is the i-th of n cgroups' place in creation order: 1 for
-// the first, −1 for the last, evenly between.
-func releasePlace(i, n int) float64 {
-	return 1 - 2*float64(i)/float64(n-1)
-}
-
-func meanOf(xs []float64) float64 {
-	return sumOf(xs) / float64(len(xs))
-}
-
 // MeasureRelease fills workers `headroom load` blocks together past their
 // cgroup's limit, waits until all are full, and reads what each had out.
 // With no swap active it pages to a swap file where density puts one.
-func MeasureRelease(ctx context.Context, headroom string, scan memload.Scan, workers int) (s ReleaseSample, err error) {
+func MeasureRelease(ctx context.Context, headroom string, scan memload.Scan, workers int) (s fit.ReleaseSample, err error) {
 	sw, err := readProbeSwap()
 	if err != nil {
 		return s, err
@@ -241,7 +148,7 @@ func MeasureRelease(ctx context.Context, headroom string, scan memload.Scan, wor
 		return s, err
 	}
 	defer cgroup.Remove(g, 10*time.Second)
-	limitBytes := uint64(float64(workers)*float64(blockBytes)/releaseOverfill) / PageBytes * PageBytes
+	limitBytes := uint64(float64(workers)*float64(blockBytes)/releaseOverfill) / sim.PageBytes * sim.PageBytes
 	if err := g.SetMemoryLimit(limitBytes); err != nil {
 		return s, err
 	}
@@ -274,8 +181,8 @@ func MeasureRelease(ctx context.Context, headroom string, scan memload.Scan, wor
 		if err != nil {
 			return s, err
 		}
-		s.PagesOut = append(s.PagesOut, float64(u.SwapBytes/PageBytes))
-		s.PagesInRAM = append(s.PagesInRAM, float64(u.UsageBytes/PageBytes))
+		s.PagesOut = append(s.PagesOut, float64(u.SwapBytes/sim.PageBytes))
+		s.PagesInRAM = append(s.PagesInRAM, float64(u.UsageBytes/sim.PageBytes))
 	}
 	var out float64
 	for _, p := range s.PagesOut {

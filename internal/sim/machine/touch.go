@@ -1,4 +1,4 @@
-package sim
+package machine
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/headroom-dev/headroom/internal/sim"
 
 	"github.com/headroom-dev/headroom/internal/loadrun"
 	"github.com/headroom-dev/headroom/internal/results"
@@ -34,7 +36,7 @@ type touchRun struct {
 // touchTurnWorkersPerCore workers a core taking turns over a quarter of
 // the largest block, for o.rounds() rounds, and puts the medians in f
 // (summarizeTouchRuns, summarizeTurns).
-func measureTouchRate(ctx context.Context, o MeasureOptions, f *MachineFigures) error {
+func measureTouchRate(ctx context.Context, o Options, f *Figures) error {
 	cpus := f.CPUs
 	var sizes []uint64
 	for _, size := range touchSizesPerCore {
@@ -58,7 +60,7 @@ func measureTouchRate(ctx context.Context, o MeasureOptions, f *MachineFigures) 
 			}
 			run := touchRun{BytesPerCore: size, AllPagesPerSec: all.PagesPerSec / float64(cpus)}
 			if all.PopulateSeconds > 0 {
-				run.PopulatePagesPerSec = float64(size/PageBytes) / all.PopulateSeconds
+				run.PopulatePagesPerSec = float64(size/sim.PageBytes) / all.PopulateSeconds
 			}
 			if cpus > 1 {
 				alone, err := loadSummary(ctx, o, 1, size)
@@ -68,7 +70,7 @@ func measureTouchRate(ctx context.Context, o MeasureOptions, f *MachineFigures) 
 				run.AlonePagesPerSec = alone.PagesPerSec
 			}
 			runs = append(runs, run)
-			round.Curve = append(round.Curve, TouchRate{BytesPerCore: float64(size), PagesPerSec: run.AllPagesPerSec})
+			round.Curve = append(round.Curve, sim.TouchRate{BytesPerCore: float64(size), PagesPerSec: run.AllPagesPerSec})
 		}
 		if turnBlock == 0 {
 			continue
@@ -93,7 +95,7 @@ func measureTouchRate(ctx context.Context, o MeasureOptions, f *MachineFigures) 
 // turnRound is one round of the touch probe: its one-worker-a-core curve
 // and a core's pages/s with workers taking turns, by the workers a core.
 type turnRound struct {
-	Curve       []TouchRate
+	Curve       []sim.TouchRate
 	PagesPerSec map[int]float64
 }
 
@@ -123,7 +125,7 @@ func summarizeTurns(rounds []turnRound, blockBytes float64) (turns []TouchTurn, 
 }
 
 // loadSummary runs `headroom load` with workers workers of size bytes each.
-func loadSummary(ctx context.Context, o MeasureOptions, workers int, size uint64) (loadrun.FleetSummary, error) {
+func loadSummary(ctx context.Context, o Options, workers int, size uint64) (loadrun.FleetSummary, error) {
 	var s loadrun.FleetSummary
 	out, err := exec.CommandContext(ctx, o.Headroom, "load", "--workers", strconv.Itoa(workers), "--size", strconv.FormatUint(size, 10),
 		"--scan", string(o.Scan), "--duration", o.Duration.String(), "--json").Output()
@@ -141,7 +143,7 @@ func loadSummary(ctx context.Context, o MeasureOptions, workers int, size uint64
 // the median of its rates with every core busy and the median of its
 // rounds' alone ÷ every-core ratios (none when nothing ran alone), and
 // the median populate rate of the smallest block.
-func summarizeTouchRuns(runs []touchRun) (rates []TouchRate, speedups []AloneSpeedup, populatePerCore float64) {
+func summarizeTouchRuns(runs []touchRun) (rates []sim.TouchRate, speedups []sim.AloneSpeedup, populatePerCore float64) {
 	all, alone, populate := map[uint64][]float64{}, map[uint64][]float64{}, map[uint64][]float64{}
 	for _, r := range runs {
 		if !(r.AllPagesPerSec > 0) {
@@ -157,14 +159,67 @@ func summarizeTouchRuns(runs []touchRun) (rates []TouchRate, speedups []AloneSpe
 	}
 	sizes := slices.Sorted(maps.Keys(all))
 	for _, size := range sizes {
-		rates = append(rates, TouchRate{BytesPerCore: float64(size), PagesPerSec: math.Round(results.Quantile(all[size], 0.5))})
+		rates = append(rates, sim.TouchRate{BytesPerCore: float64(size), PagesPerSec: math.Round(results.Quantile(all[size], 0.5))})
 		if ratios := alone[size]; len(ratios) > 0 {
-			factor := min(max(results.Quantile(ratios, 0.5), 1.0/maxTouchAloneSpeedup), maxTouchAloneSpeedup)
-			speedups = append(speedups, AloneSpeedup{BytesPerCore: float64(size), Factor: math.Round(factor*100) / 100})
+			factor := min(max(results.Quantile(ratios, 0.5), 1.0/sim.MaxTouchAloneSpeedup), sim.MaxTouchAloneSpeedup)
+			speedups = append(speedups, sim.AloneSpeedup{BytesPerCore: float64(size), Factor: math.Round(factor*100) / 100})
 		}
 	}
 	if len(sizes) > 0 && len(populate[sizes[0]]) > 0 {
 		populatePerCore = math.Round(results.Quantile(populate[sizes[0]], 0.5))
 	}
 	return rates, speedups, populatePerCore
+}
+
+// touchTurnWorkersPerCore are the workers a core the touch probe runs
+// taking turns, each over a block touchTurnBlocksInLargest times smaller
+// than the largest it measures one worker a core, to tell how much
+// sharing a core slows a worker (Node.TouchTurnBlocks): the model's
+// turns cost the same from two a core on, and two and four tell it twice
+// a round.
+var touchTurnWorkersPerCore = []int{2, 4}
+
+// touchTurnBlocksInLargest is how many of the turns' blocks the largest
+// block of the one-worker-a-core curve holds: the curve can tell the
+// turns' cost up to that many blocks.
+const touchTurnBlocksInLargest = 4
+
+// TouchTurn is a core's pages/s with WorkersPerCore workers taking turns
+// on it.
+type TouchTurn struct {
+	WorkersPerCore int     `json:"workers_per_core"`
+	PagesPerSec    float64 `json:"pages_per_sec"`
+}
+
+// turnBlocksFrom is the turnBlocks (TouchBytes) at which the one-worker-
+// a-core rates rs give turnRate, the pages/s a core touched with workers
+// of blockBytes taking turns on it: 1 at or above the rate of one block,
+// the largest size over the block at or below the rate there (the curve
+// holds beyond it, so it cannot tell more). ok is false where rs cannot
+// tell, not falling from the block to its largest size.
+func turnBlocksFrom(rs []sim.TouchRate, blockBytes, turnRate float64) (turnBlocks float64, ok bool) {
+	if len(rs) == 0 || !(blockBytes > 0) {
+		return 0, false
+	}
+	most := rs[len(rs)-1].BytesPerCore / blockBytes
+	one, all := sim.TouchRateAt(rs, blockBytes), sim.TouchRateAt(rs, blockBytes*most)
+	switch {
+	case !(most > 1) || !(turnRate > 0) || !(one > all):
+		return 0, false
+	case turnRate >= one:
+		return 1, true
+	case turnRate <= all:
+		return most, true
+	}
+	// The rate falls as the bytes grow: bisect in log2 of the blocks.
+	lo, hi := 0.0, math.Log2(most)
+	for range 40 {
+		mid := (lo + hi) / 2
+		if sim.TouchRateAt(rs, blockBytes*math.Exp2(mid)) > turnRate {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return math.Round(math.Exp2((lo+hi)/2)*100) / 100, true
 }

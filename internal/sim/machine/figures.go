@@ -1,4 +1,4 @@
-package sim
+package machine
 
 import (
 	"context"
@@ -11,7 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/headroom-dev/headroom/internal/agent"
+	"github.com/headroom-dev/headroom/internal/sim"
+	"github.com/headroom-dev/headroom/internal/sim/fit"
+
 	"github.com/headroom-dev/headroom/internal/host"
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/probe"
@@ -20,18 +22,18 @@ import (
 	"github.com/headroom-dev/headroom/internal/units"
 )
 
-// MachineFigures are this machine's figures for the model, measured
+// Figures are this machine's figures for the model, measured
 // (`headroom sim --machine this`).
-type MachineFigures struct {
+type Figures struct {
 	RAMBytes uint64 `json:"ram_bytes"`
 	CPUs     int    `json:"cpus"`
 	// TouchRate is a `headroom load` worker's pages/s in RAM with one
 	// worker a core, by the size of each worker's block.
-	TouchRate []TouchRate `json:"touch_rate"`
+	TouchRate []sim.TouchRate `json:"touch_rate"`
 	// TouchAloneSpeedup is a worker's touch rate alone on the machine
 	// over the rate a core with a worker on every core, by the size of its
 	// block (nil: one core).
-	TouchAloneSpeedup []AloneSpeedup `json:"touch_alone_speedup"`
+	TouchAloneSpeedup []sim.AloneSpeedup `json:"touch_alone_speedup"`
 	// TouchTurns are a core's pages/s with workers of TouchTurnBytes each
 	// taking turns on it, by the workers a core (none: not measured, where
 	// only the smallest block fits), and TouchTurnBlocks the blocks' worth
@@ -70,37 +72,37 @@ type MachineFigures struct {
 	// MixedCapacity is how many times the sum of its reads' and writes'
 	// shares of those rates the device served swap's I/O in the paging
 	// runs, by their worker counts (each at least 1; none: not measured).
-	MixedCapacity []TaskCapacity `json:"swap_mixed_capacity,omitempty"`
+	MixedCapacity []sim.TaskCapacity `json:"swap_mixed_capacity,omitempty"`
 	// Depths are the device's rates at queue depths 1 to 16 (writes only
 	// where a scratch file could be written).
-	Depths []DepthRate `json:"swap_depths,omitempty"`
+	Depths []sim.DepthRate `json:"swap_depths,omitempty"`
 	// PagingCPU is the CPU per page paged in and out with one, four and
 	// eight workers a core (MeasurePaging), the median of
 	// Rounds runs; PagingCPUSpread the least and most of those
 	// runs, per entry. None with PagingNote saying why it was not measured.
-	PagingCPU       []PagingCost `json:"paging_cpu,omitempty"`
-	PagingCPUSpread []Spread     `json:"paging_cpu_spread,omitempty"`
-	PagingNote      string       `json:"paging_note,omitempty"`
+	PagingCPU       []sim.PagingCost `json:"paging_cpu,omitempty"`
+	PagingCPUSpread []Spread         `json:"paging_cpu_spread,omitempty"`
+	PagingNote      string           `json:"paging_note,omitempty"`
 	// ReadaheadPages and WritePages are the pages one read and one write
 	// to the swap device carried in the same runs (medians), by the
 	// workers faulting: readahead only for a sequential scan (a random
 	// one reads a page a fault, and the model knows it).
-	ReadaheadPages []IOPages `json:"swap_read_pages,omitempty"`
-	WritePages     []IOPages `json:"swap_write_pages,omitempty"`
+	ReadaheadPages []sim.IOPages `json:"swap_read_pages,omitempty"`
+	WritePages     []sim.IOPages `json:"swap_write_pages,omitempty"`
 	// ReadaheadUsed is the share of the pages swapped in that the same
 	// runs' workers touched (medians), by the workers faulting: only for a
 	// sequential scan, whose every touch over a block half out needs a
 	// page from swap.
-	ReadaheadUsed []ReadaheadUse `json:"readahead_used,omitempty"`
+	ReadaheadUsed []sim.ReadaheadUse `json:"readahead_used,omitempty"`
 	// HalfFullWritePages and HalfFullMixedCapacity are the pages one write
 	// carried and the device's mixed capacity with
 	// pagingHalfFullWorkersPerCore workers a core over a swap file two
 	// thirds full (none: not measured, where a swap area is active).
-	HalfFullWritePages    []IOPages      `json:"swap_write_pages_half_full,omitempty"`
-	HalfFullMixedCapacity []TaskCapacity `json:"swap_mixed_capacity_half_full,omitempty"`
+	HalfFullWritePages    []sim.IOPages      `json:"swap_write_pages_half_full,omitempty"`
+	HalfFullMixedCapacity []sim.TaskCapacity `json:"swap_mixed_capacity_half_full,omitempty"`
 	// RunQueueWait is the workers' wait for a core per page paged in, in
 	// the same runs (medians).
-	RunQueueWait []PagingCost `json:"run_queue_wait,omitempty"`
+	RunQueueWait []sim.PagingCost `json:"run_queue_wait,omitempty"`
 	// PagingStealSeconds is the CPU time this machine's host took from it
 	// per page paged in with its cores busy, and
 	// TouchBesidePagingPagesPerSec a worker in RAM's touches a
@@ -114,7 +116,7 @@ type MachineFigures struct {
 	// falls behind a fill, ReclaimBatchShare that as a share of a
 	// worker's pages in RAM, and ReclaimOrderSlope how much more readily
 	// it takes from the cgroups made first (MeasureRelease, ReleaseRuns
-	// runs of ReleaseWorkers workers, fitted together: PooledRelease).
+	// runs of ReleaseWorkers workers, fitted together: fit.PooledRelease).
 	ReclaimBatchPages float64 `json:"reclaim_batch_pages,omitempty"`
 	ReclaimBatchShare float64 `json:"reclaim_batch_share,omitempty"`
 	ReclaimOrderSlope float64 `json:"reclaim_order_slope,omitempty"`
@@ -125,7 +127,7 @@ type MachineFigures struct {
 	FillOutPagesPerSec float64 `json:"fill_out_pages_per_sec,omitempty"`
 	ReleaseRuns        int     `json:"release_runs,omitempty"`
 	// ReclaimBurstPages is the pages reclaim took from one cgroup a visit
-	// while it kept up, in the paging runs (PooledReclaimBurst).
+	// while it kept up, in the paging runs (fit.PooledReclaimBurst).
 	ReclaimBurstPages float64 `json:"reclaim_burst_pages,omitempty"`
 	// KSMDCPUSeconds is the CPU time ksmd has used since boot (the
 	// kernel's advisor counts it into its first scan).
@@ -145,7 +147,7 @@ type Spread struct {
 	Max float64 `json:"max"`
 }
 
-// DefaultMachineRounds is how often each figure is measured, its median
+// DefaultRounds is how often each figure is measured, its median
 // kept. One round is not enough on a shared VM:
 //   - the device: one depth's rate moved 10-30% between tests seconds
 //     apart here (writes at depth 8 60-79k/s in four rounds), and the
@@ -159,10 +161,10 @@ type Spread struct {
 //     µs after 16-20 s in one run, 1.2× in another; fresh workers start
 //     low again), so a 4 s window reads wherever that rise stood, and runs
 //     minutes apart read 151-234 µs.
-const DefaultMachineRounds = 3
+const DefaultRounds = 3
 
-// MeasureOptions say how to measure.
-type MeasureOptions struct {
+// Options say how to measure.
+type Options struct {
 	// Headroom is the headroom binary whose `load` measures the touch rate.
 	Headroom string
 	Scan     memload.Scan
@@ -171,19 +173,19 @@ type MeasureOptions struct {
 	// Seconds of each measurement.
 	Duration time.Duration
 	// Tier, when set, has the tier's compressor measured on Content.
-	Tier    TierKind
+	Tier    sim.TierKind
 	Content memload.Content
 	// Rounds is how often each figure is measured (0:
-	// DefaultMachineRounds); the figures are the medians.
+	// DefaultRounds); the figures are the medians.
 	Rounds int
 }
 
-// rounds is o.Rounds, or DefaultMachineRounds when unset.
-func (o MeasureOptions) rounds() int {
+// rounds is o.Rounds, or DefaultRounds when unset.
+func (o Options) rounds() int {
 	if o.Rounds > 0 {
 		return o.Rounds
 	}
-	return DefaultMachineRounds
+	return DefaultRounds
 }
 
 // probeJobs is the queue depth of the device probe's main figures.
@@ -200,18 +202,18 @@ var probeDepths = []int{1, 2, 4, 8, 16}
 
 // SwapReadahead is how the kernel reads the swap ahead, as the sim's
 // --swap-readahead names it: offset or address.
-func (f MachineFigures) SwapReadahead() string {
+func (f Figures) SwapReadahead() string {
 	if f.ReadaheadByOffset {
 		return "offset"
 	}
 	return "address"
 }
 
-// MeasureMachine measures RAM, cores, the swap device as the agent's
+// Measure measures RAM, cores, the swap device as the agent's
 // calibration does, the paging CPU, and last the touch rate of
 // `headroom load`.
-func MeasureMachine(ctx context.Context, o MeasureOptions) (MachineFigures, error) {
-	var f MachineFigures
+func Measure(ctx context.Context, o Options) (Figures, error) {
+	var f Figures
 	mem, err := host.ReadMemory()
 	if err != nil {
 		return f, err
@@ -222,8 +224,8 @@ func MeasureMachine(ctx context.Context, o MeasureOptions) (MachineFigures, erro
 		f.KSMDCPUSeconds = cpu
 	}
 	var res probe.Result
-	if dev, err := agent.PickSwapDevice(""); err == nil {
-		c, err := agent.Calibrate(ctx, dev, agent.CalibrateOptions{Duration: o.Duration, Jobs: probeJobs, Fraction: 1, Depths: probeDepths,
+	if dev, err := probe.PickSwapDevice(""); err == nil {
+		c, err := probe.Calibrate(ctx, dev, probe.CalibrateOptions{Duration: o.Duration, Jobs: probeJobs, Fraction: 1, Depths: probeDepths,
 			LargeBlockBytes: probeLargeBlockBytes, Rounds: o.rounds()})
 		if err != nil {
 			return f, fmt.Errorf("probe swap %s: %w", dev.Path, err)
@@ -263,7 +265,7 @@ func MeasureMachine(ctx context.Context, o MeasureOptions) (MachineFigures, erro
 			f.LatencySeconds = 1 / d.ReadIOPS // a read's time alone
 		}
 		if d.WriteIOPS > 0 { // a partition is only read: no depths then
-			f.Depths = append(f.Depths, DepthRate{QueueDepth: float64(d.QueueDepth), ReadIOPS: math.Round(d.ReadIOPS), WriteIOPS: math.Round(d.WriteIOPS)})
+			f.Depths = append(f.Depths, sim.DepthRate{QueueDepth: float64(d.QueueDepth), ReadIOPS: math.Round(d.ReadIOPS), WriteIOPS: math.Round(d.WriteIOPS)})
 		}
 	}
 	// The touch rate last, nearest the run it predicts: this VM's rates
@@ -291,7 +293,7 @@ func transferRate(smallIOPS, largeIOPS float64, largeBytes int) float64 {
 // measurePaging measures the paging CPU and the swap I/O sizes
 // o.rounds() times at each count of pagingWorkersPerCore and keeps
 // each count's medians (and the CPU's spread).
-func (f *MachineFigures) measurePaging(ctx context.Context, o MeasureOptions) error {
+func (f *Figures) measurePaging(ctx context.Context, o Options) error {
 	runs := make([][]PagingSample, len(pagingWorkersPerCore))
 	for range o.rounds() {
 		for i, perCore := range pagingWorkersPerCore {
@@ -324,7 +326,7 @@ func (f *MachineFigures) measurePaging(ctx context.Context, o MeasureOptions) er
 
 // measureBeside pages o.rounds() times beside workers in RAM on every
 // core but one and keeps the medians of what it cost them.
-func (f *MachineFigures) measureBeside(ctx context.Context, o MeasureOptions) error {
+func (f *Figures) measureBeside(ctx context.Context, o Options) error {
 	workers, resident := besideWorkersPerCore*f.CPUs, max(f.CPUs-1, 1)
 	var steal, touch, pagesIn []float64
 	for range o.rounds() {
@@ -342,9 +344,9 @@ func (f *MachineFigures) measureBeside(ctx context.Context, o MeasureOptions) er
 
 // measureRelease fills workers past their cgroup's limit
 // releaseRunsPerRound times a round and pools the runs' batch.
-func (f *MachineFigures) measureRelease(ctx context.Context, o MeasureOptions) error {
+func (f *Figures) measureRelease(ctx context.Context, o Options) error {
 	f.ReleaseWorkers = releaseWorkersPerCore * f.CPUs
-	var samples []ReleaseSample
+	var samples []fit.ReleaseSample
 	var paces []float64
 	for range o.rounds() * releaseRunsPerRound {
 		s, err := MeasureRelease(ctx, o.Headroom, o.Scan, f.ReleaseWorkers)
@@ -359,7 +361,7 @@ func (f *MachineFigures) measureRelease(ctx context.Context, o MeasureOptions) e
 	if len(paces) > 0 {
 		f.FillOutPagesPerSec = math.Round(results.Quantile(paces, 0.5))
 	}
-	fit := PooledRelease(samples)
+	fit := fit.PooledRelease(samples)
 	f.ReleaseRuns = len(samples)
 	f.ReclaimBatchPages, f.ReclaimBatchShare = math.Round(fit.BatchPages), math.Round(fit.BatchShare*1000)/1000
 	f.ReclaimOrderSlope = math.Round(fit.OrderSlope*100) / 100
@@ -368,13 +370,13 @@ func (f *MachineFigures) measureRelease(ctx context.Context, o MeasureOptions) e
 
 // TouchBesidePaging is the touch rate a core beside paging as a share of
 // the touch rate in RAM over the same block (none: not measured).
-func (f MachineFigures) TouchBesidePaging() TouchBesidePaging {
-	inRAM := touchRateAt(f.TouchRate, f.TouchBesidePagingBytes)
+func (f Figures) TouchBesidePaging() sim.TouchBesidePaging {
+	inRAM := sim.TouchRateAt(f.TouchRate, f.TouchBesidePagingBytes)
 	if !(f.TouchBesidePagingPagesPerSec > 0) || !(f.BesidePagesInPerSec > 0) || !(inRAM > 0) {
-		return TouchBesidePaging{}
+		return sim.TouchBesidePaging{}
 	}
 	share := min(math.Round(f.TouchBesidePagingPagesPerSec/inRAM*100)/100, 2)
-	return TouchBesidePaging{Share: share, PagesInPerSec: math.Round(f.BesidePagesInPerSec)}
+	return sim.TouchBesidePaging{Share: share, PagesInPerSec: math.Round(f.BesidePagesInPerSec)}
 }
 
 // measureHalfFull pages once at each count of pagingHalfFullWorkersPerCore
@@ -382,10 +384,10 @@ func (f MachineFigures) TouchBesidePaging() TouchBesidePaging {
 // come in and takes new ones from among them (a random scan's writes
 // then carry a page each here): the pages a write carried and the
 // device's mixed capacity there. Nothing where a swap area is active.
-func (f *MachineFigures) measureHalfFull(ctx context.Context, o MeasureOptions) error {
+func (f *Figures) measureHalfFull(ctx context.Context, o Options) error {
 	tasks := taskCounts(pagingHalfFullWorkersPerCore, f.CPUs)
 	runs := make([][]PagingSample, len(tasks))
-	var writes []IOPages
+	var writes []sim.IOPages
 	for i, t := range tasks {
 		sample, err := MeasurePaging(ctx, o.Headroom, o.Scan, int(t), 2*o.Duration, true)
 		if errors.Is(err, ErrSwapActive) {
@@ -396,7 +398,7 @@ func (f *MachineFigures) measureHalfFull(ctx context.Context, o MeasureOptions) 
 		}
 		runs[i] = []PagingSample{sample}
 		if sample.PagesPerWrite > 0 {
-			writes = append(writes, IOPages{Tasks: t, Pages: math.Round(sample.PagesPerWrite*100) / 100})
+			writes = append(writes, sim.IOPages{Tasks: t, Pages: math.Round(sample.PagesPerWrite*100) / 100})
 		}
 	}
 	if len(writes) == len(tasks) {
@@ -416,8 +418,8 @@ func taskCounts(perCore []int, cpus int) []float64 {
 }
 
 // device is the swap device as the figures measured it.
-func (f MachineFigures) device() Device {
-	return Device{ReadIOPS: f.ReadIOPS, WriteIOPS: f.WriteIOPS, Depths: f.Depths, ReadBytesPerSec: f.ReadBytesPerSec, WriteBytesPerSec: f.WriteBytesPerSec}
+func (f Figures) device() sim.Device {
+	return sim.Device{ReadIOPS: f.ReadIOPS, WriteIOPS: f.WriteIOPS, Depths: f.Depths, ReadBytesPerSec: f.ReadBytesPerSec, WriteBytesPerSec: f.WriteBytesPerSec}
 }
 
 // mixedCapacity is how many times its capacity, as the model adds reads'
@@ -429,23 +431,23 @@ func (f MachineFigures) device() Device {
 // 50k one-page reads and 48k writes a second, 1.5 times what its direct
 // I/O rates add up to, and more the more workers faulted. runs[i] were
 // made with tasks[i] workers.
-func mixedCapacity(runs [][]PagingSample, tasks []float64, d Device) []TaskCapacity {
-	var out []TaskCapacity
+func mixedCapacity(runs [][]PagingSample, tasks []float64, d sim.Device) []sim.TaskCapacity {
+	var out []sim.TaskCapacity
 	for i, r := range runs {
 		tasks := tasks[i]
 		var shares []float64
 		for _, s := range r {
 			var share float64
-			if readIOPS := d.readIOPSAt(tasks); readIOPS > 0 {
-				share += s.ReadsPerSec * d.readSeconds(readIOPS, s.PagesPerRead)
+			if readIOPS := d.ReadIOPSAt(tasks); readIOPS > 0 {
+				share += s.ReadsPerSec * d.ReadSeconds(readIOPS, s.PagesPerRead)
 			}
-			if writeIOPS := d.writeIOPS(); writeIOPS > 0 {
-				share += s.WritesPerSec * d.writeSeconds(writeIOPS, s.PagesPerWrite)
+			if writeIOPS := d.WriteIOPSAt(); writeIOPS > 0 {
+				share += s.WritesPerSec * d.WriteSeconds(writeIOPS, s.PagesPerWrite)
 			}
 			shares = append(shares, share)
 		}
 		if len(shares) > 0 {
-			out = append(out, TaskCapacity{Tasks: tasks, Capacity: math.Round(max(results.Quantile(shares, 0.5), 1)*100) / 100})
+			out = append(out, sim.TaskCapacity{Tasks: tasks, Capacity: math.Round(max(results.Quantile(shares, 0.5), 1)*100) / 100})
 		}
 	}
 	return out
@@ -453,13 +455,13 @@ func mixedCapacity(runs [][]PagingSample, tasks []float64, d Device) []TaskCapac
 
 // pagingFigures are the paging runs' figures by worker count.
 type pagingFigures struct {
-	cpu               []PagingCost
+	cpu               []sim.PagingCost
 	cpuSpread         []Spread
-	runQueueWait      []PagingCost
-	readahead, writes []IOPages
+	runQueueWait      []sim.PagingCost
+	readahead, writes []sim.IOPages
 	// readaheadUsed is a sequential scan's used share of what it swapped
 	// in (none: not sequential, or some count could not tell it).
-	readaheadUsed []ReadaheadUse
+	readaheadUsed []sim.ReadaheadUse
 	// reclaimBurstPages is reclaim's burst, all runs pooled (0: none
 	// could tell it).
 	reclaimBurstPages float64
@@ -486,27 +488,27 @@ func summarizePaging(runs [][]PagingSample, cpus int, scan memload.Scan) (p pagi
 	for i, r := range runs {
 		tasks := float64(pagingWorkersPerCore[i] * cpus)
 		cpu, _ := each(r, func(s PagingSample) float64 { return s.SecondsPerPage })
-		p.cpu = append(p.cpu, PagingCost{Tasks: tasks, SecondsPerPage: results.Quantile(cpu, 0.5)})
+		p.cpu = append(p.cpu, sim.PagingCost{Tasks: tasks, SecondsPerPage: results.Quantile(cpu, 0.5)})
 		p.cpuSpread = append(p.cpuSpread, Spread{Min: slices.Min(cpu), Max: slices.Max(cpu)})
 		wait, _ := each(r, func(s PagingSample) float64 { return s.RunQueueSecondsPerPage })
-		p.runQueueWait = append(p.runQueueWait, PagingCost{Tasks: tasks, SecondsPerPage: results.Quantile(wait, 0.5)})
+		p.runQueueWait = append(p.runQueueWait, sim.PagingCost{Tasks: tasks, SecondsPerPage: results.Quantile(wait, 0.5)})
 		if vs, ok := each(r, func(s PagingSample) float64 { return s.PagesPerRead }); ok && scan == memload.ScanSeq {
-			p.readahead = append(p.readahead, IOPages{Tasks: tasks, Pages: results.Quantile(vs, 0.5)})
+			p.readahead = append(p.readahead, sim.IOPages{Tasks: tasks, Pages: results.Quantile(vs, 0.5)})
 		}
 		if vs, ok := each(r, func(s PagingSample) float64 { u, _ := s.UsedShare(); return u }); ok && scan == memload.ScanSeq {
-			p.readaheadUsed = append(p.readaheadUsed, ReadaheadUse{Tasks: tasks, UsedShare: math.Round(results.Quantile(vs, 0.5)*100) / 100})
+			p.readaheadUsed = append(p.readaheadUsed, sim.ReadaheadUse{Tasks: tasks, UsedShare: math.Round(results.Quantile(vs, 0.5)*100) / 100})
 		}
 		if vs, ok := each(r, func(s PagingSample) float64 { return s.PagesPerWrite }); ok {
-			p.writes = append(p.writes, IOPages{Tasks: tasks, Pages: results.Quantile(vs, 0.5)})
+			p.writes = append(p.writes, sim.IOPages{Tasks: tasks, Pages: results.Quantile(vs, 0.5)})
 		}
 	}
-	var bursts []BurstSample
+	var bursts []fit.BurstSample
 	for _, r := range runs {
 		for _, s := range r {
 			bursts = append(bursts, s.Burst)
 		}
 	}
-	p.reclaimBurstPages, _ = PooledReclaimBurst(bursts)
+	p.reclaimBurstPages, _ = fit.PooledReclaimBurst(bursts)
 	// A seq scan's order is readahead's, a random one's reclaim's.
 	var orders []float64
 	for _, r := range runs {
@@ -523,9 +525,9 @@ func summarizePaging(runs [][]PagingSample, cpus int, scan memload.Scan) (p pagi
 	if len(orders) > 0 {
 		switch k := results.Quantile(orders, 0.5); scan {
 		case memload.ScanSeq:
-			p.readaheadOrder = max(min(k, maxCreationOrderSlope), -maxCreationOrderSlope)
+			p.readaheadOrder = max(min(k, sim.MaxCreationOrderSlope), -sim.MaxCreationOrderSlope)
 		case memload.ScanRandom:
-			p.steadyReclaimOrder = max(min(k, maxCreationOrderSlope), -maxCreationOrderSlope)
+			p.steadyReclaimOrder = max(min(k, sim.MaxCreationOrderSlope), -sim.MaxCreationOrderSlope)
 		}
 	}
 	// A size by some counts and not others would be read as one count's
@@ -543,7 +545,7 @@ func summarizePaging(runs [][]PagingSample, cpus int, scan memload.Scan) (p pagi
 }
 
 // String is the one-line account `sim --machine this` prints.
-func (f MachineFigures) String() string {
+func (f Figures) String() string {
 	touch := make([]string, len(f.TouchRate))
 	for i, r := range f.TouchRate {
 		touch[i] = fmt.Sprintf("%s over %s", units.FormatRate(r.PagesPerSec), units.FormatBytes(uint64(r.BytesPerCore)))
@@ -583,7 +585,7 @@ func (f MachineFigures) String() string {
 		s += fmt.Sprintf(" (%s I/Os against 4 KiB ones)", units.FormatBytes(probeLargeBlockBytes))
 	}
 	if len(f.Depths) > 0 {
-		s += "; by queue depth (read/write IOPS) " + FormatDepths(f.Depths)
+		s += "; by queue depth (read/write IOPS) " + sim.FormatDepths(f.Depths)
 	}
 	s += f.tierCompressionString()
 	s += fmt.Sprintf("; ksmd has used %.1f s of CPU since boot", f.KSMDCPUSeconds)
@@ -635,13 +637,13 @@ func (f MachineFigures) String() string {
 		}
 	}
 	if len(f.ReadaheadPages) > 0 {
-		s += "; pages a swap read carried (readahead) " + FormatIOPages(f.ReadaheadPages)
+		s += "; pages a swap read carried (readahead) " + sim.FormatIOPages(f.ReadaheadPages)
 	}
 	if len(f.WritePages) > 0 {
-		s += "; pages a swap write carried " + FormatIOPages(f.WritePages)
+		s += "; pages a swap write carried " + sim.FormatIOPages(f.WritePages)
 	}
 	if len(f.HalfFullWritePages) > 0 {
-		s += "; over a swap more than half full, pages a swap write carried " + FormatIOPages(f.HalfFullWritePages)
+		s += "; over a swap more than half full, pages a swap write carried " + sim.FormatIOPages(f.HalfFullWritePages)
 	}
 	if len(f.HalfFullMixedCapacity) > 0 {
 		s += " and of the device's capacity used"

@@ -1,9 +1,11 @@
-package sim
+package machine
 
 import (
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/headroom-dev/headroom/internal/sim"
 
 	"github.com/headroom-dev/headroom/internal/host"
 	"github.com/headroom-dev/headroom/internal/memload"
@@ -19,12 +21,12 @@ const compressionProbeBytes = 64 << 20
 // measureTierCompression writes compressionProbeBytes of the workload's
 // content to a scratch zram device with the compressor the tier uses
 // (zswap's current one; zram's default) and keeps what they took.
-func (f *MachineFigures) measureTierCompression(o MeasureOptions) error {
+func (f *Figures) measureTierCompression(o Options) error {
 	if os.Geteuid() != 0 {
 		return errors.New("needs root (a scratch zram device)")
 	}
 	algorithm := ""
-	if o.Tier == TierZswap {
+	if o.Tier == sim.TierZswap {
 		z, err := host.ReadZswapParams()
 		if err != nil {
 			return fmt.Errorf("zswap's compressor: %w", err)
@@ -47,15 +49,15 @@ func (f *MachineFigures) measureTierCompression(o MeasureOptions) error {
 
 // TierRatio is the ratio the model's tier takes from the measured
 // compression: at least 1 (an incompressible page is stored whole) and at
-// most sameFilledRatio.
-func (f MachineFigures) TierRatio() float64 {
+// most SameFilledRatio.
+func (f Figures) TierRatio() float64 {
 	if f.TierCompression == nil {
 		return 0
 	}
-	return min(max(f.TierCompression.Ratio(), 1), sameFilledRatio)
+	return min(max(f.TierCompression.Ratio(), 1), sim.SameFilledRatio)
 }
 
-func (f MachineFigures) tierCompressionString() string {
+func (f Figures) tierCompressionString() string {
 	c := f.TierCompression
 	if c == nil {
 		if f.TierNote != "" {
