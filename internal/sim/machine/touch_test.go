@@ -75,7 +75,7 @@ func TestTurnBlocksFrom(t *testing.T) {
 		{curve, 45e6, 1.41, true}, // 362 MiB: half the way to 512 MiB in log2
 		{[]sim.TouchRate{{BytesPerCore: 256 << 20, PagesPerSec: 50e6}, {BytesPerCore: 512 << 20, PagesPerSec: 40e6}}, 30e6, 2, true}, // a shorter curve tells less
 		{curve, 0, 0, false},
-		{[]sim.TouchRate{{BytesPerCore: 0, PagesPerSec: 50e6}}, 40e6, 0, false},                           // one rate: cannot tell
+		{[]sim.TouchRate{{BytesPerCore: 0, PagesPerSec: 50e6}}, 40e6, 0, false},                                                      // one rate: cannot tell
 		{[]sim.TouchRate{{BytesPerCore: 64 << 20, PagesPerSec: 76e6}, {BytesPerCore: 256 << 20, PagesPerSec: 50e6}}, 40e6, 0, false}, // the curve ends at the block
 		{[]sim.TouchRate{{BytesPerCore: 256 << 20, PagesPerSec: 30e6}, {BytesPerCore: 1 << 30, PagesPerSec: 50e6}}, 40e6, 0, false},  // not falling
 		{nil, 40e6, 0, false},
