@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/headroom-dev/headroom/internal/calc"
+	"github.com/headroom-dev/headroom/internal/flagvalue"
 	"github.com/headroom-dev/headroom/internal/units"
 )
 
@@ -42,7 +43,7 @@ holds these flags' names and values, over the command line's.`
 // calcShape is one VM shape's flags.
 type calcShape struct {
 	name                                    string
-	guest, vmiRequest, reserved             bytesValue
+	guest, vmiRequest, reserved             flagvalue.Bytes
 	cpus, overcommit, execProbes            int
 	noGraphics, vfio, downward, sev, sevVar bool
 	tpm, dedicated, guestOverheadOutside    bool
@@ -80,7 +81,7 @@ func (s calcShape) shape() calc.Shape {
 type calcFlags struct {
 	shape   calcShape
 	version string
-	node    bytesValue
+	node    flagvalue.Bytes
 	maxPods int
 	shapes  string
 	json    bool

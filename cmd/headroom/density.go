@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/headroom-dev/headroom/internal/density"
+	"github.com/headroom-dev/headroom/internal/flagvalue"
 	"github.com/headroom-dev/headroom/internal/libvirt"
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/microvm"
@@ -74,13 +75,13 @@ type densityFlags struct {
 	backend    string
 	repeat     int
 	stopOnFail bool
-	nodeMemory bytesValue
+	nodeMemory flagvalue.Bytes
 	swap       string
 	swapTier   string
 	agent      bool
 	balloon    bool
 	balloonPol string
-	guestCache bytesValue
+	guestCache flagvalue.Bytes
 	pace       time.Duration
 	out        string
 	label      string
@@ -90,14 +91,14 @@ type densityFlags struct {
 	accel      string
 	libvirtURI string
 	libvirtTpl string
-	tbCache    bytesValue
+	tbCache    flagvalue.Bytes
 	kubevirt   kubevirtFlags
 }
 
 func newDensityCommand() *cobra.Command {
 	f := &densityFlags{backend: "cgroup", repeat: 1, stopOnFail: true, seed: 1, rampFlags: rampFlags{deployments: "1:8:1",
-		vmMemory: 512 << 20, memorySize: 256 << 20, scan: scanValue(memload.ScanSeq), writes: 1,
-		content: contentValue(memload.Content{Kind: memload.ContentRandom}), runtime: 30 * time.Second, overcommit: 100,
+		vmMemory: 512 << 20, memorySize: 256 << 20, scan: flagvalue.Scan(memload.ScanSeq), writes: 1,
+		content: flagvalue.Content(memload.Content{Kind: memload.ContentRandom}), runtime: 30 * time.Second, overcommit: 100,
 		overhead: density.DefaultOverheadBytes},
 		kubevirt: kubevirtFlags{qps: 20, burst: 20, timeout: 10 * time.Minute}}
 	cmd := &cobra.Command{

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/headroom-dev/headroom/internal/flagvalue"
 	"github.com/headroom-dev/headroom/internal/loadctl"
 	"github.com/headroom-dev/headroom/internal/loadrun"
 	"github.com/headroom-dev/headroom/internal/memload"
@@ -49,18 +50,18 @@ const loadExample = `  headroom load --size 1Gi --scan random --duration 30s
   headroom load --size 256Mi --workers 8 --duration 10s --json`
 
 type loadFlags struct {
-	size       bytesValue
-	scan       scanValue
-	stride     bytesValue
-	writes     fractionValue
-	rate       rateValue
+	size       flagvalue.Bytes
+	scan       flagvalue.Scan
+	stride     flagvalue.Bytes
+	writes     flagvalue.Fraction
+	rate       flagvalue.Rate
 	duration   time.Duration
 	iterations uint64
-	content    contentValue
+	content    flagvalue.Content
 	seed       uint64
 	mergeable  bool
 	checksum   bool
-	hugePages  hugePagesValue
+	hugePages  flagvalue.HugePages
 	interval   time.Duration
 	pace       time.Duration
 	json       bool
@@ -74,12 +75,12 @@ type loadFlags struct {
 func newLoadFlags(pageBytes uint64) *loadFlags {
 	return &loadFlags{
 		size:      256 << 20,
-		scan:      scanValue(memload.ScanSeq),
-		stride:    bytesValue(pageBytes),
+		scan:      flagvalue.Scan(memload.ScanSeq),
+		stride:    flagvalue.Bytes(pageBytes),
 		writes:    1,
-		content:   contentValue(memload.Content{Kind: memload.ContentRandom}),
+		content:   flagvalue.Content(memload.Content{Kind: memload.ContentRandom}),
 		seed:      1,
-		hugePages: hugePagesValue(memload.HugePagesNever),
+		hugePages: flagvalue.HugePages(memload.HugePagesNever),
 		interval:  time.Second,
 	}
 }

@@ -18,9 +18,11 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/headroom-dev/headroom/internal/density"
 	"github.com/headroom-dev/headroom/internal/loadctl"
 	"github.com/headroom-dev/headroom/internal/loadrun"
 	"github.com/headroom-dev/headroom/internal/memload"
+	"github.com/headroom-dev/headroom/internal/results"
 )
 
 // The test binary doubles as the headroom binary: with HEADROOM_TEST_MAIN
@@ -592,5 +594,71 @@ func TestBinaryLinksNoBuiltinAPIScheme(t *testing.T) {
 			pkg == "k8s.io/client-go/kubernetes/scheme" {
 			t.Errorf("headroom links %s", pkg)
 		}
+	}
+}
+
+// A node sized on the command line gets no system reserve unless one is
+// given (the default 8 GiB is the default node's), as density's own flags
+// size it; the default node keeps its reserve.
+func TestSimSizedNodeHasNoDefaultReserve(t *testing.T) {
+	dir := t.TempDir()
+	node := []string{"sim", "--node-memory", "1280Mi", "--cpus", "2", "--vm-memory", "256Mi", "--memory-size", "128Mi",
+		"--guest-overhead", "16Mi", "--overhead", "3Mi", "--deployments", "1", "--workload-runtime", "2s", "--json"}
+	reserveOf := func(r result) float64 {
+		t.Helper()
+		var run struct {
+			Params map[string]any `json:"params"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &run); err != nil {
+			t.Fatalf("%v: %q", err, r.stdout)
+		}
+		return run.Params["system_reserve_bytes"].(float64)
+	}
+	r := runHeadroom(t, append(node, "--out", filepath.Join(dir, "sized"))...)
+	if r.code != 0 || reserveOf(r) != 0 {
+		t.Fatalf("a sized node: exit %d, %s: want it to run with no reserve", r.code, r.stderr)
+	}
+	r = runHeadroom(t, append(node, "--system-reserve", "2Gi", "--out", filepath.Join(dir, "given"))...)
+	if want := "--system-reserve 2.0 GiB leaves nothing of --node-memory 1.2 GiB"; r.code != 2 || !strings.Contains(r.stderr, want) {
+		t.Errorf("a reserve given: exit %d, %q: want exit 2 and %q", r.code, r.stderr, want)
+	}
+	r = runHeadroom(t, "sim", "--deployments", "1", "--workload-runtime", "2s", "--json", "--out", filepath.Join(dir, "default"))
+	if r.code != 0 || reserveOf(r) != 8<<30 {
+		t.Errorf("the default node: exit %d, %s: want its 8 GiB reserve", r.code, r.stderr)
+	}
+}
+
+// sim --like RUN_DIR models a density run in one command: its ramp, node
+// and backend's worker kind, with the flags given winning.
+func TestSimLikeADensityRun(t *testing.T) {
+	dir := t.TempDir()
+	measured := filepath.Join(dir, "measured")
+	p := density.Params{Backend: "cgroup", Deployments: []int{1, 2, 3}, VMMemoryBytes: 256 << 20, MemorySizeBytes: 200 << 20,
+		Scan: memload.ScanRandom, WriteFraction: 1, Content: memload.Content{Kind: memload.ContentRandom}, WorkloadRuntime: 5 * time.Second,
+		OvercommitPercent: 100, NodeMemoryBytes: 1 << 30}
+	os.MkdirAll(measured, 0o755)
+	if err := results.WriteRun(measured, &results.Run{Schema: results.SchemaVersion, Kind: "density", Params: p.AsMap(),
+		Machine: results.Machine{CPUs: 2}, Node: results.Node{MemoryBytes: 1 << 30, SwapBytes: 3 << 30}}); err != nil {
+		t.Fatal(err)
+	}
+	r := runHeadroom(t, "sim", "--like", measured, "--deployments", "1,2", "--json", "--out", filepath.Join(dir, "sim"))
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	var run struct {
+		Params map[string]any `json:"params"`
+		Node   struct {
+			MemoryBytes uint64 `json:"memory_bytes"`
+		} `json:"node"`
+		Steps []struct{ Workers int } `json:"steps"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &run); err != nil {
+		t.Fatalf("%v: %q", err, r.stdout)
+	}
+	if run.Node.MemoryBytes != 1<<30 || len(run.Steps) != 2 || run.Params["worker_kind"] != "process" || run.Params["like"] != measured {
+		t.Errorf("want the run's 1 GiB node of processes and the command line's two steps: %+v", run)
+	}
+	if r := runHeadroom(t, "sim", "--like", filepath.Join(dir, "none")); r.code != 2 || !strings.Contains(r.stderr, "--like") {
+		t.Errorf("a missing run: exit %d, %q", r.code, r.stderr)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/headroom-dev/headroom/internal/flagvalue"
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/sim/machine"
 )
@@ -29,13 +30,13 @@ model was given still held (bench/sim-fidelity.sh does). Needs root.`
 
 type simPagingFlags struct {
 	workers int
-	scan    scanValue
+	scan    flagvalue.Scan
 	window  time.Duration
 	json    bool
 }
 
 func newSimPagingCommand() *cobra.Command {
-	f := &simPagingFlags{workers: 4 * runtime.NumCPU(), scan: scanValue(memload.ScanSeq), window: 6 * time.Second}
+	f := &simPagingFlags{workers: 4 * runtime.NumCPU(), scan: flagvalue.Scan(memload.ScanSeq), window: 6 * time.Second}
 	cmd := &cobra.Command{
 		Use:     "paging",
 		Short:   "Measure the CPU and the wait for a core a page paged costs on this machine now",

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/headroom-dev/headroom/internal/cgroup"
+	"github.com/headroom-dev/headroom/internal/flagvalue"
 	"github.com/headroom-dev/headroom/internal/microvm"
 	"github.com/headroom-dev/headroom/internal/units"
 )
@@ -104,7 +105,7 @@ func printImage(w io.Writer, img microvm.Image) {
 
 type vmRunFlags struct {
 	image     imageFlags
-	memory    bytesValue
+	memory    flagvalue.Bytes
 	cpus      int
 	cgroup    string
 	qmp       string

@@ -337,71 +337,72 @@ type Workload struct {
 	DupFraction float64
 }
 
-// Validate checks a node and a VM against each other, naming the flag.
+// Validate checks a node and a VM against each other, naming the field
+// (Node.X, VM.X; a front end names its own flag for it).
 func Validate(n Node, v VMSpec) error {
 	switch {
 	case n.RAMBytes == 0:
-		return fmt.Errorf("--node-memory must be positive")
+		return fmt.Errorf("Node.RAMBytes must be positive")
 	case n.SystemReserveBytes >= n.RAMBytes:
-		return fmt.Errorf("--system-reserve %s leaves nothing of --node-memory %s", units.FormatBytes(n.SystemReserveBytes), units.FormatBytes(n.RAMBytes))
+		return fmt.Errorf("Node.SystemReserveBytes %s leaves nothing of Node.RAMBytes %s", units.FormatBytes(n.SystemReserveBytes), units.FormatBytes(n.RAMBytes))
 	case !(n.CPUs > 0):
-		return fmt.Errorf("--cpus must be positive")
+		return fmt.Errorf("Node.CPUs must be positive")
 	case !TouchRatesValid(n.TouchRate):
-		return fmt.Errorf("--touch-rate: want %s, sizes ascending, rates positive", TouchRateForm)
+		return fmt.Errorf("Node.TouchRate: want %s, sizes ascending, rates positive", TouchRateForm)
 	case !aloneSpeedupsValid(n.TouchAloneSpeedup):
-		return fmt.Errorf("--touch-alone-speedup %s: want %s, sizes ascending", FormatTouchAloneSpeedup(n.TouchAloneSpeedup), TouchAloneSpeedupForm)
+		return fmt.Errorf("Node.TouchAloneSpeedup %s: want %s, sizes ascending", FormatTouchAloneSpeedup(n.TouchAloneSpeedup), TouchAloneSpeedupForm)
 	case !n.TouchBesidePaging.valid():
-		return fmt.Errorf("--touch-beside-paging %s: want %s", n.TouchBesidePaging, TouchBesidePagingForm)
+		return fmt.Errorf("Node.TouchBesidePaging %s: want %s", n.TouchBesidePaging, TouchBesidePagingForm)
 	case !(n.ReclaimBatchShare >= 0 && n.ReclaimBatchShare <= 1):
-		return fmt.Errorf("--reclaim-batch %g: want a share of a VM's pages from 0 to 1", n.ReclaimBatchShare)
+		return fmt.Errorf("Node.ReclaimBatchShare %g: want a share of a VM's pages from 0 to 1", n.ReclaimBatchShare)
 	case !(n.ReclaimOrderSlope >= 0 && n.ReclaimOrderSlope < 1):
-		return fmt.Errorf("--reclaim-order %g: want a slope from 0 to below 1", n.ReclaimOrderSlope)
+		return fmt.Errorf("Node.ReclaimOrderSlope %g: want a slope from 0 to below 1", n.ReclaimOrderSlope)
 	case !(math.Abs(n.SteadyReclaimOrderSlope) <= MaxCreationOrderSlope):
-		return fmt.Errorf("--reclaim-order-steady %g: want a slope from -%g to %g", n.SteadyReclaimOrderSlope, MaxCreationOrderSlope, MaxCreationOrderSlope)
+		return fmt.Errorf("Node.SteadyReclaimOrderSlope %g: want a slope from -%g to %g", n.SteadyReclaimOrderSlope, MaxCreationOrderSlope, MaxCreationOrderSlope)
 	case !(math.Abs(n.ReadaheadOrderSlope) <= MaxCreationOrderSlope):
-		return fmt.Errorf("--readahead-order %g: want a slope from -%g to %g", n.ReadaheadOrderSlope, MaxCreationOrderSlope, MaxCreationOrderSlope)
+		return fmt.Errorf("Node.ReadaheadOrderSlope %g: want a slope from -%g to %g", n.ReadaheadOrderSlope, MaxCreationOrderSlope, MaxCreationOrderSlope)
 	case !(n.ReclaimBurstPages >= 0 && n.ReclaimBurstPages <= maxReclaimBurstPages):
-		return fmt.Errorf("--reclaim-burst %g: want pages a visit from 0 to %d", n.ReclaimBurstPages, maxReclaimBurstPages)
+		return fmt.Errorf("Node.ReclaimBurstPages %g: want pages a visit from 0 to %d", n.ReclaimBurstPages, maxReclaimBurstPages)
 	case !(n.FillOutPagesPerSec >= 0) || math.IsInf(n.FillOutPagesPerSec, 0):
-		return fmt.Errorf("--fill-out %g: want pages a second, 0 or more", n.FillOutPagesPerSec)
+		return fmt.Errorf("Node.FillOutPagesPerSec %g: want pages a second, 0 or more", n.FillOutPagesPerSec)
 	case !(n.PagingStealSeconds >= 0 && n.PagingStealSeconds < 0.01):
-		return fmt.Errorf("--paging-steal %v: want a duration from 0 to 10ms a page", time.Duration(n.PagingStealSeconds*float64(time.Second)))
+		return fmt.Errorf("Node.PagingStealSeconds %v: want a duration from 0 to 10ms a page", time.Duration(n.PagingStealSeconds*float64(time.Second)))
 	case !(n.TouchTurnBlocks == 0 || n.TouchTurnBlocks >= 1 && n.TouchTurnBlocks <= MaxTouchTurnBlocks):
-		return fmt.Errorf("--touch-turn-blocks %g: want 1 (no loss) to %d blocks", n.TouchTurnBlocks, MaxTouchTurnBlocks)
+		return fmt.Errorf("Node.TouchTurnBlocks %g: want 1 (no loss) to %d blocks", n.TouchTurnBlocks, MaxTouchTurnBlocks)
 	case n.Swap.SizeBytes > 0 && !(n.Swap.ReadIOPS > 0):
-		return fmt.Errorf("--swap-read-iops must be positive with --swap")
+		return fmt.Errorf("Node.Swap.ReadIOPS must be positive with Node.Swap.SizeBytes")
 	case n.Swap.SizeBytes > 0 && !(n.Swap.WriteIOPS > 0):
-		return fmt.Errorf("--swap-write-iops must be positive with --swap")
+		return fmt.Errorf("Node.Swap.WriteIOPS must be positive with Node.Swap.SizeBytes")
 	case n.Swap.SizeBytes > 0 && !(n.Swap.LatencySeconds > 0):
-		return fmt.Errorf("--swap-latency must be positive with --swap (e.g. 100us)")
+		return fmt.Errorf("Node.Swap.LatencySeconds must be positive with Node.Swap.SizeBytes (e.g. 100us)")
 	case !readaheadUsedValid(n.ReadaheadUsed):
-		return fmt.Errorf("--readahead-used %s: want %s, task counts ascending from 1, shares %g to 1", FormatReadaheadUsed(n.ReadaheadUsed), ReadaheadUsedForm, minReadaheadUsed)
+		return fmt.Errorf("Node.ReadaheadUsed %s: want %s, task counts ascending from 1, shares %g to 1", FormatReadaheadUsed(n.ReadaheadUsed), ReadaheadUsedForm, minReadaheadUsed)
 	case !mixedCapacityValid(n.Swap.MixedCapacity):
-		return fmt.Errorf("--swap-mixed-capacity: want %s, task counts ascending from 1, each 1 to %g", MixedCapacityForm, float64(maxMixedCapacity))
+		return fmt.Errorf("Node.Swap.MixedCapacity: want %s, task counts ascending from 1, each 1 to %g", MixedCapacityForm, float64(maxMixedCapacity))
 	case !mixedCapacityValid(n.Swap.HalfFullMixedCapacity):
-		return fmt.Errorf("--swap-mixed-capacity-half-full: want %s, task counts ascending from 1, each 1 to %g", MixedCapacityForm, float64(maxMixedCapacity))
+		return fmt.Errorf("Node.Swap.HalfFullMixedCapacity: want %s, task counts ascending from 1, each 1 to %g", MixedCapacityForm, float64(maxMixedCapacity))
 	case !depthsAscending(n.Swap.Depths):
-		return fmt.Errorf("--swap-depths: want %s, depths ascending, rates positive", DepthsForm)
+		return fmt.Errorf("Node.Swap.Depths: want %s, depths ascending, rates positive", DepthsForm)
 	case n.Tier != nil && !(n.Tier.Ratio >= 1):
-		return fmt.Errorf("--swap-tier ratio must be at least 1")
+		return fmt.Errorf("Node.Tier ratio must be at least 1")
 	case n.Tier.isZswap() && n.Swap.SizeBytes == 0:
-		return fmt.Errorf("--swap-tier zswap needs a swap device (--swap): its pages hold the device's slots")
+		return fmt.Errorf("Node.Tier zswap needs a swap device (Node.Swap.SizeBytes): its pages hold the device's slots")
 	case n.PageCluster < 0 || n.PageCluster > 10:
 		return fmt.Errorf("page cluster %d: want 0..10", n.PageCluster)
 	case v.Workload.SizeBytes == 0:
-		return fmt.Errorf("--memory-size must be positive")
+		return fmt.Errorf("VM.Workload.SizeBytes must be positive")
 	case v.Workload.SizeBytes+v.GuestOverheadBytes > v.MemoryBytes:
-		return fmt.Errorf("--memory-size %s plus --guest-overhead %s is larger than --vm-memory %s",
+		return fmt.Errorf("VM.Workload.SizeBytes %s plus VM.GuestOverheadBytes %s is larger than VM.MemoryBytes %s",
 			units.FormatBytes(v.Workload.SizeBytes), units.FormatBytes(v.GuestOverheadBytes), units.FormatBytes(v.MemoryBytes))
 	case v.Workload.SizeBytes+v.GuestOverheadBytes+v.GuestCacheBytes > v.MemoryBytes:
-		return fmt.Errorf("--guest-cache %s with --memory-size %s and --guest-overhead %s is larger than --vm-memory %s",
+		return fmt.Errorf("VM.GuestCacheBytes %s with VM.Workload.SizeBytes %s and VM.GuestOverheadBytes %s is larger than VM.MemoryBytes %s",
 			units.FormatBytes(v.GuestCacheBytes), units.FormatBytes(v.Workload.SizeBytes), units.FormatBytes(v.GuestOverheadBytes), units.FormatBytes(v.MemoryBytes))
 	case v.GuestCacheBytes > 0 && v.Process:
-		return fmt.Errorf("--guest-cache needs --worker-kind vm (a process has no guest)")
+		return fmt.Errorf("VM.GuestCacheBytes needs a guest, not VM.Process (a process has none)")
 	case v.Workload.WriteFraction < 0 || v.Workload.WriteFraction > 1:
-		return fmt.Errorf("--writes must be in [0,1]")
+		return fmt.Errorf("VM.Workload.WriteFraction must be in [0,1]")
 	case v.Workload.Scan != memload.ScanSeq && v.Workload.Scan != memload.ScanRandom && v.Workload.Scan != memload.ScanNone:
-		return fmt.Errorf("--memory-scan %q: want seq, random or none", v.Workload.Scan)
+		return fmt.Errorf("VM.Workload.Scan %q: want seq, random or none", v.Workload.Scan)
 	}
 	return nil
 }

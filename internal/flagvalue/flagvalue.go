@@ -1,0 +1,89 @@
+// Package flagvalue holds the command line's value types (pflag.Value):
+// each parses its own syntax and, on bad input, says what form is
+// accepted; pflag prefixes the flag's name.
+package flagvalue
+
+import (
+	"fmt"
+
+	"github.com/headroom-dev/headroom/internal/memload"
+	"github.com/headroom-dev/headroom/internal/units"
+)
+
+type Bytes uint64
+
+func (v *Bytes) String() string { return units.FormatBytes(uint64(*v)) }
+func (v *Bytes) Type() string   { return "size" }
+func (v *Bytes) Set(s string) error {
+	n, err := units.ParseBytes(s)
+	if err != nil {
+		return fmt.Errorf("%v; want %s", err, units.SizeForm)
+	}
+	*v = Bytes(n)
+	return nil
+}
+
+type Rate float64
+
+func (v *Rate) String() string { return fmt.Sprint(float64(*v)) }
+func (v *Rate) Type() string   { return "pages/s" }
+func (v *Rate) Set(s string) error {
+	f, err := units.ParseRate(s)
+	if err != nil {
+		return fmt.Errorf("%v; want %s", err, units.RateForm)
+	}
+	*v = Rate(f)
+	return nil
+}
+
+type Fraction float64
+
+func (v *Fraction) String() string { return fmt.Sprint(float64(*v)) }
+func (v *Fraction) Type() string   { return "fraction" }
+func (v *Fraction) Set(s string) error {
+	f, err := units.ParseFraction(s)
+	if err != nil {
+		return fmt.Errorf("%v; want a number from 0 to 1", err)
+	}
+	*v = Fraction(f)
+	return nil
+}
+
+type Scan memload.Scan
+
+func (v *Scan) String() string { return string(*v) }
+func (v *Scan) Type() string   { return "none|seq|random" }
+func (v *Scan) Set(s string) error {
+	sc, err := memload.ParseScan(s)
+	if err != nil {
+		return fmt.Errorf("%v; want none, seq or random", err)
+	}
+	*v = Scan(sc)
+	return nil
+}
+
+type Content memload.Content
+
+func (v *Content) String() string { return memload.Content(*v).String() }
+func (v *Content) Type() string   { return "content" }
+func (v *Content) Set(s string) error {
+	c, err := memload.ParseContent(s)
+	if err != nil {
+		return fmt.Errorf("%v; want %s", err, memload.ContentForm)
+	}
+	*v = Content(c)
+	return nil
+}
+
+type HugePages memload.HugePages
+
+func (v *HugePages) String() string { return string(*v) }
+func (v *HugePages) Type() string   { return "never|madvise" }
+func (v *HugePages) Set(s string) error {
+	switch memload.HugePages(s) {
+	case memload.HugePagesNever, memload.HugePagesMadvise:
+		*v = HugePages(s)
+		return nil
+	}
+	return fmt.Errorf("unknown hugepages mode %q; want never or madvise", s)
+}

@@ -1,0 +1,166 @@
+package scenario
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/headroom-dev/headroom/internal/density"
+	"github.com/headroom-dev/headroom/internal/memload"
+	"github.com/headroom-dev/headroom/internal/policy"
+	"github.com/headroom-dev/headroom/internal/sim"
+	"github.com/headroom-dev/headroom/internal/units"
+)
+
+// Params turns the values into the model's parameters, checking them
+// against each other; an error names the flag. agentFile is the agent an
+// --agent-config file gave (nil: none; the caller reads the file, with the
+// agent's own loader).
+func (v Values) Params(agentFile *sim.AgentParams) (sim.Params, error) {
+	if err := v.Validate(agentFile != nil); err != nil {
+		return sim.Params{}, err
+	}
+	deployments, err := density.ParseDeployments(v.Deployments)
+	if err != nil {
+		return sim.Params{}, fmt.Errorf("--deployments: %v; want %s", err, density.DeploymentsForm)
+	}
+	ratio, err := v.tierRatio()
+	if err != nil {
+		return sim.Params{}, err
+	}
+	node := sim.Node{RAMBytes: uint64(v.NodeMemory), SystemReserveBytes: uint64(v.SystemReserve), CPUs: v.CPUs,
+		TouchTurnBlocks: v.TouchTurnBlocks, PopulateRatePerCore: v.PopulateRate, PageCluster: 3, KSMDCPUSeconds: v.KSMDCPU.Seconds(),
+		PagingStealSeconds: v.PagingSteal.Seconds(), ReclaimBatchShare: v.ReclaimBatch, ReclaimOrderSlope: v.ReclaimOrder,
+		ReclaimBurstPages: v.ReclaimBurst, SteadyReclaimOrderSlope: v.ReclaimOrderSteady, FillOutPagesPerSec: v.FillOut,
+		ReadaheadByOffset: v.SwapReadahead == "offset", ReadaheadOrderSlope: v.ReadaheadOrder,
+		Swap: sim.Device{SizeBytes: uint64(v.Swap), ReadIOPS: v.SwapReadIOPS, WriteIOPS: v.SwapWriteIOPS, LatencySeconds: v.SwapLatency.Seconds(),
+			ReadBytesPerSec: float64(v.SwapReadBandwidth), WriteBytesPerSec: float64(v.SwapWriteBandwidth)}}
+	// Each figure given in a grammar: parsed where given, none otherwise.
+	forms := []struct {
+		value string
+		parse func(string) error
+	}{
+		{v.SwapDepths, func(s string) (err error) { node.Swap.Depths, err = sim.ParseDepths(s); return }},
+		{v.TouchAloneSpeedup, func(s string) (err error) { node.TouchAloneSpeedup, err = sim.ParseTouchAloneSpeedup(s); return }},
+		{v.TouchRate, func(s string) (err error) { node.TouchRate, err = sim.ParseTouchRate(s); return }},
+		{v.ReadaheadUsed, func(s string) (err error) { node.ReadaheadUsed, err = sim.ParseReadaheadUsed(s); return }},
+		{v.SwapReadPages, func(s string) (err error) { node.ReadaheadPages, err = sim.ParseIOPages("swap-read-pages", s); return }},
+		{v.SwapWritePages, func(s string) (err error) { node.WritePages, err = sim.ParseIOPages("swap-write-pages", s); return }},
+		{v.SwapWritePagesHalf, func(s string) (err error) {
+			node.HalfFullWritePages, err = sim.ParseIOPages("swap-write-pages-half-full", s)
+			return
+		}},
+		{v.SwapMixedCapacity, func(s string) (err error) {
+			node.Swap.MixedCapacity, err = sim.ParseMixedCapacity("swap-mixed-capacity", s)
+			return
+		}},
+		{v.SwapMixedHalfFull, func(s string) (err error) {
+			node.Swap.HalfFullMixedCapacity, err = sim.ParseMixedCapacity("swap-mixed-capacity-half-full", s)
+			return
+		}},
+		{v.PagingCPU, func(s string) (err error) { node.PagingCPU, err = sim.ParsePagingCPU(s); return }},
+		{v.TouchBesidePaging, func(s string) (err error) { node.TouchBesidePaging, err = sim.ParseTouchBesidePaging(s); return }},
+		{v.RunQueueWait, func(s string) (err error) { node.RunQueueWait, err = sim.ParseRunQueueWait(s); return }},
+		{v.SwapTier, func(s string) (err error) { node.Tier, err = sim.ParseTier(s, ratio, node.RAMBytes); return }},
+	}
+	for _, f := range forms {
+		if f.value == "" {
+			continue
+		}
+		if err := f.parse(f.value); err != nil {
+			return sim.Params{}, err
+		}
+	}
+	vm := sim.VMSpec{Process: v.WorkerKind == "process", MemoryBytes: uint64(v.VMMemory), GuestOverheadBytes: uint64(v.GuestOverhead),
+		HostOverheadBytes: uint64(v.Overhead), GuestCacheBytes: uint64(v.GuestCache), BalloonCPUSecondsPerPage: v.BalloonCPU.Seconds(),
+		StartCPUFactor: v.StartCPUFactor, StartCPUSeconds: v.StartCPUDuration.Seconds(),
+		RequestBytes: density.RequestBytes(uint64(v.VMMemory), v.Overcommit, uint64(v.Overhead)),
+		Workload: sim.Workload{SizeBytes: uint64(v.MemorySize), Scan: memload.Scan(v.Scan), WriteFraction: float64(v.Writes),
+			RatePagesPerSec: float64(v.Rate), DupFraction: sim.DupFraction(memload.Content(v.Content))}}
+	if err := sim.Validate(node, vm); err != nil {
+		return sim.Params{}, namingFlags(err)
+	}
+	p := sim.Params{Node: node, VM: vm, Deployments: deployments, RuntimeSeconds: v.Runtime.Seconds(), Seed: v.Seed,
+		StopOnFailure: v.StopOnFailure, Label: fmt.Sprintf("sim %s %s", v.Scan, units.FormatBytes(uint64(v.MemorySize)))}
+	switch {
+	case agentFile != nil:
+		p.Agent = agentFile
+	case v.Agent:
+		cfg := policy.DefaultConfig()
+		cfg.MaxAverageSwapInPagesPerSecond, cfg.MaxAverageSwapOutPagesPerSecond = v.MaxSwapIn, v.MaxSwapOut
+		if v.MaxSwapIn == -1 {
+			cfg.MaxAverageSwapInPagesPerSecond = 0.5 * v.SwapReadIOPS
+		}
+		if v.MaxSwapOut == -1 {
+			cfg.MaxAverageSwapOutPagesPerSecond = 0.5 * v.SwapWriteIOPS
+		}
+		if v.Balloon {
+			cfg.Balloon, cfg.BalloonPolicy = true, v.BalloonPolicy
+		}
+		cfg.KSMMode = v.KSM
+		a := sim.DefaultAgent()
+		a.Policy = cfg
+		p.Agent = &a
+	}
+	return p, nil
+}
+
+// Validate checks the values against each other where the model cannot:
+// the flags that only mean something beside another, and the agent's.
+// withAgentFile: an --agent-config file gives the agent's keys.
+func (v Values) Validate(withAgentFile bool) error {
+	switch {
+	case v.Overcommit < 100:
+		return fmt.Errorf("--overcommit-percent must be at least 100, got %g", v.Overcommit)
+	case v.Runtime <= 0:
+		return fmt.Errorf("--workload-runtime must be positive")
+	case v.SwapReadahead != "address" && v.SwapReadahead != "offset":
+		return fmt.Errorf("--swap-readahead %q: want address or offset", v.SwapReadahead)
+	case v.WorkerKind != "vm" && v.WorkerKind != "process":
+		return fmt.Errorf("--worker-kind %q: want vm or process", v.WorkerKind)
+	case v.Balloon && !v.Agent:
+		return fmt.Errorf("--balloon needs --agent")
+	case v.Balloon && v.BalloonPolicy != policy.BalloonHeadroom && v.BalloonPolicy != policy.BalloonMOM:
+		return fmt.Errorf("--balloon-policy %q: want headroom or mom", v.BalloonPolicy)
+	case !v.Balloon && v.BalloonPolicy != policy.BalloonHeadroom:
+		return fmt.Errorf("--balloon-policy needs --balloon")
+	case v.KSM != policy.KSMOff && v.KSM != policy.KSMGovernor && v.KSM != policy.KSMAdvisor:
+		return fmt.Errorf("--ksm %q: want off, governor or advisor", v.KSM)
+	case v.BalloonCPU < 0:
+		return fmt.Errorf("--balloon-cpu %s: want a duration not negative", v.BalloonCPU)
+	case v.StartCPUFactor != 0 && !(v.StartCPUFactor >= 1 && v.StartCPUFactor <= 100):
+		return fmt.Errorf("--start-cpu-factor %g: want 0 (none) or a factor in [1,100]", v.StartCPUFactor)
+	case v.StartCPUDuration <= 0 || v.StartCPUDuration > 10*time.Minute:
+		return fmt.Errorf("--start-cpu-duration %s: want a duration in (0,10m]", v.StartCPUDuration)
+	case v.BalloonCPU > 0 && !v.Balloon:
+		return fmt.Errorf("--balloon-cpu needs --balloon")
+	case v.KSMDCPU < 0:
+		return fmt.Errorf("--ksmd-cpu %s: want a duration not negative", v.KSMDCPU)
+	case v.KSM != policy.KSMOff && !v.Agent:
+		return fmt.Errorf("--ksm needs --agent")
+	case v.Balloon && v.WorkerKind != "vm":
+		return fmt.Errorf("--balloon needs --worker-kind vm (a process has no guest)")
+	case (v.MaxSwapIn < 0 && v.MaxSwapIn != -1) || (v.MaxSwapOut < 0 && v.MaxSwapOut != -1):
+		return fmt.Errorf("--max-swap-in-pages-per-sec and --max-swap-out-pages-per-sec: want a rate, 0 (off) or -1 (half the device's)")
+	case withAgentFile && (v.MaxSwapIn != -1 || v.MaxSwapOut != -1 || v.KSM != policy.KSMOff || v.Balloon):
+		return fmt.Errorf("--agent-config %s: set the thresholds, ksmMode and balloon in the file, not with --max-swap-*, --ksm or --balloon", v.AgentConfig)
+	}
+	return nil
+}
+
+// namingFlags rewrites the model's field names in err (Node.X, VM.X) as
+// the flags that set them.
+func namingFlags(err error) error {
+	msg := err.Error()
+	ps := All()
+	// Longest first: Node.Swap.MixedCapacity before Node.Swap.Mixed...
+	sort.Slice(ps, func(i, j int) bool { return len(ps[i].Model) > len(ps[j].Model) })
+	for _, p := range ps {
+		if p.Model != "" {
+			msg = strings.ReplaceAll(msg, p.Model, "--"+p.Flag)
+		}
+	}
+	return errors.New(msg)
+}
