@@ -3,17 +3,15 @@
 # ramp of micro-VMs (swap alone, headroom's balloon controller, MOM's rules;
 # each workload capped at RATE pages/s) measured, then the same ramp in
 # `headroom sim` with the agent's real policy in the loop and the node's
-# figures of docs/sim.md "Balloons in the model" (TCG guests: no
+# figures below (TCG guests: no
 # --machine this, which measures processes). Prints per setup and step,
 # measured and simulated: whether the step held (no eviction, failure or
 # OOM kill), its evictions, and the slowest VM's share of the rate over
 # the whole step, with their ratio. Needs root; removes all it made.
 # RESULTS=dir keeps both runs per setup (`headroom report dir/headroom
 # dir/sim-headroom` overlays them); DEPLOYMENTS (1,3,5,6,7), RATE (1M),
-# MEMORY_SIZE (32Mi), GUEST_CACHE (288Mi), RUNTIME (20s), BALLOON_CPU
-# (the model's vCPU a page a balloon moves, 5us), START_CPU_FACTOR (6) and
-# START_CPU_DURATION (4s: a guest's touches cost 6 times their steady CPU
-# as its workload starts, falling to once over 4 s) change it. MEASURED=dir
+# MEMORY_SIZE (32Mi), GUEST_CACHE (288Mi) and RUNTIME (20s) change it.
+# MEASURED=dir
 # compares an earlier density-balloon.sh RESULTS dir instead of measuring.
 # The measured ramp's own summary (its "holds" lines first) stays in
 # RESULTS/density-balloon.txt.
@@ -33,7 +31,7 @@ fi
 for setup in swap headroom mom; do
   [ -f "$MEASURED/$setup/run.json" ] || continue
   balloon=()
-  [ "$setup" != swap ] && balloon=(--balloon --balloon-policy "$setup" --balloon-cpu "${BALLOON_CPU:-5us}")
+  [ "$setup" != swap ] && balloon=(--balloon --balloon-policy "$setup")
   # The agent as density runs it: swap utilization only, the swap-rate
   # thresholds off.
   "$HEADROOM" sim --node-memory 1536Mi --system-reserve 0 --cpus 2 --touch-rate 10M --populate-rate 10000 \
@@ -41,7 +39,6 @@ for setup in swap headroom mom; do
     --vm-memory 512Mi --memory-size "$MEMORY_SIZE" --guest-overhead 100Mi --overhead 40Mi --guest-cache "$GUEST_CACHE" \
     --overcommit-percent 400 --deployments "$DEPLOYMENTS" --workload-runtime "$RUNTIME" --memory-scan random --rate "$RATE" \
     --stop-on-failure=false --agent --max-swap-in-pages-per-sec 0 --max-swap-out-pages-per-sec 0 "${balloon[@]}" \
-    --start-cpu-factor "${START_CPU_FACTOR:-6}" --start-cpu-duration "${START_CPU_DURATION:-4s}" \
     --label "sim $setup" --out "$OUT/sim-$setup" > "$BENCH_TMP/sim.log" 2>&1 || { echo "sim $setup failed:"; tail -3 "$BENCH_TMP/sim.log"; continue; }
 done
 

@@ -306,7 +306,7 @@ used_range() {
 # seq ramp (from the later of the two runs' first plateau steps), the
 # pages the workers touched a page swapped in (aggregate rate over
 # swap-ins a second), measured and simulated: below 1 where readahead
-# went unused (the model's readahead-used).
+# went unused (the model uses every page it reads: 1).
 compare_used() {
   [ "$scan" = seq ] && [ "$3" -gt 0 ] || return 0
   local m s

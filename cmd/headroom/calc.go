@@ -100,7 +100,7 @@ func newCalcCommand() *cobra.Command {
 	}
 	fl := cmd.Flags()
 	f.shape.register(fl)
-	fl.StringVar(&f.version, "kubevirt-version", "v1.8", "KubeVirt release line: "+strings.Join(calc.VersionNames(), ", "))
+	fl.StringVar(&f.version, "kubevirt-version", calc.DefaultVersion, "KubeVirt release line: "+strings.Join(calc.VersionNames(), ", "))
 	fl.Var(&f.node, "node-memory", "the node's memory pods may request (allocatable), e.g. 192Gi: adds the fit and the swap")
 	fl.IntVar(&f.maxPods, "max-pods", 110, "the kubelet's maxPods")
 	fl.StringVar(&f.shapes, "shapes", "", "YAML list of shapes (keys: this command's shape flags, e.g. guest-memory, cpus), each over the command line's")

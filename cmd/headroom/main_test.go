@@ -23,6 +23,7 @@ import (
 	"github.com/headroom-dev/headroom/internal/loadrun"
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/results"
+	"github.com/headroom-dev/headroom/internal/sim/scenario"
 )
 
 // The test binary doubles as the headroom binary: with HEADROOM_TEST_MAIN
@@ -152,9 +153,6 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"density", "--swap", "1Gi", "--swap-tier", "zram:1Gi,ratio=3"}, "ratio= describes a modelled tier (headroom sim)"},
 		{[]string{"sim", "--swap-tier", "zram:1Gi", "--swap-tier-ratio", "0.5"}, "--swap-tier-ratio 0.5: want a ratio of at least 1"},
 		{[]string{"sim", "--swap-tier", "zswap:1Gi"}, "zswap needs a swap device (--swap)"},
-		{[]string{"sim", "--swap-readahead", "cluster"}, "--swap-readahead \"cluster\": want address or offset"},
-		{[]string{"sim", "--readahead-order", "1.5"}, "--readahead-order 1.5: want a slope from -0.9 to 0.9"},
-		{[]string{"sim", "--reclaim-order-steady", "-1"}, "--reclaim-order-steady -1: want a slope from -0.9 to 0.9"},
 		{[]string{"sim", "--save-machine", "/tmp/m.yaml"}, "only with --machine this"},
 		{[]string{"sim", "--machine", "this", "--save-machine", "/nonexistent/m.yaml"}, "its directory does not exist"},
 		{[]string{"sim", "paging", "--workers", "0"}, "--workers 0: want a count of at least 1"},
@@ -163,20 +161,13 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"sim", "paging", "extra"}, "unknown command"},
 		{[]string{"sim", "--swap-depths", "4:1/1,2:1/1"}, "--swap-depths"},
 		{[]string{"sim", "--find", "min-cost"}, "--find"},
-		{[]string{"sim", "--touch-beside-paging", "0.72"}, "SHARE@PAGES_PER_SEC"},
-		{[]string{"sim", "--paging-steal", "-20us"}, "--paging-steal"},
-		{[]string{"sim", "--reclaim-batch", "2"}, "--reclaim-batch 2: want a share"},
-		{[]string{"sim", "--reclaim-order", "1"}, "--reclaim-order 1: want a slope"},
-		{[]string{"sim", "--fill-out", "-5"}, "--fill-out -5: want pages a second"},
+		{[]string{"sim", "--find", "overcommit-percent", "--kubevirt-version", "v9"}, "--kubevirt-version \"v9\": want one of v1.6, v1.7, v1.8"},
+		{[]string{"sim", "--like", "/nonexistent"}, "--like"},
 		{[]string{"sim", "--machine", "this", "--machine-rounds", "0"}, "--machine-rounds 0: want a count of at least 1"},
 		{[]string{"sim", "--balloon"}, "--balloon needs --agent"},
 		{[]string{"sim", "--agent", "--balloon", "--balloon-policy", "esx"}, "--balloon-policy"},
 		{[]string{"sim", "--balloon-policy", "mom"}, "--balloon-policy needs --balloon"},
 		{[]string{"sim", "--guest-cache", "2Gi"}, "--guest-cache"},
-		{[]string{"sim", "--balloon-cpu", "5us"}, "--balloon-cpu needs --balloon"},
-		{[]string{"sim", "--agent", "--balloon", "--balloon-cpu", "-5us"}, "--balloon-cpu"},
-		{[]string{"sim", "--start-cpu-factor", "0.5"}, "--start-cpu-factor 0.5: want 0 (none) or a factor in [1,100]"},
-		{[]string{"sim", "--start-cpu-factor", "6", "--start-cpu-duration", "0s"}, "--start-cpu-duration"},
 		{[]string{"sim", "--agent", "--max-swap-out-pages-per-sec", "-5"}, "--max-swap-out-pages-per-sec"},
 		{[]string{"sim", "--agent", "--ksm", "advisor", "--ksmd-cpu", "-1s"}, "--ksmd-cpu"},
 		{[]string{"sim", "--ksm", "governor"}, "--ksm needs --agent"},
@@ -460,28 +451,27 @@ func TestWorkerExitsWhenControllerGoesAway(t *testing.T) {
 	}
 }
 
-// Every key a scenario takes (each flag of sim but --scenario and --help)
-// has its row in docs/sim.md's table of keys.
-func TestSimScenarioKeysDocumented(t *testing.T) {
+// docs/sim.md names every figure of the model (the node's, the swap
+// device's and the VM's), where it says how to measure each; the
+// generated reference lists every flag.
+func TestSimModelFiguresDocumented(t *testing.T) {
 	doc, err := os.ReadFile("../../docs/sim.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	documented := map[string]bool{}
-	for _, line := range strings.Split(string(doc), "\n") {
-		cells := strings.Split(line, "|")
-		if len(cells) < 3 || !strings.HasPrefix(line, "| ") {
-			continue
-		}
-		for _, key := range strings.Split(cells[1], ",") {
-			documented[strings.TrimSpace(key)] = true
+	n := 0
+	for _, p := range scenario.All() {
+		switch p.Group {
+		case "node", "swap", "vm", "correction":
+			n++
+			if !strings.Contains(string(doc), "`"+p.Flag+"`") && !strings.Contains(string(doc), "`--"+p.Flag) {
+				t.Errorf("sim --%s (%s) is not in docs/sim.md", p.Flag, p.Group)
+			}
 		}
 	}
-	newSimCommand().Flags().VisitAll(func(f *pflag.Flag) {
-		if f.Name != "scenario" && f.Name != "help" && !documented[f.Name] {
-			t.Errorf("sim --%s has no row in docs/sim.md's table of scenario keys", f.Name)
-		}
-	})
+	if n < 20 {
+		t.Errorf("%d model figures: the groups were renamed", n)
+	}
 }
 
 // A scenario sets the flags it names; flags on the command line win; the
@@ -519,6 +509,13 @@ func TestSimScenario(t *testing.T) {
 		"--workload-runtime", "5s", "--find", "max-vms", "--min-per-vm-fraction", "0.5", "--max-swap-utilization", "0.5", "--out", filepath.Join(dir, "find"))
 	if want := "max-vms: 11 VMs keep a mean per-VM rate of at least 50%"; r.code != 0 || !strings.Contains(r.stdout, want) || !strings.Contains(r.stdout, "; 11 also keep swap use within 50%") {
 		t.Errorf("--find max-vms: exit %d, %q: want %q and 11 within the swap bound", r.code, r.stdout, want)
+	}
+	// The same node's largest KubeVirt overcommit: the one admitting the
+	// 11 VMs that keep their rate.
+	r = runHeadroom(t, "sim", "--scenario", "../../scenarios/paper-192g-nvme.yaml", "--memory-scan", "random", "--deployments", "10,11,12,13",
+		"--workload-runtime", "5s", "--find", "overcommit-percent", "--out", filepath.Join(dir, "overcommit"))
+	if want := "% admits 11 VMs of 16.0 GiB (KubeVirt v1.8:"; r.code != 0 || !strings.Contains(r.stdout, want) || !strings.Contains(r.stdout, "; 11 keep a mean per-VM rate") {
+		t.Errorf("--find overcommit-percent: exit %d, %q: want %q", r.code, r.stdout, want)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/headroom-dev/headroom/internal/agent"
+	"github.com/headroom-dev/headroom/internal/calc"
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/results"
 	"github.com/headroom-dev/headroom/internal/sim"
@@ -65,7 +66,7 @@ lucky VMs would outlast the measured ones (docs/sim.md).`
 type simFlags struct {
 	scenario.Values
 	label, scenarioFile, out, find string
-	like                           string
+	like, kubevirtVersion          string
 	machine, saveMachine           string
 	machineRounds                  int
 	minPerVM, maxSwapUtil          float64
@@ -91,7 +92,8 @@ func newSimCommand() *cobra.Command {
 	fl.StringVar(&f.saveMachine, "save-machine", "", "with --machine this: also write the measured figures to this file as a scenario (use with --scenario FILE)")
 	fl.IntVar(&f.machineRounds, "machine-rounds", machine.DefaultRounds, "with --machine this: how often each figure is measured, the median kept (1: a third of the time, noisier)")
 	f.Values.Register(fl)
-	fl.StringVar(&f.find, "find", "", "max-vms: print the largest VM count that keeps --min-per-vm-fraction (and --max-swap-utilization)")
+	fl.StringVar(&f.find, "find", "", "max-vms: the most VMs that keep --min-per-vm-fraction (and --max-swap-utilization); overcommit-percent: the largest overcommit admitting no more")
+	fl.StringVar(&f.kubevirtVersion, "kubevirt-version", calc.DefaultVersion, "with --find overcommit-percent: the KubeVirt release whose virt-launcher request admits the VMs: "+strings.Join(calc.VersionNames(), ", "))
 	fl.Float64Var(&f.minPerVM, "min-per-vm-fraction", f.minPerVM, "with --find: the least mean per-VM rate, as a fraction of the one-VM rate")
 	fl.Float64Var(&f.maxSwapUtil, "max-swap-utilization", 0, "with --find: the most swap in use at the end of a step, as a fraction of the swap (0: any)")
 	fl.StringVar(&f.out, "out", "", "results directory (default ./results/<timestamp>-sim)")
@@ -228,6 +230,16 @@ func agentConfigForSim(f *simFlags) (*sim.AgentParams, error) {
 }
 
 func runSim(cmd *cobra.Command, f *simFlags) error {
+	kubevirt, ok := calc.Versions[f.kubevirtVersion]
+	switch {
+	case f.find != "" && f.find != findMaxVMs && f.find != findOvercommit:
+		return usagef("--find %q: want %s or %s", f.find, findMaxVMs, findOvercommit)
+	case !ok:
+		return usagef("--kubevirt-version %q: want one of %s", f.kubevirtVersion, strings.Join(calc.VersionNames(), ", "))
+	}
+	if !(f.minPerVM > 0 && f.minPerVM <= 1) || f.maxSwapUtil < 0 || f.maxSwapUtil > 1 {
+		return usagef("--min-per-vm-fraction must be in (0,1] and --max-swap-utilization in [0,1]")
+	}
 	if f.scenarioFile != "" {
 		if err := applyScenario(cmd.Flags(), f.scenarioFile); err != nil {
 			return err
@@ -258,12 +270,6 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 	default:
 		return usagef("--machine %q: want this", f.machine)
 	}
-	if f.find != "" && f.find != "max-vms" {
-		return usagef("--find %q: want max-vms", f.find)
-	}
-	if !(f.minPerVM > 0 && f.minPerVM <= 1) || f.maxSwapUtil < 0 || f.maxSwapUtil > 1 {
-		return usagef("--min-per-vm-fraction must be in (0,1] and --max-swap-utilization in [0,1]")
-	}
 	fl := cmd.Flags()
 	// A reserve is a figure of the host it was read on: a node sized on
 	// the command line, in the scenario or by --machine this gets none
@@ -291,6 +297,10 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 	}
 	if f.find != "" {
 		p.StopOnFailure = false
+	}
+	if f.find == findOvercommit {
+		// Every count runs: KubeVirt's request, not the ramp's, admits.
+		p.VM.RequestBytes = 0
 	}
 	dir := f.out
 	if dir == "" {
@@ -332,11 +342,25 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 		fmt.Fprintf(cmd.OutOrStdout(), "simulated %.0f s in %.2f s of wall time (%.0f simulated s per s); peak RSS %s\n",
 			simulated, wall, simulated/max(wall, 1e-9), units.FormatBytes(peakRSSBytes()))
 	}
-	if f.find != "" {
+	switch f.find {
+	case findMaxVMs:
 		fmt.Fprintln(cmd.OutOrStdout(), sim.FindMaxVMs(run, f.minPerVM, f.maxSwapUtil))
+	case findOvercommit:
+		answer, err := sim.FindOvercommit(run, f.minPerVM, f.maxSwapUtil, kubevirt,
+			calc.Shape{GuestMemoryBytes: p.VM.MemoryBytes, CPUs: 1}, p.Node.RAMBytes-p.Node.SystemReserveBytes)
+		if err != nil {
+			return usageError{err}
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), answer)
 	}
 	return nil
 }
+
+// The planner's questions --find answers.
+const (
+	findMaxVMs     = "max-vms"
+	findOvercommit = "overcommit-percent"
+)
 
 // peakRSSBytes is this process's peak resident set.
 func peakRSSBytes() uint64 {

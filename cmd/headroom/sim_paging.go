@@ -70,7 +70,7 @@ func runSimPaging(cmd *cobra.Command, f *simPagingFlags) error {
 	if !f.json {
 		fmt.Fprintf(cmd.ErrOrStderr(), "paging %d %s workers, half of each out, for %s once all scan (some 20 s)...\n", f.workers, f.scan.String(), f.window)
 	}
-	sample, err := machine.MeasurePaging(cmd.Context(), exe, memload.Scan(f.scan), f.workers, f.window, false)
+	sample, err := machine.MeasurePaging(cmd.Context(), exe, memload.Scan(f.scan), f.workers, f.window)
 	if errors.Is(err, machine.ErrPagingNeedsRoot) {
 		return usagef("sim paging %v", err)
 	}

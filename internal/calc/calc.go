@@ -42,6 +42,10 @@ var Versions = map[string]Version{
 		SEVVariants: true, ReservedOverhead: true},
 }
 
+// DefaultVersion is the release line assumed where none is named: the
+// newest supported.
+const DefaultVersion = "v1.8"
+
 // VersionNames lists the supported versions, oldest first.
 func VersionNames() []string {
 	names := make([]string, 0, len(Versions))

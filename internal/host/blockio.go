@@ -51,3 +51,16 @@ func sumBlockIO(stats []blockdevice.Diskstats, devices map[uint64]bool) BlockIO 
 	}
 	return io
 }
+
+// blockDeviceOf is the device number of the block device under path: the
+// device itself for a device node, else its file system's.
+func blockDeviceOf(path string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFBLK {
+		return st.Rdev, nil
+	}
+	return st.Dev, nil
+}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -337,33 +336,5 @@ func TestThreadSchedstatsShowTheBusiestThreadsWait(t *testing.T) {
 	}
 	if _, err := ThreadSchedstats(1 << 30); err == nil {
 		t.Error("no error for a process that does not exist")
-	}
-}
-
-// The kernel reads ahead by offset where vma_ra_enabled is off or any
-// rotational swap is active: for a swap file made on the root file
-// system, as lsblk tells the root disk's rotational flag.
-func TestSwapReadaheadByOffsetFollowsTheDisk(t *testing.T) {
-	ra, err := os.ReadFile("/sys/kernel/mm/swap/vma_ra_enabled")
-	if err != nil {
-		t.Skipf("no swap readahead setting in this kernel: %v", err)
-	}
-	source, err := exec.Command("findmnt", "-nfo", "SOURCE", "/").Output()
-	if err != nil || !strings.HasPrefix(string(source), "/dev/") {
-		t.Skipf("the root file system is not on a block device (%q, %v)", source, err)
-	}
-	rota, err := exec.Command("lsblk", "-ndo", "ROTA", strings.TrimSpace(string(source))).Output()
-	if err != nil {
-		t.Fatalf("lsblk %s: %v", source, err)
-	}
-	byOffset, err := SwapReadaheadByOffset("/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := strings.TrimSpace(string(ra)) != "true" || strings.TrimSpace(string(rota)) == "1"; byOffset != want {
-		t.Errorf("by offset %v with / on %s (lsblk ROTA %s, vma_ra_enabled %s), want %v", byOffset, strings.TrimSpace(string(source)), strings.TrimSpace(string(rota)), strings.TrimSpace(string(ra)), want)
-	}
-	if rotational(0) {
-		t.Error("a device with no sysfs entry reads as rotational")
 	}
 }

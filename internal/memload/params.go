@@ -5,31 +5,6 @@ import (
 	"time"
 )
 
-// Scan is the access pattern of the measured phase.
-type Scan string
-
-const (
-	// ScanNone allocates and populates, then holds the memory untouched.
-	ScanNone Scan = "none"
-	// ScanSeq walks the block one stride at a time, wrapping at the end.
-	ScanSeq Scan = "seq"
-	// ScanRandom touches uniformly random strides.
-	ScanRandom Scan = "random"
-)
-
-// ParseScan accepts none, seq or random (and ClusterBuster's 0, 1).
-func ParseScan(s string) (Scan, error) {
-	switch s {
-	case "none", "0":
-		return ScanNone, nil
-	case "seq", "1", "sequential":
-		return ScanSeq, nil
-	case "random":
-		return ScanRandom, nil
-	}
-	return "", fmt.Errorf("unknown scan %q", s)
-}
-
 // Params are the workload's parameters; they are echoed in every summary.
 type Params struct {
 	SizeBytes       uint64        `json:"size_bytes"`

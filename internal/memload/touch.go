@@ -33,7 +33,7 @@ func newToucher(b *Block, strideBytes uint64, writeFraction float64, c Content, 
 		stride:    strideBytes,
 		rng:       seed,
 		writeStep: uint64(writeFraction * writeOne),
-		delta:     c.writeDelta(),
+		delta:     writeDelta(c),
 	}
 }
 

@@ -1,8 +1,6 @@
 package sim
 
 import (
-	"math"
-
 	"github.com/headroom-dev/headroom/internal/policy"
 )
 
@@ -19,9 +17,7 @@ func (v *vmState) guestUsed() float64 { return v.guestOverhead + v.populated }
 // setBalloon sets the guest's memory after its balloon; the guest drops
 // the idle cache that no longer fits, and keeps what it uses.
 func (v *vmState) setBalloon(pages float64) {
-	was := v.memPages
 	v.memPages = min(max(pages, v.guestUsed()), v.maxPages)
-	v.balloonBusy += math.Abs(v.memPages-was) * v.balloonCost
 	if excess := v.guestUsed() + v.cacheHeld() - v.memPages; excess > minPages {
 		keep := 1 - excess/v.cacheHeld()
 		v.cache *= keep
@@ -39,12 +35,4 @@ func guestStats(v *vmState) *policy.GuestMemory {
 	b := func(pages float64) int64 { return int64(pages * PageBytes) }
 	return &policy.GuestMemory{MemoryBytes: uint64(b(v.memPages)), MaxBytes: uint64(b(v.maxPages)), TotalBytes: b(v.maxPages),
 		FreeBytes: b(free), DiskCachesBytes: b(v.cacheHeld()), AvailableBytes: b(free + v.cacheHeld())}
-}
-
-// balloonWork takes up to dt seconds of the balloon's pending work off
-// the guest's vCPU this tick and returns them.
-func (v *vmState) balloonWork(dt float64) float64 {
-	w := min(v.balloonBusy, dt)
-	v.balloonBusy -= w
-	return w
 }

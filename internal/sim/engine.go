@@ -4,7 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 
-	"github.com/headroom-dev/headroom/internal/memload"
+	"github.com/headroom-dev/headroom/internal/memload/loadspec"
 )
 
 // Model constants. Each is a property of Linux or of the workload, not a
@@ -53,13 +53,10 @@ const (
 type vmState struct {
 	name      string
 	createdAt float64 // when it was created, from the step's start
-	// creationPlace is its place among the step's VMs in creation order:
-	// 1 for the first, −1 for the last (0 alone).
-	creationPlace float64
-	startAt       float64 // when its workload starts populating
-	phase         phase
-	pages         float64 // the workload's pages
-	overhead      float64 // pages always resident (guest and host overhead)
+	startAt   float64 // when its workload starts populating
+	phase     phase
+	pages     float64 // the workload's pages
+	overhead  float64 // pages always resident (guest and host overhead)
 	// guestOverhead is the guest's part of overhead.
 	guestOverhead float64
 	// cache is the guest's idle page cache in RAM; cacheTier and cacheDisk
@@ -68,10 +65,6 @@ type vmState struct {
 	cache, cacheTier, cacheDisk, cacheGoal, cacheFilled float64
 	// memPages is the guest's memory after its balloon, maxPages its RAM.
 	memPages, maxPages float64
-	// balloonCost is the vCPU seconds a page its balloon moves costs;
-	// balloonBusy the seconds of that work not done yet (its workload
-	// waits for them).
-	balloonCost, balloonBusy float64
 	// dupShare is the share of its workload's pages KSM can merge;
 	// merged the resident ones it has.
 	dupShare, merged float64
@@ -100,9 +93,7 @@ type vmState struct {
 	// measured phase counters.
 	touches, faults float64
 	readyAt         float64
-	// runningAt is when its workload started running (the measured phase).
-	runningAt float64
-	gone      string
+	gone            string
 }
 
 func (v *vmState) live() bool { return v.phase != phaseGone }
@@ -144,22 +135,11 @@ type node struct {
 	// the device, at the number of VMs faulting on it.
 	runQueueWait float64
 	// readaheadPages and writePages are this tick's pages a sequential
-	// fault reads and a write carries, and mixedCapacity the device's
-	// mixed capacity, at the number of VMs faulting and, for the last two,
-	// whether half the swap is in use (swapHalfFull: the kernel's
-	// vm_swap_full()).
-	readaheadPages, writePages, mixedCapacity float64
-	// readaheadUsed is this tick's share of the pages a sequential fault
-	// reads that its scan touches (1 for a random scan).
-	readaheadUsed float64
+	// fault reads and a write carries, at the number of VMs faulting.
+	readaheadPages, writePages float64
 	// windowPages is the most pages a readahead reads (2^PageCluster).
 	windowPages  float64
 	swapHalfFull bool
-	// fillOrderLeftPages is what reclaim still takes by the fill's order
-	// (Node.ReclaimOrderSlope) where it falls behind this step: as many
-	// pages as that order was measured over (FillOrderShare of the VMs'
-	// workloads); past them, the steady order.
-	fillOrderLeftPages float64
 	// writebackLeft is what a full zswap pool still has to write back to
 	// the device before it takes pages again; writebackPerSec the pages
 	// it writes back a second this tick.
@@ -176,11 +156,8 @@ type node struct {
 	// vmCPUSeconds is the cores' busy time the VMs' touching, populating
 	// and paging took (ksmd keeps its own).
 	vmCPUSeconds float64
-	// now is the tick's simulated time; startCPUFactor and
-	// startCPUSeconds the VMs' extra touch CPU as they start running
-	// (VMSpec).
-	now                             float64
-	startCPUFactor, startCPUSeconds float64
+	// now is the tick's simulated time.
+	now float64
 }
 
 func pagesOf(b uint64) float64 { return float64(b) / PageBytes }
@@ -189,9 +166,8 @@ func newNode(nd Node, spec VMSpec, count int, dt float64, seed uint64) *node {
 	s := &node{n: nd, w: spec.Workload, process: spec.Process, rng: rand.New(rand.NewPCG(seed, 0x5eed)), dtSeconds: dt,
 		capacityPages: pagesOf(nd.RAMBytes - nd.SystemReserveBytes), diskCapPages: pagesOf(nd.Swap.SizeBytes),
 		readWait: nd.Swap.LatencySeconds, touchRate: TouchRateAt(nd.TouchRate, 0), ksm: newKSMD(nd.KSMDCPUSeconds),
-		startCPUFactor: spec.StartCPUFactor, startCPUSeconds: spec.StartCPUSeconds, windowPages: math.Pow(2, float64(nd.PageCluster))}
+		windowPages: math.Pow(2, float64(nd.PageCluster))}
 	s.setIOFigures(0)
-	s.fillOrderLeftPages = FillOrderShare * pagesOf(spec.Workload.SizeBytes) * float64(count)
 	if nd.Tier != nil {
 		s.tierCapPages = pagesOf(nd.Tier.SizeBytes)
 	}
@@ -206,57 +182,27 @@ func newNode(nd Node, spec VMSpec, count int, dt float64, seed uint64) *node {
 			created = processCreateGapSeconds * float64(i)
 			start = created + processStartSeconds
 		}
-		place := 0.0
-		if count > 1 {
-			place = CreationPlace(i, count)
-		}
-		s.vms = append(s.vms, &vmState{name: workerName(i), createdAt: created, creationPlace: place, startAt: start, pages: pagesOf(spec.Workload.SizeBytes),
+		s.vms = append(s.vms, &vmState{name: workerName(i), createdAt: created, startAt: start, pages: pagesOf(spec.Workload.SizeBytes),
 			overhead: pagesOf(spec.GuestOverheadBytes + spec.HostOverheadBytes), guestOverhead: pagesOf(spec.GuestOverheadBytes),
 			cacheGoal: pagesOf(spec.GuestCacheBytes), memPages: pagesOf(spec.MemoryBytes), maxPages: pagesOf(spec.MemoryBytes),
-			dupShare: spec.Workload.DupFraction, allowance: math.Inf(1), balloonCost: spec.BalloonCPUSecondsPerPage})
+			dupShare: spec.Workload.DupFraction, allowance: math.Inf(1)})
 	}
 	return s
 }
 
-// MaxCreationOrderSlope bounds the creation-order slopes (Node.ReadaheadOrderSlope,
-// Node.SteadyReclaimOrderSlope): the last VM made keeps a tenth of the mean.
-const MaxCreationOrderSlope = 0.9
-
 // readahead is the pages of its own one of v's swap-in faults brings
-// for this scan: the window (by the VMs faulting) where the kernel reads
-// ahead by address; by swap offset, the window scaled by v's place in
-// creation order (Node.ReadaheadOrderSlope), within one page and the
-// whole window.
+// for this scan: the window (by the VMs faulting).
 func (s *node) readahead(v *vmState) float64 {
-	if s.w.Scan != memload.ScanSeq {
+	if s.w.Scan != loadspec.ScanSeq {
 		return 1
 	}
-	if !s.n.ReadaheadByOffset {
-		return s.readaheadPages
-	}
-	return min(max(s.readaheadPages*(1+s.n.ReadaheadOrderSlope*v.creationPlace), 1), s.windowPages)
+	return s.readaheadPages
 }
 
-// setIOFigures sets this tick's I/O sizes and the device's mixed
-// capacity at the VMs faulting now. Below half full, reclaim's batch
-// takes consecutive slots and the block layer merges their writes; from
-// half full they carry Node.HalfFullWritePages, and the device mixes them
-// with the reads as Device.HalfFullMixedCapacity says (each as below
-// where not given; measured here for a random scan: 1.0 pages a write
-// from the first second at half full or more, 2-5 in the seconds after
-// the fill below it).
+// setIOFigures sets this tick's I/O sizes at the VMs faulting now.
 func (s *node) setIOFigures(faulting float64) {
 	s.readaheadPages = ioPagesAt(s.n.ReadaheadPages, faulting, s.windowPages)
-	s.readaheadUsed = 1
-	if s.w.Scan == memload.ScanSeq {
-		s.readaheadUsed = readaheadUsedAt(s.n.ReadaheadUsed, faulting)
-	}
 	s.writePages = ioPagesAt(s.n.WritePages, faulting, defaultWritePages)
-	s.mixedCapacity = capacityAt(s.n.Swap.MixedCapacity, faulting, 1)
-	if s.swapHalfFull {
-		s.writePages = ioPagesAt(s.n.HalfFullWritePages, faulting, s.writePages)
-		s.mixedCapacity = capacityAt(s.n.Swap.HalfFullMixedCapacity, faulting, s.mixedCapacity)
-	}
 }
 
 // halfFull is the kernel's vm_swap_full(): the swap slots in use, the
@@ -327,7 +273,7 @@ func (s *node) writeBack(dt float64) {
 // address space by the guest's allocator: the host reads a sequential
 // window's pages in parallel, each its own I/O.
 func (s *node) pagesPerRead() float64 {
-	if s.process && s.w.Scan == memload.ScanSeq {
+	if s.process && s.w.Scan == loadspec.ScanSeq {
 		return s.readaheadPages
 	}
 	return 1
@@ -339,7 +285,7 @@ func (s *node) hit(v *vmState) float64 {
 		return 1
 	}
 	f := v.resident / v.pages
-	if s.w.Scan == memload.ScanSeq && f < 0.999 {
+	if s.w.Scan == loadspec.ScanSeq && f < 0.999 {
 		return 0 // LRU evicts exactly the pages the scan needs next
 	}
 	return min(f, 1)
@@ -389,7 +335,7 @@ func (s *node) touch(v *vmState, cpuShare, readWait float64) (miss, total, waiti
 	}
 	// most is the most pages it can miss in the tick.
 	missesIn, most := func(touches float64) float64 { return min(touches, out) }, out
-	if s.w.Scan != memload.ScanSeq {
+	if s.w.Scan != loadspec.ScanSeq {
 		if touches := s.dtSeconds / s.cappedSeconds(total); touches < randomRevisitTouches*v.pages {
 			return miss, total, waiting, cpu // it seldom comes back to a page within the tick
 		}
@@ -407,7 +353,7 @@ func (s *node) touch(v *vmState, cpuShare, readWait float64) (miss, total, waiti
 		missSeconds = touchSeconds(1)
 	}
 	if most*missSeconds >= s.dtSeconds {
-		if s.w.Scan == memload.ScanSeq {
+		if s.w.Scan == loadspec.ScanSeq {
 			return miss, total, waiting, cpu // it cannot bring them all back
 		}
 	} else {
@@ -451,7 +397,7 @@ func (s *node) cappedSeconds(t float64) float64 {
 
 // touchTimeMissing is touchTime for a touch that misses with chance miss.
 func (s *node) touchTimeMissing(v *vmState, cpuShare, readWait, miss float64) (total, waiting, cpu float64) {
-	cpu = s.startCPU(v) / s.touchRate // seconds of a whole core
+	cpu = 1 / s.touchRate // seconds of a whole core
 	if miss <= 0 {
 		return cpu / cpuShare, 0, cpu
 	}
@@ -471,33 +417,12 @@ func (s *node) touchTimeMissing(v *vmState, cpuShare, readWait, miss float64) (t
 	// for a core: the measured run-queue wait, or the fair share's
 	// stretch where the cores are oversubscribed (the two are one wait,
 	// seen from the machine and from the fluid share). A page read ahead
-	// and reclaimed before the scan came to it costs as much as a used
-	// one, and is read again: a touch that misses the device brings
-	// 1/readaheadUsed pages in.
 	ownPages := s.readahead(v)
-	deviceIn := miss * (1 - z) / s.readaheadUsed
+	deviceIn := miss * (1 - z)
 	waiting = deviceIn / ownPages * readWait
 	cpu += deviceIn*s.pagingCPU + miss*z*(s.pagingCPU+2*tierCPU)
-	// The run-queue wait comes once a read (the read's completion wakes
-	// the VM): measured a page in at the node's pages a read, it is more a
-	// page for a VM whose reads bring fewer of its own pages.
-	runQueueWait := s.runQueueWait
-	if s.w.Scan == memload.ScanSeq {
-		runQueueWait *= s.readaheadPages / ownPages
-	}
-	onCore := max(cpu/cpuShare, cpu+deviceIn*runQueueWait)
+	onCore := max(cpu/cpuShare, cpu+deviceIn*s.runQueueWait)
 	return onCore + waiting, waiting, cpu
-}
-
-// startCPU is how many times its steady CPU a running VM's touch costs
-// now: startCPUFactor as its workload starts, falling linearly to 1 over
-// startCPUSeconds.
-func (s *node) startCPU(v *vmState) float64 {
-	if s.startCPUFactor <= 1 || s.startCPUSeconds <= 0 || v.phase != phaseRunning {
-		return 1
-	}
-	left := 1 - (s.now-v.runningAt)/s.startCPUSeconds
-	return 1 + (s.startCPUFactor-1)*min(max(left, 0), 1)
 }
 
 // rateAt is a running VM's touches/s at a given CPU share and read wait,
@@ -537,13 +462,13 @@ func (s *node) deviceLoad(cpuShare, readWait float64) float64 {
 		}
 		r := 1 / s.cappedSeconds(t)
 		z := tierShare(v)
-		reads += r * miss * (1 - z) / s.readaheadUsed / s.pagesPerRead()
+		reads += r * miss * (1 - z) / s.pagesPerRead()
 		writes += r * miss * s.dirtyShare(v) * toDevice / s.writePages
 	}
 	d := s.n.Swap
 	busy := reads*d.ReadSeconds(d.ReadIOPSAt(reads*readWait), s.pagesPerRead()) + writes*d.WriteSeconds(d.WriteIOPSAt(), s.writePages) +
 		s.writebackPerSec*d.WriteSeconds(d.WriteIOPSAt(), 1)
-	return busy / s.mixedCapacity
+	return busy
 }
 
 // tierRoomShare is 1 while the compressed tier has room (evictions go
@@ -614,8 +539,8 @@ func (s *node) solveReadWait(cpuShare float64) float64 {
 // they use (a running VM only while it is not waiting for the device) add
 // up to the node's.
 func (s *node) cpuShare() float64 {
-	// ksmd's share of a core and the host's steal, last tick
-	cpus := s.n.CPUs - s.ksm.coresUsed - stealCores(s.n.PagingStealSeconds, s.devicePagesInPerSec, s.n.CPUs)
+	// ksmd's share of a core, last tick
+	cpus := s.n.CPUs - s.ksm.coresUsed
 	if s.coresUsed(1) <= cpus {
 		return 1
 	}
@@ -642,23 +567,12 @@ func (s *node) faulting() float64 {
 	return n
 }
 
-// busyVMs counts the VMs populating or running: the cores they keep busy,
-// at most one each.
-func (s *node) busyVMs() float64 {
-	var n float64
-	for _, v := range s.vms {
-		if v.phase == phasePopulating || v.phase == phaseRunning {
-			n++
-		}
-	}
-	return n
-}
-
 // touchedBytesPerCore is the memory that sets a core's touch rate: the
-// running VMs' mean resident workload memory, more where they take turns
-// on a core (Node.TouchTurnBlocks, TouchBytes).
+// running VMs' mean resident workload memory (each walks its own page
+// tables), more where they take turns on a core and the correction
+// Node.TouchTurnBlocks is given (TouchBytes).
 func (s *node) touchedBytesPerCore() float64 {
-	if s.w.Scan == memload.ScanNone {
+	if s.w.Scan == loadspec.ScanNone {
 		return 0
 	}
 	var pages, busy float64
@@ -671,7 +585,7 @@ func (s *node) touchedBytesPerCore() float64 {
 	if busy == 0 {
 		return 0
 	}
-	return TouchBytes(pages*PageBytes/busy, busy/min(busy, s.n.CPUs), turnBlocksOrDefault(s.n.TouchTurnBlocks))
+	return TouchBytes(pages*PageBytes/busy, busy/min(busy, s.n.CPUs), s.n.TouchTurnBlocks)
 }
 
 // coresUsed is the cores the busy VMs use at a share of a core each.
@@ -701,8 +615,7 @@ func (s *node) tick(now float64, measuring bool) {
 	s.setIOFigures(faulting)
 	s.writeBack(dt)
 	touched := s.touchedBytesPerCore()
-	s.touchRate = TouchRateAt(s.n.TouchRate, touched) * aloneSpeedup(aloneSpeedupAt(s.n.TouchAloneSpeedup, touched), s.busyVMs(), s.n.CPUs) *
-		s.n.TouchBesidePaging.factor(s.devicePagesInPerSec)
+	s.touchRate = TouchRateAt(s.n.TouchRate, touched)
 	share := s.cpuShare()
 	s.readWait = s.solveReadWait(share)
 	s.vmCPUSeconds += min(s.coresUsed(share), s.n.CPUs) * dt
@@ -721,7 +634,7 @@ func (s *node) tick(now float64, measuring bool) {
 			}
 		case phasePopulating:
 			rate := s.populateRate(share)
-			budget := rate * (dt - v.balloonWork(dt)) * fill
+			budget := rate * dt * fill
 			// The guest fills its cache at boot, before its workload,
 			// as far as its balloon leaves it room.
 			if c := min(v.cacheGoal-v.cacheFilled, budget, max(v.memPages-v.guestUsed()-v.cacheHeld(), 0)); c > 0 {
@@ -737,14 +650,11 @@ func (s *node) tick(now float64, measuring bool) {
 			if v.populated >= v.pages {
 				v.phase, v.readyAt, v.rate = phaseReady, now, 0
 			}
-		case phaseReady: // waiting for the others: only its balloon's work
-			v.balloonWork(dt)
+		case phaseReady: // waiting for the others
 		case phaseRunning:
 			running++
 			missChance, t, wait, _ := s.touch(v, share, s.readWait)
 			r := 1 / s.cappedSeconds(t)
-			// The balloon's work first: the workload runs in what is left.
-			r *= 1 - v.balloonWork(dt)/dt
 			v.rate, v.stall = r, wait/t
 			touches := r * dt
 			miss := touches * missChance
@@ -777,12 +687,9 @@ func (s *node) tick(now float64, measuring bool) {
 					v.clean += in - fromTier
 				}
 			}
-			// The pages read ahead and not used come in and go again
-			// (clean: their slots still hold them).
-			unused := (in - fromTier) * (1/s.readaheadUsed - 1)
-			faults := miss * (z + (1-z)/s.readaheadUsed/s.readahead(v))
-			devicePagesIn += in - fromTier + unused
-			s.swapIns += blockReads + unused
+			faults := miss * (z + (1-z)/s.readahead(v))
+			devicePagesIn += in - fromTier
+			s.swapIns += blockReads
 			s.majorFaults += faults
 			if measuring {
 				v.touches += touches
@@ -798,7 +705,7 @@ func (s *node) tick(now float64, measuring bool) {
 		s.psiFull += stalledAll * dt
 	}
 	s.ksmTick(now, dt)
-	s.reclaim(dt, fill < 1)
+	s.reclaim(dt)
 	// A zswap pool that reached its limit writes its oldest pages back
 	// until it is down to the accept threshold.
 	if s.n.Tier.isZswap() && s.writebackLeft <= 0 && s.tierRoomPages() <= minPages {
@@ -829,9 +736,6 @@ func (s *node) fillShare(cpuShare, dt float64) float64 {
 	writes := s.writePagesPerSec()
 	if s.tierRoomShare() > 0 || !(writes > 0) {
 		return 1
-	}
-	if s.n.FillOutPagesPerSec > 0 {
-		writes = min(writes, s.n.FillOutPagesPerSec)
 	}
 	room := max(s.capacityPages-s.usedPages(), 0) + writes*dt
 	if want <= room {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/headroom-dev/headroom/internal/calc"
 	"github.com/headroom-dev/headroom/internal/results"
 	"github.com/headroom-dev/headroom/internal/units"
 )
@@ -14,27 +15,47 @@ import (
 // — whose swap in use stays within that share of the swap; with the step
 // table behind the answer.
 func FindMaxVMs(run *results.Run, minPerVMFraction, maxSwapUtil float64) string {
-	var b strings.Builder
 	if len(run.Steps) == 0 || run.Steps[0].Workers == 0 {
 		return "max-vms: no steps"
 	}
+	f := findCounts(run, minPerVMFraction, maxSwapUtil)
+	var b strings.Builder
+	b.WriteString(f.table)
+	fmt.Fprintf(&b, "max-vms: %d VMs keep a mean per-VM rate of at least %.0f%% of the one-VM rate (%s pages/s)",
+		f.best, 100*minPerVMFraction, units.FormatRate(f.inRAM))
+	if maxSwapUtil > 0 {
+		fmt.Fprintf(&b, "; %d also keep swap use within %.0f%%", f.bestSwap, 100*maxSwapUtil)
+	}
+	return b.String()
+}
+
+// found is a ramp's counts that meet the planner's bounds.
+type found struct {
+	table string
+	// best keeps the rate; bestSwap the rate and the swap bound.
+	best, bestSwap int
+	inRAM          float64
+}
+
+func findCounts(run *results.Run, minPerVMFraction, maxSwapUtil float64) *found {
+	f := &found{}
+	var table strings.Builder
 	first := run.Steps[0]
-	inRAM := first.AggregatePagesPerSec / float64(first.Workers)
-	fmt.Fprintf(&b, "%7s %14s %10s %10s  %s\n", "VMs", "per-VM pages/s", "of 1-VM", "swap used", "meets")
-	best, bestSwap := 0, 0
+	f.inRAM = first.AggregatePagesPerSec / float64(first.Workers)
+	fmt.Fprintf(&table, "%7s %14s %10s %10s  %s\n", "VMs", "per-VM pages/s", "of 1-VM", "swap used", "meets")
 	for _, s := range run.Steps {
 		perVM := s.AggregatePagesPerSec / float64(max(s.Workers, 1))
 		util := 0.0
 		if run.Node.SwapBytes > 0 {
 			util = float64(s.SwapUsedBytes) / float64(run.Node.SwapBytes)
 		}
-		okRate := !s.Failed && perVM >= minPerVMFraction*inRAM
+		okRate := !s.Failed && perVM >= minPerVMFraction*f.inRAM
 		okSwap := maxSwapUtil <= 0 || util <= maxSwapUtil
-		if okRate && s.Workers > best {
-			best = s.Workers
+		if okRate && s.Workers > f.best {
+			f.best = s.Workers
 		}
-		if okRate && okSwap && s.Workers > bestSwap {
-			bestSwap = s.Workers
+		if okRate && okSwap && s.Workers > f.bestSwap {
+			f.bestSwap = s.Workers
 		}
 		meets := "rate"
 		switch {
@@ -45,12 +66,81 @@ func FindMaxVMs(run *results.Run, minPerVMFraction, maxSwapUtil float64) string 
 		case maxSwapUtil > 0 && okSwap:
 			meets = "rate, swap"
 		}
-		fmt.Fprintf(&b, "%7d %14s %9.1f%% %9.1f%%  %s\n", s.Workers, units.FormatRate(perVM), 100*perVM/inRAM, 100*util, meets)
+		fmt.Fprintf(&table, "%7d %14s %9.1f%% %9.1f%%  %s\n", s.Workers, units.FormatRate(perVM), 100*perVM/f.inRAM, 100*util, meets)
 	}
-	fmt.Fprintf(&b, "max-vms: %d VMs keep a mean per-VM rate of at least %.0f%% of the one-VM rate (%s pages/s)",
-		best, 100*minPerVMFraction, units.FormatRate(inRAM))
+	f.table = table.String()
+	return f
+}
+
+// MaxOvercommitPercent bounds the search for the largest overcommit: at
+// 10000% a VM's request is its virt-launcher's overhead and 1% of it.
+const MaxOvercommitPercent = 10000
+
+// FindOvercommit answers the question of a KubeVirt cluster's operator
+// from a ramp run without admission: the largest memoryOvercommit
+// percentage whose admitted VM count (KubeVirt's virt-launcher request,
+// internal/calc, on allocatableBytes) the ramp shows keeping
+// minPerVMFraction of the one-VM rate and, when maxSwapUtil > 0, its
+// swap within that share; with the step table and the count it admits.
+func FindOvercommit(run *results.Run, minPerVMFraction, maxSwapUtil float64, v calc.Version, vm calc.Shape, allocatableBytes uint64) (string, error) {
+	if len(run.Steps) == 0 || run.Steps[0].Workers == 0 {
+		return "overcommit-percent: no steps", nil
+	}
+	f := findCounts(run, minPerVMFraction, maxSwapUtil)
+	good := f.best
 	if maxSwapUtil > 0 {
-		fmt.Fprintf(&b, "; %d also keep swap use within %.0f%%", bestSwap, 100*maxSwapUtil)
+		good = f.bestSwap
 	}
-	return b.String()
+	admits := func(percent int) (calc.Fit, error) {
+		s := vm
+		s.OvercommitPercent = percent
+		r, err := calc.Compute(v, s)
+		if err != nil {
+			return calc.Fit{}, err
+		}
+		return calc.FitOnNode(r, calc.Node{MemoryBytes: allocatableBytes})
+	}
+	// The admitted count never falls as the percentage rises: the
+	// largest percentage admitting no more than good VMs, by bisection.
+	lo, hi := 100, MaxOvercommitPercent
+	atLo, err := admits(lo)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	b.WriteString(f.table)
+	last := run.Steps[len(run.Steps)-1].Workers
+	if atLo.VMsFit > good {
+		fmt.Fprintf(&b, "overcommit-percent: none: without overcommit (100%%) KubeVirt %s admits %d VMs of %s, more than the %d that keep the bounds",
+			v.Name, atLo.VMsFit, units.FormatBytes(vm.GuestMemoryBytes), good)
+		return b.String(), nil
+	}
+	if atHi, err := admits(hi); err != nil {
+		return "", err
+	} else if atHi.VMsFit <= good {
+		lo = hi
+	}
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		fit, err := admits(mid)
+		if err != nil {
+			return "", err
+		}
+		if fit.VMsFit <= good {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	fit, _ := admits(lo)
+	fmt.Fprintf(&b, "overcommit-percent: %d%% admits %d VMs of %s (KubeVirt %s: %s requested each, %s allocatable); %d keep a mean per-VM rate of at least %.0f%% of the one-VM rate",
+		lo, fit.VMsFit, units.FormatBytes(vm.GuestMemoryBytes), v.Name, units.FormatBytes(uint64(fit.PodMemoryRequestBytes)),
+		units.FormatBytes(allocatableBytes), good, 100*minPerVMFraction)
+	if maxSwapUtil > 0 {
+		fmt.Fprintf(&b, " and swap use within %.0f%%", 100*maxSwapUtil)
+	}
+	if good == last {
+		fmt.Fprintf(&b, " (the ramp's last step: a longer ramp may allow more)")
+	}
+	return b.String(), nil
 }

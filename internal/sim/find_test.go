@@ -1,9 +1,11 @@
 package sim
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/headroom-dev/headroom/internal/calc"
 	"github.com/headroom-dev/headroom/internal/results"
 )
 
@@ -48,5 +50,54 @@ func TestFindMaxVMs(t *testing.T) {
 	}
 	if got := FindMaxVMs(&results.Run{}, 0.5, 0); got != "max-vms: no steps" {
 		t.Errorf("no steps: %q", got)
+	}
+}
+
+// The largest overcommit is the one whose admitted count (KubeVirt's own
+// request) is the most VMs the ramp showed keeping the bounds: one
+// percent more admits another VM.
+func TestFindOvercommit(t *testing.T) {
+	run := &results.Run{Node: results.Node{SwapBytes: 1 << 40}}
+	for n := 1; n <= 20; n++ {
+		perVM := 100.0
+		if n > 11 {
+			perVM = 1 // past the knee
+		}
+		run.Steps = append(run.Steps, results.Step{Workers: n, AggregatePagesPerSec: perVM * float64(n)})
+	}
+	v := calc.Versions[calc.DefaultVersion]
+	vm := calc.Shape{GuestMemoryBytes: 16 << 30, CPUs: 1}
+	const allocatable = 182 << 30
+	got, err := FindOvercommit(run, 0.5, 0, v, vm, allocatable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := got[strings.LastIndex(got, "\n")+1:]
+	var percent, admitted int
+	if _, err := fmt.Sscanf(last, "overcommit-percent: %d%% admits %d VMs", &percent, &admitted); err != nil {
+		t.Fatalf("%q: %v", last, err)
+	}
+	fits := func(p int) int {
+		s := vm
+		s.OvercommitPercent = p
+		r, _ := calc.Compute(v, s)
+		f, _ := calc.FitOnNode(r, calc.Node{MemoryBytes: allocatable})
+		return f.VMsFit
+	}
+	if admitted != 11 || fits(percent) != 11 || fits(percent+1) <= 11 {
+		t.Errorf("%q: %d%% admits %d, %d%% admits %d; want the largest percentage admitting the 11 that keep the rate",
+			last, percent, fits(percent), percent+1, fits(percent+1))
+	}
+	// Without overcommit the node already admits more than perform.
+	small := &results.Run{Steps: run.Steps[:12]}
+	small.Steps = append([]results.Step(nil), small.Steps...)
+	for i := range small.Steps {
+		small.Steps[i].AggregatePagesPerSec = float64(small.Steps[i].Workers)
+		if small.Steps[i].Workers > 1 {
+			small.Steps[i].AggregatePagesPerSec = 0.1
+		}
+	}
+	if got, _ := FindOvercommit(small, 0.5, 0, v, vm, allocatable); !strings.Contains(got, "overcommit-percent: none") {
+		t.Errorf("one VM keeps the rate on a node that admits 11 at 100%%: %q", got[strings.LastIndex(got, "\n")+1:])
 	}
 }

@@ -11,7 +11,7 @@ import (
 // model runs anywhere, on any figures: it reaches none of them, directly or
 // through what it imports. Measuring lives in internal/sim/machine.
 var machinePackages = []string{"agent", "cgroup", "host", "probe", "loadrun", "loadctl", "swaptier",
-	"microvm", "qmp", "libvirt", "kube", "kubevirt", "density", "testenv", "sim/machine"}
+	"microvm", "qmp", "libvirt", "kube", "kubevirt", "density", "testenv", "sim/machine", "memload"}
 
 func TestModelImportsNothingThatTouchesTheMachine(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", ".").CombinedOutput()

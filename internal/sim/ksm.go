@@ -3,7 +3,7 @@ package sim
 import (
 	"math"
 
-	"github.com/headroom-dev/headroom/internal/memload"
+	"github.com/headroom-dev/headroom/internal/memload/loadspec"
 	"github.com/headroom-dev/headroom/internal/policy"
 )
 
@@ -34,7 +34,7 @@ const (
 	// ksmTemplates is how many distinct contents headroom load's
 	// duplicate pages come from, the same in every worker: merged, they
 	// are the KSM pages (pages_shared); every other merged page is saved.
-	ksmTemplates = memload.MaxDupTemplates
+	ksmTemplates = loadspec.MaxDupTemplates
 	// ksmRmapBytes is the kernel's rmap_item per merged page, what
 	// general_profit subtracts from the pages saved.
 	ksmRmapBytes = 64
@@ -42,11 +42,11 @@ const (
 
 // DupFraction is the share of a workload's pages KSM can merge for a
 // content class: dup=F's duplicates, or every page of zero content.
-func DupFraction(c memload.Content) float64 {
+func DupFraction(c loadspec.Content) float64 {
 	switch c.Kind {
-	case memload.ContentDup:
+	case loadspec.ContentDup:
 		return c.DupFraction
-	case memload.ContentZero:
+	case loadspec.ContentZero:
 		return 1
 	}
 	return 0

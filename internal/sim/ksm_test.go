@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/headroom-dev/headroom/internal/memload"
+	"github.com/headroom-dev/headroom/internal/memload/loadspec"
 	"github.com/headroom-dev/headroom/internal/policy"
 )
 
@@ -15,7 +15,7 @@ import (
 // first scan only checksums), saves all merged pages but the KSM pages'
 // own, and a write to a merged page unmerges it.
 func TestKSMMergesOnTheSecondScan(t *testing.T) {
-	vm := oneVM(memload.ScanRandom) // 1 GiB workloads
+	vm := oneVM(loadspec.ScanRandom) // 1 GiB workloads
 	vm.Workload.DupFraction = 0.5
 	n := newNode(smallNode(), vm, 2, 0.25, 1)
 	running(n, 1)
@@ -68,7 +68,7 @@ func TestDupFraction(t *testing.T) {
 		content string
 		want    float64
 	}{{"dup=0.8", 0.8}, {"zero", 1}, {"random", 0}, {"compress=2", 0}} {
-		parsed, err := memload.ParseContent(c.content)
+		parsed, err := loadspec.ParseContent(c.content)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +88,7 @@ func TestKSMGovernorFitsWhatSwapAloneEvicts(t *testing.T) {
 		PagingCPU: []PagingCost{{Tasks: 1, SecondsPerPage: 150e-6}},
 		Swap:      Device{SizeBytes: 4 << 30, ReadIOPS: 20000, WriteIOPS: 20000, LatencySeconds: 200e-6}},
 		VM: VMSpec{MemoryBytes: 640 << 20, GuestOverheadBytes: 64 << 20, HostOverheadBytes: 40 << 20, RequestBytes: 200 << 20,
-			Workload: Workload{SizeBytes: 512 << 20, Scan: memload.ScanRandom, RatePagesPerSec: 1e5, DupFraction: 0.8}},
+			Workload: Workload{SizeBytes: 512 << 20, Scan: loadspec.ScanRandom, RatePagesPerSec: 1e5, DupFraction: 0.8}},
 		Deployments: []int{10}, RuntimeSeconds: 60, Seed: 1}
 	cfg := policy.DefaultConfig()
 	p.Agent = withAgent(cfg)
@@ -185,7 +185,7 @@ type ksmBenchResult struct {
 // with cfg, paced by the agent's policy (rounds every half second).
 func ksmBench(t *testing.T, ksmdPastSeconds float64, setting policy.KSMSetting, cfg *policy.Config, limitSeconds float64) ksmBenchResult {
 	t.Helper()
-	vm := VMSpec{MemoryBytes: 384 << 20, RequestBytes: 256 << 20, Workload: Workload{SizeBytes: 256 << 20, Scan: memload.ScanNone, DupFraction: 0.8}}
+	vm := VMSpec{MemoryBytes: 384 << 20, RequestBytes: 256 << 20, Workload: Workload{SizeBytes: 256 << 20, Scan: loadspec.ScanNone, DupFraction: 0.8}}
 	nd := smallNode()
 	nd.RAMBytes, nd.CPUs, nd.KSMDCPUSeconds = 3<<30, 2, ksmdPastSeconds
 	const dt = 0.05

@@ -11,9 +11,7 @@
 //     a sequential scan larger than its resident set misses every page
 //     (LRU evicts exactly what the scan needs next) but each fault's
 //     readahead brings up to vm.page-cluster's 8 pages
-//     (Node.ReadaheadPages), which the scan then uses, all of them or,
-//     with many VMs paging, a share (Node.ReadaheadUsed): reclaim takes
-//     the rest back first, and they are read again.
+//     (Node.ReadaheadPages), which the scan then uses.
 //   - Every page paged costs CPU (Node.PagingCPU, more the more VMs fault
 //     at once), which on few cores bounds the paging rate before the
 //     device does.
@@ -24,36 +22,26 @@
 //     pages age and go first, which slows them further: the lucky and
 //     unlucky VMs of the transition come from this feedback and from
 //     staggered starts, not from painted-on noise. Reclaim visits one
-//     cgroup at a time and takes a batch a visit (Node.ReclaimBurstPages
-//     while it keeps up), a share of the VM where it falls behind
-//     (Node.ReclaimBatchShare): which VMs the batches hit is a draw,
-//     weighted there towards the VMs created first
-//     (Node.ReclaimOrderSlope).
+//     cgroup at a time and takes a batch a visit (SWAP_CLUSTER_MAX):
+//     which VMs the batches hit is a draw. A fill past RAM waits for
+//     reclaim, which frees dirty pages as fast as the device writes them.
 //   - The swap device is a closed queue: each faulting VM waits for one
 //     read at a time; while the demand stays under the device's rate a
 //     read takes its latency, beyond it the latency grows until the
 //     demand (reads plus the writes of dirty evictions, Node.WritePages
 //     a write) fits the rate.
-//   - CPUs are shared fairly; a VM waiting on the device uses none.
-//     Where the node is a VM, its host takes Node.PagingStealSeconds of
-//     them a page paged in from the device, and every core touches
-//     slower while the device pages (Node.TouchBesidePaging). A
+//   - CPUs are shared fairly; a VM waiting on the device uses none. A
 //     VM woken by a swap-in read waits for a core (Node.RunQueueWait a
 //     page, by the VMs faulting), or its fair share's wait when the cores
 //     are oversubscribed, whichever is longer. A core touches fewer
-//     pages/s the more memory its VMs cycle through (Node.TouchRate by
-//     the resident workload bytes per busy core).
+//     pages/s the more memory its VM keeps resident (Node.TouchRate by
+//     the resident workload bytes: its page walks miss the caches).
 //   - A guest's idle page cache (VMSpec.GuestCacheBytes) is host memory
 //     like any other, the first a VM loses to host reclaim (it is never
 //     touched). A balloon (the agent's set_balloon) shrinks the guest:
 //     the guest drops that cache, wherever the host keeps its pages, and
 //     never goes below its overhead and its workload. Balloon moves take
-//     effect within a tick and cost the guest's vCPU
-//     (VMSpec.BalloonCPUSecondsPerPage a page moved, inflating or
-//     deflating, free page reporting included), its workload stopped
-//     meanwhile. A guest's touches may cost more CPU as its workload
-//     starts (VMSpec.StartCPUFactor, falling to once over
-//     VMSpec.StartCPUSeconds), contending for the cores like any other.
+//     effect within a tick.
 //   - ksmd (the agent's set_ksm) scans the workloads' pages at its pace,
 //     each page costing a core's time, and merges a resident duplicate
 //     the second time a scan finds it; a merged page takes no RAM but
@@ -70,10 +58,8 @@ package sim
 
 import (
 	"fmt"
-	"math"
-	"time"
 
-	"github.com/headroom-dev/headroom/internal/memload"
+	"github.com/headroom-dev/headroom/internal/memload/loadspec"
 	"github.com/headroom-dev/headroom/internal/units"
 )
 
@@ -91,19 +77,12 @@ type Node struct {
 	// rate, or a VM's: a guest's touches pay for the EPT or, under TCG,
 	// QEMU's software MMU), by the memory the workloads on a core touch.
 	TouchRate []TouchRate
-	// TouchAloneSpeedup is how much faster a core touches while it is the
-	// only busy one (no neighbour in the shared caches, on the memory bus
-	// or on its SMT sibling) than TouchRate, measured with every core busy,
-	// by the memory it touches; in between, in proportion to the idle
-	// cores (nil: no difference).
-	TouchAloneSpeedup []AloneSpeedup
-	// TouchTurnBlocks is how many blocks' worth of memory a worker touches
-	// as while it takes turns on a core with others (TouchBytes): 1 no
-	// loss, up to MaxTouchTurnBlocks; 0 is DefaultTouchTurnBlocks. With
-	// two or more workers a core the rate is TouchRate's at the block ×
-	// this, whatever their number; between one and two, the log2 of the
-	// blocks in proportion. Each worker walks its own page tables, and
-	// another's turn evicts them from the core's caches.
+	// TouchTurnBlocks, a correction (docs/sim.md, off at 0 or 1), is how
+	// many blocks' worth of memory a worker touches as while it takes
+	// turns on a core with others (TouchBytes), up to MaxTouchTurnBlocks:
+	// with two or more workers a core the rate is TouchRate's at the
+	// block × this, whatever their number. Measured here 1.1-3.7 (the
+	// touch probe's two and four workers a core).
 	TouchTurnBlocks float64
 	// PopulateRatePerCore is the pages/s one core fills a new block at
 	// (allocating, zeroing and writing each page's content; 0: a quarter
@@ -112,23 +91,6 @@ type Node struct {
 	Swap                Device
 	// Tier is a compressed tier in front of the device (nil: none).
 	Tier *Tier
-	// ReadaheadByOffset: the kernel reads swap ahead by swap offset (the
-	// slots around the fault) rather than by address (the faulting
-	// VM's neighbouring pages). It does while any rotational swap area is
-	// active, or with /sys/kernel/mm/swap/vma_ra_enabled off. Reclaim
-	// fills the slots a visit at a time, one cgroup's pages a visit, so a
-	// window holds as many of the faulting VM's own pages as reclaim took
-	// from it a visit: more for the VMs made first, which it visits at
-	// larger scans ("Reclaim's order"). Measured here (8 seq workers,
-	// half out): by offset 6.5-7.4 pages of their own a fault for the
-	// first made down to 2.9-3.1 for the last; by address 8.7-9.1 for
-	// all.
-	ReadaheadByOffset bool
-	// ReadaheadOrderSlope is, by offset, how many more of its own pages a
-	// sequential fault brings the VM made first: 1 + this times the
-	// node's pages a read for the first, 1 − this for the last, evenly
-	// between (within a page and the window).
-	ReadaheadOrderSlope float64
 	// PageCluster is log2 of the pages a sequential swap-in reads at once
 	// (vm.page-cluster, 3: 8 pages).
 	PageCluster int
@@ -145,54 +107,6 @@ type Node struct {
 	// page costs, while the cores were a third idle. A count's wait is
 	// the fair share's stretch there plus an excess (runQueueWaitAt).
 	RunQueueWait []PagingCost
-	// ReclaimBatchShare is the share of a VM's pages in RAM one visit of
-	// reclaim to its cgroup takes when reclaim falls behind (0: only
-	// SWAP_CLUSTER_MAX pages a visit). Visits go to one cgroup at a time,
-	// so with large batches the deficit of a step's start lands on some
-	// VMs and misses others: measured here, a third of the workers of the
-	// first steps past RAM started with nothing out, the rest with 20-70
-	// MiB of their 256 MiB.
-	ReclaimBatchShare float64
-	// ReclaimOrderSlope is how much more readily reclaim takes from the
-	// VMs created first where it falls behind (as while a fill past RAM
-	// waits for it): the first VM's pages are taken 1 + slope times as
-	// readily as the average, the last's 1 − slope times, the rest evenly
-	// between (0: alike), for a step's first FillOrderShare of its
-	// workloads taken. Measured here with eight workers filling together
-	// 12% past their cgroup's limit: the first had 1.3-1.9 times the mean
-	// out, the last 0.1-0.6.
-	ReclaimOrderSlope float64
-	// SteadyReclaimOrderSlope is the same while reclaim keeps up, as on a
-	// plateau (−0.9 to 0.9; 0: alike). The walks that wrap come from
-	// reclaimers that freed too little in one pass, fewer than where the
-	// writes hold reclaim back. Measured here with eight and sixteen
-	// random workers paging steadily, half of each out: 0.14-0.22 (the
-	// first made got 1.6-2.0 pages a major fault, the last 2.4-2.6).
-	SteadyReclaimOrderSlope float64
-	// ReclaimBurstPages is the pages one visit of reclaim to a cgroup takes
-	// while reclaim keeps up (0: SWAP_CLUSTER_MAX). Measured here, paging
-	// workers each lose pages over two seconds as a count of 380-1060-page
-	// visits, not 32-page ones: reclaim sweeps the cgroups unevenly, some
-	// for whole seconds not at all, and that spread is what lets a VM
-	// with few pages out reach RAM speed by chance.
-	ReclaimBurstPages float64
-	// FillOutPagesPerSec is the pace reclaim swaps a fill past RAM out
-	// at, where below the device's writes (0: the device's writes): its
-	// writes come from reclaim in bursts, not at the device's depth
-	// (measured here: ten workers filling a 2 GiB node went out at 35-40k
-	// pages a second, 7-8k writes of 4-6 pages, where the device writes
-	// 28k a second at depth four).
-	FillOutPagesPerSec float64
-	// PagingStealSeconds is the CPU time the node's own host takes from
-	// its cores per page paged in from the swap device, where the node is
-	// itself a VM (its host's I/O work for the guest's swap device; the
-	// guest sees it as steal). 0: none, as on bare metal.
-	PagingStealSeconds float64
-	// TouchBesidePaging is how fast a core touches, as a share of
-	// TouchRate, while the device pages in at a rate: the paging path's
-	// cache and memory traffic, and on a VM its host's I/O work, slow the
-	// cores that do not page (zero: no slowdown).
-	TouchBesidePaging TouchBesidePaging
 	// ReadaheadPages is the pages a sequential fault's readahead brings
 	// in, by the number of VMs faulting at once (none: 2^PageCluster);
 	// WritePages the pages one write to the swap device carries (none:
@@ -200,21 +114,6 @@ type Node struct {
 	// goes unused, and reclaimers in many cgroups at once interleave in
 	// the swap slots, so both shrink as more VMs page.
 	ReadaheadPages, WritePages []IOPages
-	// ReadaheadUsed is the share of the pages a sequential fault's
-	// readahead reads that the scans touch before reclaim takes them back,
-	// by the VMs faulting at once (none: all of them). Each page read
-	// costs the paging CPU, a device read's share and a page in the swap
-	// counters, used or not; the unused are read again when their scan
-	// comes to them.
-	ReadaheadUsed []ReadaheadUse
-	// HalfFullWritePages is the pages one write carries once half the
-	// swap is in use, by the VMs faulting at once (none: as WritePages).
-	// From there the kernel frees a page's slot as it is swapped in, and
-	// a kernel that takes new slots from partly used clusters first (6.18
-	// on a device without discard) scatters a random scan's writes over
-	// the freed slots: a page a write here, where below half full they
-	// carried 2-4.
-	HalfFullWritePages []IOPages
 	// KSMDCPUSeconds is the CPU time ksmd has used before the run. The
 	// kernel's advisor counts it into its first adjustment.
 	KSMDCPUSeconds float64
@@ -233,16 +132,6 @@ type Device struct {
 	// a write merged pages: measured here, a 16 KiB read takes 1.5 times
 	// a 4 KiB one's time and a 128 KiB read 6 times.
 	ReadBytesPerSec, WriteBytesPerSec float64
-	// MixedCapacity is how many times the sum of its reads' and writes'
-	// shares of the rates above the device serves when they mix, by the
-	// tasks faulting at once (none, or 1: the sum is its capacity, as
-	// direct I/O here shows; swap's own I/O here got 1.0-1.6 times it,
-	// more with more tasks faulting).
-	MixedCapacity []TaskCapacity
-	// HalfFullMixedCapacity is the same once half the swap is in use,
-	// where a random scan's writes are a page each (none: as
-	// MixedCapacity).
-	HalfFullMixedCapacity []TaskCapacity
 	// Depths, when given (ascending), replace ReadIOPS and WriteIOPS as
 	// the device's capacity: reads at the depth the faulting VMs keep,
 	// writes (reclaim's, queued deep) at the deepest.
@@ -304,18 +193,6 @@ type VMSpec struct {
 	// back without I/O, while the host, blind to what it is, swaps it out
 	// as the idlest of the VM's pages.
 	GuestCacheBytes uint64
-	// BalloonCPUSecondsPerPage is the guest's vCPU time a page its balloon
-	// moves costs, inflating or deflating (free page reporting of what a
-	// deflation returns included); its workload does not run meanwhile.
-	// Under TCG here about 5 µs (docs/sim.md); 0: free.
-	BalloonCPUSecondsPerPage float64
-	// StartCPUFactor is how many times its steady CPU a touch costs as
-	// the guest's workload starts, falling linearly to once over
-	// StartCPUSeconds of its running: under TCG here the guests' QEMUs
-	// needed 4-8 times their steady CPU a touch for the first 2-4 s
-	// (docs/sim.md); 0 or 1: no difference.
-	StartCPUFactor  float64
-	StartCPUSeconds float64
 	// RequestBytes is what the scheduler reserves for it.
 	RequestBytes uint64
 	Workload     Workload
@@ -329,7 +206,7 @@ type VMSpec struct {
 // Workload is `headroom load`'s parameters as the model needs them.
 type Workload struct {
 	SizeBytes       uint64
-	Scan            memload.Scan
+	Scan            loadspec.Scan
 	WriteFraction   float64
 	RatePagesPerSec float64 // 0: as fast as possible
 	// DupFraction is the share of its pages identical to pages of other
@@ -349,38 +226,14 @@ func Validate(n Node, v VMSpec) error {
 		return fmt.Errorf("Node.CPUs must be positive")
 	case !TouchRatesValid(n.TouchRate):
 		return fmt.Errorf("Node.TouchRate: want %s, sizes ascending, rates positive", TouchRateForm)
-	case !aloneSpeedupsValid(n.TouchAloneSpeedup):
-		return fmt.Errorf("Node.TouchAloneSpeedup %s: want %s, sizes ascending", FormatTouchAloneSpeedup(n.TouchAloneSpeedup), TouchAloneSpeedupForm)
-	case !n.TouchBesidePaging.valid():
-		return fmt.Errorf("Node.TouchBesidePaging %s: want %s", n.TouchBesidePaging, TouchBesidePagingForm)
-	case !(n.ReclaimBatchShare >= 0 && n.ReclaimBatchShare <= 1):
-		return fmt.Errorf("Node.ReclaimBatchShare %g: want a share of a VM's pages from 0 to 1", n.ReclaimBatchShare)
-	case !(n.ReclaimOrderSlope >= 0 && n.ReclaimOrderSlope < 1):
-		return fmt.Errorf("Node.ReclaimOrderSlope %g: want a slope from 0 to below 1", n.ReclaimOrderSlope)
-	case !(math.Abs(n.SteadyReclaimOrderSlope) <= MaxCreationOrderSlope):
-		return fmt.Errorf("Node.SteadyReclaimOrderSlope %g: want a slope from -%g to %g", n.SteadyReclaimOrderSlope, MaxCreationOrderSlope, MaxCreationOrderSlope)
-	case !(math.Abs(n.ReadaheadOrderSlope) <= MaxCreationOrderSlope):
-		return fmt.Errorf("Node.ReadaheadOrderSlope %g: want a slope from -%g to %g", n.ReadaheadOrderSlope, MaxCreationOrderSlope, MaxCreationOrderSlope)
-	case !(n.ReclaimBurstPages >= 0 && n.ReclaimBurstPages <= maxReclaimBurstPages):
-		return fmt.Errorf("Node.ReclaimBurstPages %g: want pages a visit from 0 to %d", n.ReclaimBurstPages, maxReclaimBurstPages)
-	case !(n.FillOutPagesPerSec >= 0) || math.IsInf(n.FillOutPagesPerSec, 0):
-		return fmt.Errorf("Node.FillOutPagesPerSec %g: want pages a second, 0 or more", n.FillOutPagesPerSec)
-	case !(n.PagingStealSeconds >= 0 && n.PagingStealSeconds < 0.01):
-		return fmt.Errorf("Node.PagingStealSeconds %v: want a duration from 0 to 10ms a page", time.Duration(n.PagingStealSeconds*float64(time.Second)))
-	case !(n.TouchTurnBlocks == 0 || n.TouchTurnBlocks >= 1 && n.TouchTurnBlocks <= MaxTouchTurnBlocks):
-		return fmt.Errorf("Node.TouchTurnBlocks %g: want 1 (no loss) to %d blocks", n.TouchTurnBlocks, MaxTouchTurnBlocks)
+	case !(n.TouchTurnBlocks >= 0 && n.TouchTurnBlocks <= MaxTouchTurnBlocks):
+		return fmt.Errorf("Node.TouchTurnBlocks %g: want 0 or 1 (none) to %d blocks", n.TouchTurnBlocks, MaxTouchTurnBlocks)
 	case n.Swap.SizeBytes > 0 && !(n.Swap.ReadIOPS > 0):
 		return fmt.Errorf("Node.Swap.ReadIOPS must be positive with Node.Swap.SizeBytes")
 	case n.Swap.SizeBytes > 0 && !(n.Swap.WriteIOPS > 0):
 		return fmt.Errorf("Node.Swap.WriteIOPS must be positive with Node.Swap.SizeBytes")
 	case n.Swap.SizeBytes > 0 && !(n.Swap.LatencySeconds > 0):
 		return fmt.Errorf("Node.Swap.LatencySeconds must be positive with Node.Swap.SizeBytes (e.g. 100us)")
-	case !readaheadUsedValid(n.ReadaheadUsed):
-		return fmt.Errorf("Node.ReadaheadUsed %s: want %s, task counts ascending from 1, shares %g to 1", FormatReadaheadUsed(n.ReadaheadUsed), ReadaheadUsedForm, minReadaheadUsed)
-	case !mixedCapacityValid(n.Swap.MixedCapacity):
-		return fmt.Errorf("Node.Swap.MixedCapacity: want %s, task counts ascending from 1, each 1 to %g", MixedCapacityForm, float64(maxMixedCapacity))
-	case !mixedCapacityValid(n.Swap.HalfFullMixedCapacity):
-		return fmt.Errorf("Node.Swap.HalfFullMixedCapacity: want %s, task counts ascending from 1, each 1 to %g", MixedCapacityForm, float64(maxMixedCapacity))
 	case !depthsAscending(n.Swap.Depths):
 		return fmt.Errorf("Node.Swap.Depths: want %s, depths ascending, rates positive", DepthsForm)
 	case n.Tier != nil && !(n.Tier.Ratio >= 1):
@@ -401,7 +254,7 @@ func Validate(n Node, v VMSpec) error {
 		return fmt.Errorf("VM.GuestCacheBytes needs a guest, not VM.Process (a process has none)")
 	case v.Workload.WriteFraction < 0 || v.Workload.WriteFraction > 1:
 		return fmt.Errorf("VM.Workload.WriteFraction must be in [0,1]")
-	case v.Workload.Scan != memload.ScanSeq && v.Workload.Scan != memload.ScanRandom && v.Workload.Scan != memload.ScanNone:
+	case v.Workload.Scan != loadspec.ScanSeq && v.Workload.Scan != loadspec.ScanRandom && v.Workload.Scan != loadspec.ScanNone:
 		return fmt.Errorf("VM.Workload.Scan %q: want seq, random or none", v.Workload.Scan)
 	}
 	return nil

@@ -73,20 +73,6 @@ func parseByTasks[T any](s string, value func(string) (float64, bool), of func(t
 	return out, true
 }
 
-// byTasksValid: figures by task count as parseByTasks builds them, the
-// counts ascending from 1 and each figure from lo to hi (none is valid).
-func byTasksValid[T any](xs []T, figure func(T) (tasks, v float64), lo, hi float64) bool {
-	last := 0.0
-	for i, x := range xs {
-		tasks, v := figure(x)
-		if !(tasks >= 1) || math.IsInf(tasks, 0) || !(v >= lo && v <= hi) || (i > 0 && !(tasks > last)) {
-			return false
-		}
-		last = tasks
-	}
-	return true
-}
-
 // formatByTasks writes figures by task count as parseByTasks reads them,
 // each figure to a hundredth.
 func formatByTasks[T any](xs []T, figure func(T) (tasks, v float64)) string {

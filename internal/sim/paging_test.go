@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/headroom-dev/headroom/internal/memload"
+	"github.com/headroom-dev/headroom/internal/memload/loadspec"
 )
 
 func TestParseIOPages(t *testing.T) {
@@ -109,15 +109,6 @@ func TestIOPagesAtTheDevicesLimit(t *testing.T) {
 			writeBound([]IOPages{{1, 2}})(nd)
 			nd.Swap.WriteBytesPerSec = PageBytes / 100e-6
 		}, 8, 10000},
-		{"writes of 2, the device serving twice its rates mixed", func(nd *Node) {
-			writeBound([]IOPages{{1, 2}})(nd)
-			nd.Swap.MixedCapacity = []TaskCapacity{{1, 2}}
-		}, 8, 40000},
-		// Eight tasks, halfway in log2 between 1 (1×) and 64 (4×): 2.5×.
-		{"writes of 2, the device serving more the more tasks fault", func(nd *Node) {
-			writeBound([]IOPages{{1, 2}})(nd)
-			nd.Swap.MixedCapacity = []TaskCapacity{{1, 1}, {64, 4}}
-		}, 8, 50000},
 		{"one-page writes: no transfer", func(nd *Node) {
 			writeBound([]IOPages{{1, 1}})(nd)
 			nd.Swap.WriteBytesPerSec = PageBytes / 100e-6
@@ -125,7 +116,7 @@ func TestIOPagesAtTheDevicesLimit(t *testing.T) {
 	} {
 		nd := smallNode()
 		c.set(&nd)
-		spec := oneVM(memload.ScanSeq)
+		spec := oneVM(loadspec.ScanSeq)
 		spec.Process = true
 		n := newNode(nd, spec, c.count, 1, 1)
 		running(n, 0.5)
@@ -135,60 +126,6 @@ func TestIOPagesAtTheDevicesLimit(t *testing.T) {
 			t.Errorf("%s: %.0f pages in per second from a device at its limit, want %.0f", c.name, n.swapIns, c.want)
 		}
 	}
-}
-
-func TestParseMixedCapacity(t *testing.T) {
-	for in, want := range map[string][]TaskCapacity{
-		"1.4":               {{1, 1.4}},
-		"2:1, 8:1.4,16:1.6": {{2, 1}, {8, 1.4}, {16, 1.6}},
-		"1:100":             {{1, 100}},
-		"0":                 {},
-		"":                  nil,
-		"0.5":               nil, // less than the sum
-		"101":               nil,
-		"8:1.4,2:1":         nil, // not ascending
-		"2:1,2:1.2":         nil,
-		"0:1.2":             nil, // fewer than one task
-		"2:x":               nil,
-		"Inf:1.2":           nil,
-		"2:NaN":             nil,
-	} {
-		got, err := ParseMixedCapacity("swap-mixed-capacity", in)
-		if want == nil {
-			if err == nil || !strings.Contains(err.Error(), MixedCapacityForm) || !strings.Contains(err.Error(), "--swap-mixed-capacity") {
-				t.Errorf("%q: %+v, %v; want an error naming the flag and %s", in, got, err, MixedCapacityForm)
-			}
-			continue
-		}
-		if err != nil || len(got) != len(want) || (len(want) > 0 && !reflect.DeepEqual(got, want)) {
-			t.Errorf("%q: %+v, %v; want %+v", in, got, err, want)
-		}
-	}
-}
-
-// What ParseMixedCapacity accepts, FormatMixedCapacity writes in a form it
-// accepts again, and that form is stable (to a hundredth).
-func FuzzParseMixedCapacity(f *testing.F) {
-	for _, s := range []string{"1.4", "2:1,8:1.4,16:1.6", "1:1.005,4:99.999", "8:1.4,2:1", "1e300:1"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		cs, err := ParseMixedCapacity("swap-mixed-capacity", s)
-		if err != nil || len(cs) == 0 {
-			return
-		}
-		if !mixedCapacityValid(cs) {
-			t.Fatalf("%q parsed to %+v, which the model refuses", s, cs)
-		}
-		once := FormatMixedCapacity(cs)
-		again, err := ParseMixedCapacity("swap-mixed-capacity", once)
-		if err != nil {
-			t.Fatalf("%q parsed to %+v, formatted to %q, refused: %v", s, cs, once, err)
-		}
-		if twice := FormatMixedCapacity(again); twice != once {
-			t.Fatalf("%q: formatted %q, then %q", s, once, twice)
-		}
-	})
 }
 
 // A VM woken by its swap-in read waits its run-queue wait a page on top
@@ -219,7 +156,7 @@ func TestRunQueueWaitSlowsFaultingVMs(t *testing.T) {
 		nd := smallNode()
 		nd.CPUs, nd.PagingCPU, nd.RunQueueWait = c.cpus, []PagingCost{{1, c.pagingCPU}}, c.runQueueWait
 		nd.Swap.ReadIOPS, nd.Swap.LatencySeconds = 1e9, c.latency
-		n := newNode(nd, oneVM(memload.ScanRandom), c.count, 0.001, 1)
+		n := newNode(nd, oneVM(loadspec.ScanRandom), c.count, 0.001, 1)
 		running(n, 0.5)
 		n.capacityPages = 1e12
 		n.tick(0, true)
@@ -233,7 +170,7 @@ func TestRunQueueWaitSlowsFaultingVMs(t *testing.T) {
 	nd := smallNode()
 	nd.CPUs, nd.PagingCPU, nd.RunQueueWait = 1, []PagingCost{{1, 50e-6}}, []PagingCost{{1, 10e-6}}
 	nd.Swap.ReadIOPS, nd.Swap.LatencySeconds = 1e9, 1e-9
-	n := newNode(nd, oneVM(memload.ScanRandom), 2, 0.001, 1)
+	n := newNode(nd, oneVM(loadspec.ScanRandom), 2, 0.001, 1)
 	running(n, 0.5)
 	n.vms[1].resident, n.vms[1].disk = n.vms[1].pages, 0
 	n.capacityPages = 1e12

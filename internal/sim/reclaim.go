@@ -11,16 +11,12 @@ const (
 	// ReclaimBatchPages is how many pages reclaim takes from one cgroup at
 	// a time (SWAP_CLUSTER_MAX).
 	ReclaimBatchPages = 32.0
-	// maxReclaimBurstPages bounds Node.ReclaimBurstPages: a GiB a visit.
-	maxReclaimBurstPages = 1 << 18
 )
 
 // reclaim evicts what does not fit, by second-chance LRU across VMs, to
 // the compressed tier while it has room and then to the device; with no
 // room left anywhere it OOM-kills the largest VM, as the kernel would.
-// fillWaits says a fill waited for reclaim this tick: reclaim is behind,
-// however fast the device could write.
-func (s *node) reclaim(dt float64, fillWaits bool) {
+func (s *node) reclaim(dt float64) {
 	for range 4 {
 		over := s.usedPages() - s.capacityPages
 		if over <= minPages {
@@ -70,38 +66,20 @@ func (s *node) reclaim(dt float64, fillWaits bool) {
 			s.oomKill()
 			continue
 		}
-		// Reclaim falls behind where it is asked to free pages faster
-		// than the device writes them: a dirty page is free only once its
-		// write completes (a fill here: 200k pages a second a core
-		// against some 150k written). A fill that waits for reclaim's
-		// measured pace (Node.FillOutPagesPerSec, below the device's
-		// writes) asks more than reclaim frees too, though the eviction
-		// reclaim sees here is only that pace. Behind, it takes by the
-		// fill's order for as many pages as that order was measured over.
-		behind := !toTier && (fillWaits || evict/dt > s.writePagesPerSec())
-		order := s.n.SteadyReclaimOrderSlope
-		if behind && s.fillOrderLeftPages > 0 {
-			order = s.n.ReclaimOrderSlope
-			s.fillOrderLeftPages -= evict
-		}
-		if order != 0 {
-			sum = s.weighByCreation(weights, order)
-		}
 		// Reclaim takes pages from one cgroup at a time, a batch a visit
 		// (reclaimBatch): which VM a batch comes from is a draw, so the
 		// shares vary around their expectation. Each VM's visits are a
 		// Poisson count around its expected pages over its batch (a
 		// multinomial's variance: a VM's is its batch times its expected
 		// pages, however many ticks the eviction takes). This randomness
-		// is what lets identical VMs drift apart; with batches a share of
-		// a VM, the deficit lands on some VMs and misses others.
+		// is what lets identical VMs drift apart.
 		shares := make([]float64, len(s.vms))
 		var drawn, largest float64 // largest: the largest batch visited
-		for i, v := range s.vms {
+		batch := ReclaimBatchPages
+		for i := range s.vms {
 			if weights[i] == 0 {
 				continue
 			}
-			batch := s.reclaimBatch(v, behind)
 			shares[i] = batch * poissonCount(s.rng, evict*weights[i]/sum/batch)
 			drawn += shares[i]
 			if shares[i] > 0 {
@@ -112,7 +90,6 @@ func (s *node) reclaim(dt float64, fillWaits bool) {
 			// Less than a batch to take, and no visit drawn: reclaim
 			// still visits once, a VM picked by weight.
 			i := pickByWeight(s.rng, weights, sum)
-			batch := s.reclaimBatch(s.vms[i], behind)
 			shares[i], drawn, largest = batch, batch, batch
 		}
 		// Reclaim visits until it has taken enough, and a visit takes its
@@ -169,17 +146,6 @@ func (s *node) reclaim(dt float64, fillWaits bool) {
 	}
 }
 
-// FillOrderShare is the share of a step's workloads reclaim takes by the
-// fill's order where it falls behind: the share past the limit that order
-// is measured over (a fill 12% past its limit: 1 − 1/1.12; a probe of
-// Node.ReclaimOrderSlope fills 1/(1 − this) of the limit). However deep the fill,
-// the order moves about as many pages from the last made to the first:
-// measured here, the first of eight random workers had 0.09 of its block
-// more out than the mean 12% past the limit and 0.09 at 100% past (a
-// pages-out slope of 0.85 and of 0.12); applied to a whole deep fill,
-// the 0.85 left the model's plateau slope at 0.9-1.1 (measured 0.23-0.29).
-const FillOrderShare = 1 - 1/1.12
-
 // writePagesPerSec is the pages a second the device writes with reclaim's
 // writes alone (0: no device).
 func (s *node) writePagesPerSec() float64 {
@@ -229,49 +195,6 @@ func poissonCount(rng *rand.Rand, mean float64) float64 {
 // the tails, and the exact draw costs a uniform per unit of the mean.
 const poissonNormalMean = 30
 
-// weighByCreation scales reclaim's weights by the VMs' creation order
-// (Node.ReclaimOrderSlope where reclaim falls behind,
-// Node.SteadyReclaimOrderSlope where it keeps up): from 1 + slope for
-// the first VM with a weight
-// to 1 − slope for the last, evenly between. The kernel's direct
-// reclaimers share one walk of the cgroups: a walk that frees too little
-// ends at the last cgroup, and the next, at a lower priority that takes
-// more a visit, starts again at the first. It returns the weights' sum.
-func (s *node) weighByCreation(weights []float64, slope float64) float64 {
-	var weighted int
-	for _, w := range weights {
-		if w > 0 {
-			weighted++
-		}
-	}
-	var sum float64
-	rank := 0
-	for i, w := range weights {
-		if w <= 0 {
-			continue
-		}
-		if weighted > 1 {
-			weights[i] = w * (1 + slope*CreationPlace(rank, weighted))
-			rank++
-		}
-		sum += weights[i]
-	}
-	return sum
-}
-
-// reclaimBatch is the pages one visit of reclaim takes from v's cgroup:
-// its burst (Node.ReclaimBurstPages, at least SWAP_CLUSTER_MAX) while
-// reclaim keeps up; where it falls behind (behind) the kernel lowers its
-// priority and a visit scans the cgroup's LRU >> priority, a share of it
-// (Node.ReclaimBatchShare), if that is more.
-func (s *node) reclaimBatch(v *vmState, behind bool) float64 {
-	batch := max(ReclaimBatchPages, s.n.ReclaimBurstPages)
-	if behind {
-		batch = max(batch, s.n.ReclaimBatchShare*(v.resident+v.cache))
-	}
-	return batch
-}
-
 // oomKill ends the live VM holding the most memory.
 func (s *node) oomKill() {
 	var victim *vmState
@@ -283,10 +206,4 @@ func (s *node) oomKill() {
 	if victim != nil {
 		victim.phase, victim.gone = phaseGone, "OOM-killed"
 	}
-}
-
-// CreationPlace is the i-th of n VMs' place in creation order: 1 for the
-// first, −1 for the last, evenly between.
-func CreationPlace(i, n int) float64 {
-	return 1 - 2*float64(i)/float64(n-1)
 }

@@ -127,7 +127,7 @@ func simulateStep(p Params, n, index int, dt float64, start time.Time) (results.
 				// The controller releases every worker at once.
 				for _, v := range s.vms {
 					if v.live() {
-						v.phase, v.runningAt = phaseRunning, t
+						v.phase = phaseRunning
 					}
 				}
 				measureFrom, before = t, s.counters()

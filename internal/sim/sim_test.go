@@ -3,13 +3,14 @@ package sim
 import (
 	"context"
 	"math"
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/headroom-dev/headroom/internal/agent"
-	"github.com/headroom-dev/headroom/internal/memload"
+	"github.com/headroom-dev/headroom/internal/memload/loadspec"
 	"github.com/headroom-dev/headroom/internal/policy"
 	"github.com/headroom-dev/headroom/internal/results"
 	"github.com/headroom-dev/headroom/internal/swaptier/tierspec"
@@ -21,7 +22,7 @@ func smallNode() Node {
 		Swap: Device{SizeBytes: 64 << 30, ReadIOPS: 10000, WriteIOPS: 1e9, LatencySeconds: 100e-6}}
 }
 
-func oneVM(scan memload.Scan) VMSpec {
+func oneVM(scan loadspec.Scan) VMSpec {
 	return VMSpec{MemoryBytes: 2 << 30, RequestBytes: 1 << 30, Workload: Workload{SizeBytes: 1 << 30, Scan: scan, WriteFraction: 1}}
 }
 
@@ -38,7 +39,7 @@ func running(n *node, resident float64) {
 // faults per touch over a tick are 1-f.
 func TestRandomHitsWithItsResidentFraction(t *testing.T) {
 	for _, f := range []float64{0, 0.25, 0.5, 0.9, 1} {
-		n := newNode(smallNode(), oneVM(memload.ScanRandom), 1, 0.001, 1)
+		n := newNode(smallNode(), oneVM(loadspec.ScanRandom), 1, 0.001, 1)
 		running(n, f)
 		n.capacityPages = 1e12 // nothing evicted during the tick
 		n.tick(0, true)
@@ -53,7 +54,7 @@ func TestRandomHitsWithItsResidentFraction(t *testing.T) {
 // every touched page comes from the device, one fault per readahead
 // window of 8 pages.
 func TestSequentialScanLargerThanItsShareMissesEveryPage(t *testing.T) {
-	n := newNode(smallNode(), oneVM(memload.ScanSeq), 1, 0.001, 1)
+	n := newNode(smallNode(), oneVM(loadspec.ScanSeq), 1, 0.001, 1)
 	running(n, 0.9)
 	n.capacityPages = 1e12
 	n.tick(0, true)
@@ -87,7 +88,7 @@ func TestSequentialScanBringsBackWhatItHasOut(t *testing.T) {
 		{1000, 1000 + (tick-1000*missSeconds)/hitSeconds, true},
 		{100000, 10000 * tick, false}, // 1.26 s of misses at the latency: the device's rate all the tick
 	} {
-		n := newNode(smallNode(), oneVM(memload.ScanSeq), 1, tick, 1)
+		n := newNode(smallNode(), oneVM(loadspec.ScanSeq), 1, tick, 1)
 		running(n, 1)
 		v := n.vms[0]
 		v.resident, v.disk = v.pages-c.outPages, c.outPages
@@ -105,7 +106,7 @@ func TestSequentialScanBringsBackWhatItHasOut(t *testing.T) {
 // allFaulting runs count VMs of random access, all on the device, for a
 // one-second tick; it returns the node and the reads it served.
 func allFaulting(nd Node, count int) (*node, float64) {
-	n := newNode(nd, oneVM(memload.ScanRandom), count, 1, 1)
+	n := newNode(nd, oneVM(loadspec.ScanRandom), count, 1, 1)
 	running(n, 0)
 	n.capacityPages = 1e12 // nothing evicted during the tick
 	n.tick(0, true)
@@ -135,37 +136,6 @@ func TestDeviceAtItsLimitQueues(t *testing.T) {
 	}
 }
 
-// Below half the swap in use a write carries --swap-write-pages (here 4)
-// and the device serves --swap-mixed-capacity (here 1); from half full
-// (vm_swap_full) --swap-write-pages-half-full (here 1) and
-// --swap-mixed-capacity-half-full (here 1.5), each as below where not
-// given. On a device whose writes bound paging, the pages swapped in
-// follow.
-func TestWritesFromHalfFullSwap(t *testing.T) {
-	for _, c := range []struct {
-		swapBytes          uint64
-		halfFullWritePages []IOPages
-		halfFullCapacity   []TaskCapacity
-		want               float64 // pages in a second
-	}{
-		{64 << 30, []IOPages{{1, 1}}, []TaskCapacity{{1, 1.5}}, 40000},
-		{8 << 30, []IOPages{{1, 1}}, nil, 10000}, // 5 GiB of 8 out
-		{8 << 30, []IOPages{{1, 1}}, []TaskCapacity{{1, 1.5}}, 15000},
-		{8 << 30, nil, nil, 40000},
-	} {
-		nd := smallNode()
-		nd.Swap.SizeBytes, nd.Swap.ReadIOPS, nd.Swap.WriteIOPS = c.swapBytes, 1e9, 10000
-		nd.WritePages, nd.HalfFullWritePages, nd.Swap.HalfFullMixedCapacity = []IOPages{{Tasks: 1, Pages: 4}}, c.halfFullWritePages, c.halfFullCapacity
-		n := newNode(nd, oneVM(memload.ScanRandom), 10, 1, 1)
-		running(n, 0.5)
-		n.capacityPages = 1e12 // nothing evicted during the tick
-		n.tick(0, true)
-		if math.Abs(n.swapIns-c.want) > 0.01*c.want {
-			t.Errorf("%s swap with 5 GiB out, from half full %v pages a write and %v capacity: %.0f pages in a second, want %.0f", units.FormatBytes(c.swapBytes), c.halfFullWritePages, c.halfFullCapacity, n.swapIns, c.want)
-		}
-	}
-}
-
 // Below half full a swapped-in page keeps its slot (and, only read, a
 // valid copy there); from half full the kernel frees the slot, so the
 // page must be written again when evicted.
@@ -180,7 +150,7 @@ func TestSwappedInPagesKeepTheirSlotBelowHalfFullSwap(t *testing.T) {
 		if c.from != "" {
 			nd.Tier = &Tier{Kind: c.from, SizeBytes: 64 << 30, Ratio: 1}
 		}
-		spec := oneVM(memload.ScanRandom)
+		spec := oneVM(loadspec.ScanRandom)
 		spec.Workload.WriteFraction = 0
 		n := newNode(nd, spec, 1, 1, 1)
 		running(n, 0.5)
@@ -218,7 +188,7 @@ func TestSwappedInPagesKeepTheirSlotBelowHalfFullSwap(t *testing.T) {
 func TestStepSwapUseCountsKeptSlots(t *testing.T) {
 	used := map[uint64]uint64{}
 	for _, swapBytes := range []uint64{1400 << 30, 40 << 30} {
-		p := paper(memload.ScanRandom, []int{13})
+		p := paper(loadspec.ScanRandom, []int{13})
 		p.VM.Workload.WriteFraction = 0
 		p.RuntimeSeconds = 20
 		p.Node.Swap.SizeBytes = swapBytes
@@ -239,7 +209,7 @@ func TestStepSwapUseCountsKeptSlots(t *testing.T) {
 // the device's read limit the process swaps eight times the pages in.
 func TestProcessSequentialWindowIsOneRead(t *testing.T) {
 	for _, process := range []bool{false, true} {
-		spec := oneVM(memload.ScanSeq)
+		spec := oneVM(loadspec.ScanSeq)
 		spec.Process = process
 		n := newNode(smallNode(), spec, 50, 1, 1)
 		running(n, 0.5)
@@ -353,12 +323,12 @@ func roundTripExact[T any](t *testing.T, s string, xs []T, parse func(string) ([
 // Reclaim spares pages touched since it last passed: a VM touching its
 // pages often loses fewer of them than an idle one of the same size.
 func TestReclaimTakesColdPagesFirst(t *testing.T) {
-	n := newNode(smallNode(), oneVM(memload.ScanRandom), 2, 0.25, 1)
+	n := newNode(smallNode(), oneVM(loadspec.ScanRandom), 2, 0.25, 1)
 	running(n, 1)
 	hot, cold := n.vms[0], n.vms[1]
 	hot.rate, cold.rate = 1e7, 0
 	n.capacityPages = 1.5 * hot.pages
-	n.reclaim(0.25, false)
+	n.reclaim(0.25)
 	if hot.resident <= cold.resident || math.Abs(hot.resident+cold.resident-n.capacityPages) > 1 {
 		t.Fatalf("hot %.0f, cold %.0f resident of %.0f; want the cold VM to lose more and the total to fit", hot.resident, cold.resident, n.capacityPages)
 	}
@@ -370,13 +340,13 @@ func TestFullTierSendsEvictionsToTheDevice(t *testing.T) {
 	nd := smallNode()
 	nd.Tier = &Tier{SizeBytes: 1 << 30, Ratio: 2, CPUSecondsPerPage: tierCPUSecondsPerPage}
 	for _, left := range []float64{0, 1e-7, 0.5} {
-		n := newNode(nd, oneVM(memload.ScanRandom), 2, 0.25, 1)
+		n := newNode(nd, oneVM(loadspec.ScanRandom), 2, 0.25, 1)
 		running(n, 1)
 		n.vms[0].resident -= n.tierCapPages - left
 		n.vms[0].tier = n.tierCapPages - left
 		n.capacityPages = n.usedPages() - 1000 // 1000 pages too many
 		disk := n.vms[0].disk + n.vms[1].disk
-		n.reclaim(0.25, false)
+		n.reclaim(0.25)
 		if over := n.usedPages() - n.capacityPages; over > 1e-3 {
 			t.Errorf("tier %g pages short of full: %.3f pages over RAM after reclaim", left, over)
 		}
@@ -393,7 +363,7 @@ func TestTierPoolOnHostTakesNoNodeRAM(t *testing.T) {
 	for _, onHost := range []bool{false, true} {
 		nd := smallNode()
 		nd.Tier = &Tier{SizeBytes: 1 << 30, Ratio: 4, PoolOnHost: onHost}
-		n := newNode(nd, oneVM(memload.ScanRandom), 1, 0.25, 1)
+		n := newNode(nd, oneVM(loadspec.ScanRandom), 1, 0.25, 1)
 		running(n, 0.5)
 		n.vms[0].tier, n.vms[0].disk = 4000, n.vms[0].disk-4000
 		used[onHost] = n.usedPages()
@@ -411,7 +381,7 @@ func TestZswapPagesHoldDeviceSlots(t *testing.T) {
 		nd := smallNode()
 		nd.Swap.SizeBytes = 1 << 30
 		nd.Tier = &Tier{Kind: kind, SizeBytes: 1 << 30, Ratio: 2}
-		n := newNode(nd, oneVM(memload.ScanRandom), 1, 0.25, 1)
+		n := newNode(nd, oneVM(loadspec.ScanRandom), 1, 0.25, 1)
 		running(n, 0.4)
 		v := n.vms[0]
 		v.tier, v.disk = v.disk, 0 // 0.6 GiB of pages in the tier
@@ -434,7 +404,7 @@ func TestFullZswapPoolWritesBackToTheAcceptThreshold(t *testing.T) {
 	nd := smallNode()
 	nd.Swap.WriteIOPS = 10000
 	nd.Tier = &Tier{Kind: TierZswap, SizeBytes: 512 << 20, Ratio: 2, PoolOnHost: true}
-	n := newNode(nd, oneVM(memload.ScanRandom), 1, 0.25, 1)
+	n := newNode(nd, oneVM(loadspec.ScanRandom), 1, 0.25, 1)
 	running(n, 0.5)
 	v := n.vms[0]
 	v.phase = phaseReady               // populated, not touching
@@ -470,19 +440,19 @@ func TestCleanPagesAreDroppedNotWritten(t *testing.T) {
 	for kind, wantOut := range map[TierKind]float64{TierZram: 500, TierZswap: 0} {
 		nd := smallNode()
 		nd.Tier = &Tier{Kind: kind, SizeBytes: 64 << 30, Ratio: 2, PoolOnHost: true}
-		n := newNode(nd, oneVM(memload.ScanRandom), 1, 0.25, 1)
+		n := newNode(nd, oneVM(loadspec.ScanRandom), 1, 0.25, 1)
 		running(n, 1)
 		v := n.vms[0]
 		v.clean, v.slotted = v.resident/2, v.resident/2
 		n.capacityPages = n.usedPages() - 1000
-		n.reclaim(0.25, false)
+		n.reclaim(0.25)
 		if math.Abs(n.swapOuts-wantOut) > 1 || math.Abs(v.tier-500) > 1 || math.Abs(v.disk-500) > 1 {
 			t.Errorf("%s: 1000 pages evicted, half clean: %.0f swap-outs, %.0f to the tier, %.0f on the device; want %.0f, 500 and 500", kind, n.swapOuts, v.tier, v.disk, wantOut)
 		}
 	}
 }
 
-func paper(scan memload.Scan, deployments []int) Params {
+func paper(scan loadspec.Scan, deployments []int) Params {
 	return Params{Node: Node{RAMBytes: 192 << 30, SystemReserveBytes: 10 << 30, CPUs: 64, TouchRate: []TouchRate{{PagesPerSec: 2e7}}, PageCluster: 3, PagingCPU: []PagingCost{{Tasks: 1, SecondsPerPage: 5e-6}},
 		Swap: Device{SizeBytes: 1400 << 30, ReadIOPS: 1.3e6, WriteIOPS: 215e3, LatencySeconds: 80e-6}},
 		VM: VMSpec{MemoryBytes: 16 << 30, GuestOverheadBytes: 1 << 30, HostOverheadBytes: 256 << 20, RequestBytes: 1700 << 20,
@@ -494,7 +464,7 @@ func paper(scan memload.Scan, deployments []int) Params {
 // (Only the run's start differs: the wall-clock time it was simulated at,
 // from which its steps' simulated clock runs.)
 func TestDeterministicWithASeed(t *testing.T) {
-	p := paper(memload.ScanRandom, []int{11, 13})
+	p := paper(loadspec.ScanRandom, []int{11, 13})
 	steps := func() []results.Step {
 		run, _, err := Run(context.Background(), p, nil)
 		if err != nil {
@@ -548,13 +518,13 @@ func TestStepsAndDecisionsOnOneClock(t *testing.T) {
 // paper's scenario: the knee, where the fall ends, the plateau's spread
 // (highest over lowest aggregate from 16 VMs to 100) and how many of the
 // 12 VMs past the knee still touch at RAM speed (above half its rate).
-var paperFigures = map[memload.Scan]struct {
+var paperFigures = map[loadspec.Scan]struct {
 	knee, plateauFrom int
 	maxSpread         float64
 	luckyAt12         int
 }{
-	memload.ScanSeq:    {knee: 11, plateauFrom: 13, maxSpread: 1.01, luckyAt12: 2},
-	memload.ScanRandom: {knee: 11, plateauFrom: 14, maxSpread: 1.5, luckyAt12: 11},
+	loadspec.ScanSeq:    {knee: 11, plateauFrom: 13, maxSpread: 1.01, luckyAt12: 2},
+	loadspec.ScanRandom: {knee: 11, plateauFrom: 14, maxSpread: 1.5, luckyAt12: 11},
 }
 
 // Fidelity to the published test (seed 000): everything in RAM to 11 VMs,
@@ -563,8 +533,8 @@ var paperFigures = map[memload.Scan]struct {
 // than the paper's RAM + swap: exactly the figures published.
 func TestPaperScenario(t *testing.T) {
 	deployments := []int{1, 6, 10, 11, 12, 13, 14, 15, 16, 20, 30, 50, 75, 100}
-	runs := map[memload.Scan]*results.Run{}
-	for _, scan := range []memload.Scan{memload.ScanSeq, memload.ScanRandom} {
+	runs := map[loadspec.Scan]*results.Run{}
+	for _, scan := range []loadspec.Scan{loadspec.ScanSeq, loadspec.ScanRandom} {
 		want := paperFigures[scan]
 		run, _, err := Run(context.Background(), paper(scan, deployments), nil)
 		if err != nil {
@@ -608,8 +578,8 @@ func TestPaperScenario(t *testing.T) {
 			t.Errorf("%s: plateau from %.0f to %.0f pages/s (%.2fx), want within %gx", scan, lo, hi, hi/lo, want.maxSpread)
 		}
 	}
-	for i, s := range runs[memload.ScanRandom].Steps {
-		seq := runs[memload.ScanSeq].Steps[i]
+	for i, s := range runs[loadspec.ScanRandom].Steps {
+		seq := runs[loadspec.ScanSeq].Steps[i]
 		if s.Workers >= 12 && s.Workers <= 15 && s.AggregatePagesPerSec <= seq.AggregatePagesPerSec {
 			t.Errorf("%d VMs: random %.0f pages/s not above seq %.0f in the transition", s.Workers, s.AggregatePagesPerSec, seq.AggregatePagesPerSec)
 		}
@@ -640,7 +610,7 @@ func TestAgentEvictsBeforeTheOOMPoint(t *testing.T) {
 	// over seconds, as VMs starting up do, not at once.
 	p := Params{Node: Node{RAMBytes: 4 << 30, CPUs: 8, TouchRate: []TouchRate{{PagesPerSec: 2e4}}, PageCluster: 3,
 		Swap: Device{SizeBytes: 2 << 30, ReadIOPS: 40000, WriteIOPS: 30000, LatencySeconds: 100e-6}},
-		VM:          VMSpec{MemoryBytes: 1 << 30, RequestBytes: 256 << 20, Workload: Workload{SizeBytes: 900 << 20, Scan: memload.ScanRandom, WriteFraction: 1}},
+		VM:          VMSpec{MemoryBytes: 1 << 30, RequestBytes: 256 << 20, Workload: Workload{SizeBytes: 900 << 20, Scan: loadspec.ScanRandom, WriteFraction: 1}},
 		Deployments: []int{7}, RuntimeSeconds: 30, Seed: 1}
 	without, _, err := Run(context.Background(), p, nil)
 	if err != nil {
@@ -675,14 +645,14 @@ func TestAgentEvictsBeforeTheOOMPoint(t *testing.T) {
 // a VM hot on its workload loses only cache while the cache covers the
 // shortfall.
 func TestReclaimTakesTheGuestCacheFirst(t *testing.T) {
-	vm := oneVM(memload.ScanRandom)
+	vm := oneVM(loadspec.ScanRandom)
 	vm.GuestCacheBytes = 512 << 20
 	n := newNode(smallNode(), vm, 1, 0.25, 1)
 	running(n, 1)
 	v := n.vms[0]
 	v.rate, v.cache, v.cacheFilled = 0, v.cacheGoal, v.cacheGoal // idle workload: no touch spares it
 	n.capacityPages = v.pages + v.cache/2
-	n.reclaim(0.25, false)
+	n.reclaim(0.25)
 	if v.resident != v.pages || math.Abs(v.cacheDisk-v.cacheGoal/2) > 1 || v.disk != 0 {
 		t.Fatalf("workload %.0f of %.0f resident, %.0f on the device; cache %.0f in RAM, %.0f on the device; want only half the cache (%.0f) out",
 			v.resident, v.pages, v.disk, v.cache, v.cacheDisk, v.cacheGoal/2)
@@ -693,7 +663,7 @@ func TestReclaimTakesTheGuestCacheFirst(t *testing.T) {
 // the host keeps it, in proportion, and never gives up what its kernel
 // and workload use; deflating gives memory back but no cache.
 func TestBalloonDropsTheGuestCache(t *testing.T) {
-	vm := oneVM(memload.ScanRandom) // 2 GiB guest, 1 GiB workload
+	vm := oneVM(loadspec.ScanRandom) // 2 GiB guest, 1 GiB workload
 	vm.GuestOverheadBytes, vm.GuestCacheBytes = 128<<20, 512<<20
 	n := newNode(smallNode(), vm, 1, 0.25, 1)
 	running(n, 1)
@@ -715,73 +685,6 @@ func TestBalloonDropsTheGuestCache(t *testing.T) {
 	}
 }
 
-// A balloon move costs the guest's vCPU a fixed time a page moved, either
-// way, and its workload waits for it: a guest at 1M pages/s whose balloon
-// moves 100k pages at 5 µs each loses half a second of touches, over the
-// ticks the work spans.
-func TestBalloonMovesCostTheGuestsVCPU(t *testing.T) {
-	vm := oneVM(memload.ScanRandom) // 2 GiB guest, 1 GiB workload
-	vm.Workload.RatePagesPerSec, vm.BalloonCPUSecondsPerPage = 1e6, 5e-6
-	n := newNode(smallNode(), vm, 1, 0.25, 1)
-	running(n, 1)
-	n.capacityPages = 1e12
-	v := n.vms[0]
-	touches := func(seconds float64) float64 {
-		before := v.touches
-		for range int(seconds / 0.25) {
-			n.tick(0, true)
-		}
-		return v.touches - before
-	}
-	if got := touches(1); math.Abs(got-1e6) > 1 {
-		t.Fatalf("no balloon move: %.0f touches in 1 s, want 1M", got)
-	}
-	v.setBalloon(v.memPages - 6e4) // inflate by 60k pages: 0.3 s
-	v.setBalloon(v.memPages + 4e4) // deflate by 40k: 0.2 s
-	if got := touches(1); math.Abs(got-0.5e6) > 1 {
-		t.Fatalf("after moving 100k pages at 5 µs: %.0f touches in 1 s, want 500k", got)
-	}
-	if got := touches(1); math.Abs(got-1e6) > 1 {
-		t.Fatalf("the move done: %.0f touches in 1 s, want 1M", got)
-	}
-}
-
-// A guest's touches cost StartCPUFactor times their steady CPU as its
-// workload starts, falling to once over StartCPUSeconds, on the cores all
-// VMs share: one guest at 1M pages/s (0.1 µs a touch) fits a core even at
-// six times that, seven on two cores do not — each runs at 2 / (7 × 0.6
-// µs) = 476k pages/s in the first tick — and all run at their rate once
-// the start is over.
-func TestStartingWorkloadsShareTheCores(t *testing.T) {
-	for _, c := range []struct {
-		vms             int
-		factor          float64
-		wantFirstPerSec float64
-	}{
-		{vms: 1, factor: 6, wantFirstPerSec: 1e6},
-		{vms: 7, factor: 6, wantFirstPerSec: 2 / (7 * 6 * 1e-7)},
-		{vms: 7, factor: 0, wantFirstPerSec: 1e6},
-	} {
-		vm := oneVM(memload.ScanRandom)
-		vm.Workload.RatePagesPerSec, vm.StartCPUFactor, vm.StartCPUSeconds = 1e6, c.factor, 4
-		nd := smallNode()
-		nd.CPUs = 2
-		n := newNode(nd, vm, c.vms, 0.25, 1)
-		running(n, 1)
-		n.capacityPages = 1e12
-		v := n.vms[0]
-		n.tick(0, true)
-		if got := v.touches / 0.25; math.Abs(got-c.wantFirstPerSec) > 1 {
-			t.Errorf("%d VMs, factor %g: %.0f pages/s in the first tick, want %.0f", c.vms, c.factor, got, c.wantFirstPerSec)
-		}
-		before := v.touches
-		n.tick(4, true)
-		if got := (v.touches - before) / 0.25; math.Abs(got-1e6) > 1 {
-			t.Errorf("%d VMs, factor %g: %.0f pages/s once started, want the rate", c.vms, c.factor, got)
-		}
-	}
-}
-
 // balloonBench is bench/density-balloon.sh's node in the model: 512 MiB
 // guests, each with a 32 MiB workload at 1M pages/s beside 288 MiB of
 // idle cache, on 1.5 GiB with 2 GiB of swap; the guests fill their cache
@@ -791,7 +694,7 @@ func balloonBench(count int) Params {
 		PagingCPU: []PagingCost{{Tasks: 1, SecondsPerPage: 150e-6}},
 		Swap:      Device{SizeBytes: 2 << 30, ReadIOPS: 20000, WriteIOPS: 20000, LatencySeconds: 200e-6}},
 		VM: VMSpec{MemoryBytes: 512 << 20, GuestOverheadBytes: 100 << 20, HostOverheadBytes: 40 << 20, GuestCacheBytes: 288 << 20,
-			RequestBytes: 168 << 20, Workload: Workload{SizeBytes: 32 << 20, Scan: memload.ScanRandom, WriteFraction: 1, RatePagesPerSec: 1e6}},
+			RequestBytes: 168 << 20, Workload: Workload{SizeBytes: 32 << 20, Scan: loadspec.ScanRandom, WriteFraction: 1, RatePagesPerSec: 1e6}},
 		Deployments: []int{count}, RuntimeSeconds: 20, Seed: 1}
 }
 
@@ -841,24 +744,20 @@ func TestBalloonHoldsWhatSwapAloneEvicts(t *testing.T) {
 
 // Bad input names the field.
 func TestValidate(t *testing.T) {
-	good := paper(memload.ScanSeq, []int{1})
+	good := paper(loadspec.ScanSeq, []int{1})
 	if err := Validate(good.Node, good.VM); err != nil {
 		t.Fatal(err)
 	}
 	for want, f := range map[string]func(*Node, *VMSpec){
-		"Node.RAMBytes":                   func(n *Node, _ *VMSpec) { n.RAMBytes = 0 },
-		"Node.SystemReserveBytes":         func(n *Node, _ *VMSpec) { n.SystemReserveBytes = n.RAMBytes },
-		"Node.CPUs":                       func(n *Node, _ *VMSpec) { n.CPUs = 0 },
-		"Node.TouchRate":                  func(n *Node, _ *VMSpec) { n.TouchRate = nil },
-		"Node.TouchAloneSpeedup":          func(n *Node, _ *VMSpec) { n.TouchAloneSpeedup = []AloneSpeedup{{0, 0.2}} },
-		"Node.TouchTurnBlocks":            func(n *Node, _ *VMSpec) { n.TouchTurnBlocks = 0.5 },
-		"Node.Swap.ReadIOPS":              func(n *Node, _ *VMSpec) { n.Swap.ReadIOPS = 0 },
-		"Node.Swap.WriteIOPS":             func(n *Node, _ *VMSpec) { n.Swap.WriteIOPS = 0 },
-		"Node.Swap.LatencySeconds":        func(n *Node, _ *VMSpec) { n.Swap.LatencySeconds = 0 },
-		"Node.Swap.MixedCapacity":         func(n *Node, _ *VMSpec) { n.Swap.MixedCapacity = []TaskCapacity{{1, 0.5}} },
-		"Node.Swap.HalfFullMixedCapacity": func(n *Node, _ *VMSpec) { n.Swap.HalfFullMixedCapacity = []TaskCapacity{{1, 0.5}} },
-		"Node.ReadaheadUsed":              func(n *Node, _ *VMSpec) { n.ReadaheadUsed = []ReadaheadUse{{8, 1}, {4, 0.9}} },
-		"ratio":                           func(n *Node, _ *VMSpec) { n.Tier = &Tier{SizeBytes: 1 << 30, Ratio: 0.5} },
+		"Node.RAMBytes":            func(n *Node, _ *VMSpec) { n.RAMBytes = 0 },
+		"Node.SystemReserveBytes":  func(n *Node, _ *VMSpec) { n.SystemReserveBytes = n.RAMBytes },
+		"Node.CPUs":                func(n *Node, _ *VMSpec) { n.CPUs = 0 },
+		"Node.TouchRate":           func(n *Node, _ *VMSpec) { n.TouchRate = nil },
+		"Node.TouchTurnBlocks":     func(n *Node, _ *VMSpec) { n.TouchTurnBlocks = 100 },
+		"Node.Swap.ReadIOPS":       func(n *Node, _ *VMSpec) { n.Swap.ReadIOPS = 0 },
+		"Node.Swap.WriteIOPS":      func(n *Node, _ *VMSpec) { n.Swap.WriteIOPS = 0 },
+		"Node.Swap.LatencySeconds": func(n *Node, _ *VMSpec) { n.Swap.LatencySeconds = 0 },
+		"ratio":                    func(n *Node, _ *VMSpec) { n.Tier = &Tier{SizeBytes: 1 << 30, Ratio: 0.5} },
 		"zswap needs a swap device": func(n *Node, _ *VMSpec) {
 			n.Tier, n.Swap.SizeBytes = &Tier{Kind: TierZswap, PoolBytes: 1 << 30, SizeBytes: 2 << 30, Ratio: 2}, 0
 		},
@@ -888,7 +787,7 @@ func BenchmarkPaperSweep(b *testing.B) {
 		deployments = append(deployments, n)
 	}
 	for range b.N {
-		for _, scan := range []memload.Scan{memload.ScanSeq, memload.ScanRandom} {
+		for _, scan := range []loadspec.Scan{loadspec.ScanSeq, loadspec.ScanRandom} {
 			p := paper(scan, deployments)
 			p.RuntimeSeconds = 180
 			if _, _, err := Run(context.Background(), p, nil); err != nil {
@@ -941,7 +840,7 @@ func TestParseTier(t *testing.T) {
 	if _, err := ParseTier("zswap", 2, 0); err == nil || !strings.Contains(err.Error(), "--node-memory") {
 		t.Errorf("zswap without the node's RAM: %v; want an error naming --node-memory", err)
 	}
-	if r := ContentRatio(memload.Content{Kind: memload.ContentCompress, CompressRatio: 4}); r != 4 {
+	if r := ContentRatio(loadspec.Content{Kind: loadspec.ContentCompress, CompressRatio: 4}); r != 4 {
 		t.Errorf("compress=4 compresses %g:1", r)
 	}
 }
@@ -1029,7 +928,7 @@ func TestPagingCPUFollowsTheFaultingTasks(t *testing.T) {
 	// paging VMs on a node pay the cost at four.
 	nd := smallNode()
 	nd.PagingCPU = measured
-	n := newNode(nd, oneVM(memload.ScanRandom), 4, 0.001, 1)
+	n := newNode(nd, oneVM(loadspec.ScanRandom), 4, 0.001, 1)
 	running(n, 0.5)
 	n.capacityPages = 1e12
 	n.tick(0, true)
@@ -1050,7 +949,7 @@ func TestTierPagesCostThePagingCPU(t *testing.T) {
 	// A short tick: no VM comes back to its pages within it, so its miss
 	// chance stays its share out (see randomMisses).
 	const tick = 0.01
-	n := newNode(nd, oneVM(memload.ScanRandom), 10, tick, 1)
+	n := newNode(nd, oneVM(loadspec.ScanRandom), 10, tick, 1)
 	running(n, 0.5)
 	for _, v := range n.vms {
 		v.tier, v.disk = v.disk, 0
@@ -1067,69 +966,6 @@ func TestTierPagesCostThePagingCPU(t *testing.T) {
 	}
 }
 
-// With a batch a share of a VM, a deficit lands on some identical VMs and
-// misses others (a coefficient of variation of sqrt(batch × (1 − 1/N) ÷
-// each's pages): 0.83 here); with SWAP_CLUSTER_MAX pages a visit it
-// spreads evenly (0.06), as it does where the device writes as fast as
-// reclaim is asked to free (reclaim keeps up: no large batches). All of
-// it is taken either way.
-// reclaimNineInRAM is a node of nd with nine random 256 MiB VMs all in
-// RAM, reclaim having taken deficit pages from them in a quarter second.
-func reclaimNineInRAM(nd Node, deficit float64) *node {
-	n := newNode(nd, oneVM(memload.ScanRandom), 9, 0.25, 1)
-	for _, v := range n.vms {
-		v.pages /= 4 // 256 MiB
-		v.phase, v.populated, v.resident = phaseRunning, v.pages, v.pages
-	}
-	n.capacityPages = n.usedPages() - deficit
-	n.reclaim(0.25, false)
-	return n
-}
-
-func TestReclaimBatchSpreadsTheDeficit(t *testing.T) {
-	for _, c := range []struct {
-		share        float64
-		writeIOPS    float64 // 1000: 8k pages a second, behind the 308k asked
-		minCV, maxCV float64
-	}{{0, 1000, 0, 0.1}, {0.1, 1000, 0.4, 2}, {0.1, 1e9, 0, 0.1}} {
-		nd := smallNode()
-		nd.ReclaimBatchShare, nd.Swap.WriteIOPS = c.share, c.writeIOPS
-		const deficit = 77000.0
-		n := reclaimNineInRAM(nd, deficit)
-		var sum, sumSquares float64
-		for _, v := range n.vms {
-			sum += v.disk
-			sumSquares += v.disk * v.disk
-		}
-		mean := sum / 9
-		cv := math.Sqrt(max(sumSquares/9-mean*mean, 0)) / mean
-		if math.Abs(sum-deficit) > 1 || cv < c.minCV || cv > c.maxCV {
-			t.Errorf("batch share %g, %g writes a second: %.0f pages taken (want %.0f), spread %.2f of the mean, want %.2f-%.2f", c.share, c.writeIOPS, sum, deficit, cv, c.minCV, c.maxCV)
-		}
-	}
-}
-
-// Where reclaim keeps up, the steady order weighs its visits by creation
-// order (the first made loses 1 + k times the mean, the last 1 − k);
-// where it falls behind, the fill's order does instead.
-func TestSteadyReclaimOrderWeighsByCreation(t *testing.T) {
-	for _, c := range []struct {
-		steady, behind float64
-		writeIOPS      float64 // 1000: 8k pages a second, behind the 308k asked
-		first, last    float64 // pages out over the mean
-	}{{0, 0, 1e9, 1, 1}, {0.5, 0, 1e9, 1.5, 0.5}, {-0.3, 0, 1e9, 0.7, 1.3}, {0.5, 0, 1000, 1, 1}, {0.5, 0.2, 1000, 1.2, 0.8}} {
-		nd := smallNode()
-		nd.SteadyReclaimOrderSlope, nd.ReclaimOrderSlope, nd.Swap.WriteIOPS = c.steady, c.behind, c.writeIOPS
-		const deficit = 77000.0
-		n := reclaimNineInRAM(nd, deficit)
-		first, last := n.vms[0].disk/(deficit/9), n.vms[8].disk/(deficit/9)
-		if math.Abs(first-c.first) > 0.1 || math.Abs(last-c.last) > 0.1 {
-			t.Errorf("steady order %g, behind %g, %g writes a second: first made %.2f of the mean out, last %.2f; want %.2f and %.2f",
-				c.steady, c.behind, c.writeIOPS, first, last, c.first, c.last)
-		}
-	}
-}
-
 // Density's cgroup workers are processes started one after another: they
 // populate together, sharing the cores, where VMs boot for about 2 s
 // first, each its own time.
@@ -1137,7 +973,7 @@ func TestProcessWorkersPopulateTogether(t *testing.T) {
 	for _, process := range []bool{false, true} {
 		nd := smallNode()
 		nd.CPUs, nd.PopulateRatePerCore = 2, 1e5
-		vm := oneVM(memload.ScanRandom)
+		vm := oneVM(loadspec.ScanRandom)
 		vm.Workload.SizeBytes, vm.Process = 64<<20, process
 		run, _, err := Run(context.Background(), Params{Node: nd, VM: vm, Deployments: []int{4}, RuntimeSeconds: 1, Seed: 1, TickSeconds: 0.01}, nil)
 		if err != nil {
@@ -1160,26 +996,20 @@ func TestProcessWorkersPopulateTogether(t *testing.T) {
 // Past the node's RAM a fill waits for reclaim, which frees dirty pages
 // as fast as the device writes them: four 256 MiB workers on two cores
 // fill a 512 MiB node in 0.5 s and then wait for the other 512 MiB to be
-// written at 16k pages a second, 8 s more (16 s more where reclaim's measured
-// pace is 8k); with room in a compressed tier the whole fill keeps the
+// written at 16k pages a second, 8 s more; with room in a compressed tier the whole fill keeps the
 // CPU's pace, 1 s.
 func TestFillPastRAMWaitsForTheDevicesWrites(t *testing.T) {
 	for _, c := range []struct {
 		tier        *Tier
-		fillOut     float64 // Node.FillOutPagesPerSec
 		wantSeconds float64
 	}{
-		{nil, 0, 8.5},
-		{&Tier{SizeBytes: 4 << 30, Ratio: 2}, 0, 1},
-		// Reclaim's measured pace below the device's writes holds the
-		// fill to it; above them, the device's writes do.
-		{nil, 8192, 16},
-		{nil, 1e6, 8.5},
+		{nil, 8.5},
+		{&Tier{SizeBytes: 4 << 30, Ratio: 2}, 1},
 	} {
 		nd := smallNode()
-		nd.RAMBytes, nd.CPUs, nd.PopulateRatePerCore, nd.Tier, nd.FillOutPagesPerSec = 512<<20, 2, 131072, c.tier, c.fillOut
+		nd.RAMBytes, nd.CPUs, nd.PopulateRatePerCore, nd.Tier = 512<<20, 2, 131072, c.tier
 		nd.Swap.WriteIOPS, nd.WritePages = 16384, []IOPages{{Tasks: 1, Pages: 1}}
-		vm := oneVM(memload.ScanRandom)
+		vm := oneVM(loadspec.ScanRandom)
 		vm.Workload.SizeBytes, vm.Process, vm.MemoryBytes, vm.RequestBytes = 256<<20, true, 320<<20, 64<<20
 		run, _, err := Run(context.Background(), Params{Node: nd, VM: vm, Deployments: []int{4}, RuntimeSeconds: 1, Seed: 1, TickSeconds: 0.01}, nil)
 		if err != nil || len(run.Steps) != 1 {
@@ -1187,124 +1017,16 @@ func TestFillPastRAMWaitsForTheDevicesWrites(t *testing.T) {
 		}
 		for _, w := range run.Steps[0].PerWorker {
 			if math.Abs(w.PopulateSeconds-c.wantSeconds) > 0.03*c.wantSeconds {
-				t.Errorf("tier %v, fill out %g: %s filled in %.2f s, want %.2f s", c.tier, c.fillOut, w.Name, w.PopulateSeconds, c.wantSeconds)
+				t.Errorf("tier %v: %s filled in %.2f s, want %.2f s", c.tier, w.Name, w.PopulateSeconds, c.wantSeconds)
 			}
 		}
 	}
-}
-
-// A fill that waits for reclaim is reclaim falling behind, whether the
-// device's writes or reclaim's measured pace below them hold it, and
-// reclaim takes by the fill's order, for as many pages as that order was
-// measured over: four workers filling twice their node with an order of
-// 0.8 end with the first made more out than the last, by at most the 2 ×
-// 0.8 budgets a VM the order moved (reclaim then takes from what each
-// has left), and far from drained. A fill the device keeps up with takes
-// from all alike.
-func TestAFillWaitingForReclaimTakesByTheFillsOrder(t *testing.T) {
-	const workers, slope = 4, 0.8
-	for _, c := range []struct {
-		name               string
-		writeIOPS, fillOut float64
-		ordered            bool
-	}{
-		{"held by the device's writes", 16384, 0, true},
-		{"held by reclaim's pace, below the writes", 16384, 8192, true},
-		{"kept up with", 1e9, 0, false},
-	} {
-		nd := smallNode()
-		nd.RAMBytes, nd.CPUs, nd.PopulateRatePerCore, nd.FillOutPagesPerSec = 512<<20, 2, 131072, c.fillOut
-		nd.Swap.WriteIOPS, nd.WritePages, nd.ReclaimOrderSlope = c.writeIOPS, []IOPages{{Tasks: 1, Pages: 1}}, slope
-		vm := oneVM(memload.ScanRandom)
-		vm.Workload.SizeBytes, vm.Process, vm.MemoryBytes, vm.RequestBytes = 256<<20, true, 320<<20, 64<<20
-		n := newNode(nd, vm, workers, 0.01, 1)
-		filled := func() bool {
-			for _, v := range n.vms {
-				if v.phase != phaseReady {
-					return false
-				}
-			}
-			return true
-		}
-		for tick := 0; !filled(); tick++ {
-			if tick > 10000 {
-				t.Fatalf("%s: the fill did not end in 100 s", c.name)
-			}
-			n.tick(float64(tick)*0.01, false)
-		}
-		budgetPerVM := FillOrderShare * n.vms[0].pages
-		apart := (n.vms[0].workloadSwapped() - n.vms[workers-1].workloadSwapped()) / budgetPerVM
-		// Kept up with, the first made still has a little more out: it
-		// starts filling a moment before the others.
-		lo, hi := -0.3, 0.3
-		if c.ordered {
-			lo, hi = 0.5, 2*slope
-		}
-		if !(apart >= lo && apart <= hi) {
-			t.Errorf("%s: the first made had %.2f budgets a VM more out than the last, want %.2f to %.2f", c.name, apart, lo, hi)
-		}
-	}
-}
-
-// Where the kernel reads swap ahead by offset, a sequential fault brings
-// as many of the VM's own pages as reclaim took from it a visit: the
-// readahead scaled by its place in creation order (the measured
-// readahead order), within a page and the
-// window. By address every VM gets the window.
-func TestOffsetReadaheadServesTheFirstMadeMost(t *testing.T) {
-	for _, c := range []struct {
-		byOffset          bool
-		slope             float64
-		firstYield, lastY float64
-	}{{false, 0.5, 4, 4}, {true, 0, 4, 4}, {true, 0.5, 6, 2}, {true, 0.9, 7.6, 1}} {
-		n := seqPagingTick(c.byOffset, c.slope, nil)
-		yields := make([]float64, len(n.vms))
-		for i, v := range n.vms {
-			yields[i] = v.touches / v.faults
-			if i > 0 && (yields[i] > yields[i-1]+1e-9 || v.touches > n.vms[i-1].touches+1e-6) {
-				t.Errorf("offset %v, slope %g: VM %d got %.2f pages a fault and %.0f touches, more than the one made before it (%.2f, %.0f)",
-					c.byOffset, c.slope, i, yields[i], v.touches, yields[i-1], n.vms[i-1].touches)
-			}
-		}
-		first, last := yields[0], yields[len(yields)-1]
-		if math.Abs(first-c.firstYield) > 0.01*c.firstYield || math.Abs(last-c.lastY) > 0.01*c.lastY {
-			t.Errorf("offset %v, slope %g: pages a fault %.2f for the first made, %.2f for the last, want %.2f and %.2f", c.byOffset, c.slope, first, last, c.firstYield, c.lastY)
-		}
-	}
-}
-
-// The run-queue wait comes once a read: measured a page in at the node's
-// pages a read, a VM whose reads bring a third as many of its own pages
-// as another's waits three times as long a page, and where that wait is
-// most of a page's time, touches a third as fast.
-func TestRunQueueWaitComesOnceARead(t *testing.T) {
-	for _, byOffset := range []bool{false, true} {
-		n := seqPagingTick(byOffset, 0.5, []PagingCost{{Tasks: 1, SecondsPerPage: 10e-3}})
-		ratio, want := n.vms[0].touches/n.vms[4].touches, 1.0
-		if byOffset {
-			want = 3 // 6 pages a read against 2
-		}
-		if math.Abs(ratio-want) > 0.05*want {
-			t.Errorf("offset %v: the first made touched %.2f times as many pages as the last, want %.1f", byOffset, ratio, want)
-		}
-	}
-}
-
-// seqPagingTick is processSeqTick's five workers with 4 pages a read,
-// the readahead by offset or not at the given order, and the run-queue
-// wait given.
-func seqPagingTick(byOffset bool, order float64, runQueueWait []PagingCost) *node {
-	nd := smallNode()
-	nd.ReadaheadByOffset, nd.ReadaheadOrderSlope = byOffset, order
-	nd.ReadaheadPages = []IOPages{{Tasks: 1, Pages: 4}}
-	nd.RunQueueWait = runQueueWait
-	return processSeqTick(nd, 5)
 }
 
 // processSeqTick is one measured tick of workers process workers on nd,
 // scanning sequentially with half their pages out and room for all.
 func processSeqTick(nd Node, workers int) *node {
-	spec := oneVM(memload.ScanSeq)
+	spec := oneVM(loadspec.ScanSeq)
 	spec.Process = true
 	n := newNode(nd, spec, workers, 1, 1)
 	running(n, 0.5)
@@ -1318,4 +1040,61 @@ func withAgent(cfg policy.Config) *AgentParams {
 	a := DefaultAgent()
 	a.Policy = cfg
 	return &a
+}
+
+// A random scan that comes back to its pages many times a tick misses each
+// page it has out once, where reclaim takes nothing from it; where reclaim
+// takes its pages as fast as it brings them back, as on a plateau, its
+// miss chance stays its share out.
+func TestRandomScanBringsBackWhatItHasOut(t *testing.T) {
+	const tick, hitSeconds, missSeconds, out = 0.25, 1e-7, 1e-7 + 100e-6, 1000.0
+	pages := float64(1<<30) / PageBytes
+	// Without reclaim: touches × hit time + misses × read time fill the
+	// tick, misses = out × (1 − e^(−touches/pages)).
+	drained := (tick - out*(missSeconds-hitSeconds)) / hitSeconds
+	for range 50 {
+		drained = (tick - out*-math.Expm1(-drained/pages)*(missSeconds-hitSeconds)) / hitSeconds
+	}
+	steadyRate := 1 / (hitSeconds + out/pages*(missSeconds-hitSeconds))
+	for _, c := range []struct {
+		name        string
+		evictPerSec float64
+		want        float64
+	}{
+		{"nothing taken", 0, drained},
+		{"taken as fast as it faults", steadyRate * out / pages, steadyRate * tick},
+	} {
+		n := newNode(smallNode(), oneVM(loadspec.ScanRandom), 1, tick, 1)
+		running(n, 1)
+		v := n.vms[0]
+		v.resident, v.disk = v.pages-out, out
+		v.evicted = c.evictPerSec * tick // the last tick's, as tick reads it
+		n.capacityPages = 1e12           // nothing evicted during the tick
+		n.tick(0, true)
+		if math.Abs(v.touches-c.want) > 1e-3*c.want {
+			t.Errorf("%s: %.0f touches in the tick, want %.0f", c.name, v.touches, c.want)
+		}
+	}
+}
+
+// Reclaim's one visit where none was drawn goes to a VM by weight, never
+// to one reclaim may not take from, even where rounding leaves the draw
+// past the last weight.
+func TestPickByWeight(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	weights := []float64{0, 1, 0, 3, 0}
+	counts := make([]float64, len(weights))
+	const draws = 40000
+	for range draws {
+		counts[pickByWeight(rng, weights, 4)]++
+	}
+	if counts[0]+counts[2]+counts[4] > 0 || math.Abs(counts[3]/draws-0.75) > 0.01 {
+		t.Errorf("picks %v of %d, want none at a zero weight and 3/4 at index 3", counts, draws)
+	}
+	// A sum a little above the weights' (rounding): the last positive.
+	for range 1000 {
+		if i := pickByWeight(rng, weights, 4.5); i != 1 && i != 3 {
+			t.Fatalf("picked %d, a zero weight", i)
+		}
+	}
 }

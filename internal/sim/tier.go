@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/headroom-dev/headroom/internal/memload"
+	"github.com/headroom-dev/headroom/internal/memload/loadspec"
 	"github.com/headroom-dev/headroom/internal/swaptier/tierspec"
 )
 
@@ -40,13 +40,13 @@ const tierCPUSecondsPerPage = 3e-6
 const SameFilledRatio = 50
 
 // ContentRatio is how well a content class compresses (zram's ratio).
-func ContentRatio(c memload.Content) float64 {
+func ContentRatio(c loadspec.Content) float64 {
 	switch c.Kind {
-	case memload.ContentZero:
+	case loadspec.ContentZero:
 		return SameFilledRatio
-	case memload.ContentCompress:
+	case loadspec.ContentCompress:
 		return c.CompressRatio
-	case memload.ContentDup:
+	case loadspec.ContentDup:
 		return 1 / max(1-c.DupFraction, 0.02)
 	}
 	return 1

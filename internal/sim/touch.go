@@ -93,112 +93,6 @@ func TouchRateAt(rs []TouchRate, bytesPerCore float64) float64 {
 		func(r TouchRate) float64 { return r.PagesPerSec }, false)
 }
 
-// DefaultTouchTurnBlocks is Node.TouchTurnBlocks where none is given: a
-// worker sharing its core touches as over its block and one other's.
-const DefaultTouchTurnBlocks = 2
-
-// MaxTouchTurnBlocks bounds Node.TouchTurnBlocks: sharing a core costs a
-// worker its share of the caches, not a curve's worth of memory.
-const MaxTouchTurnBlocks = 64
-
-// turnBlocksOrDefault is Node.TouchTurnBlocks, the default where none
-// is given.
-func turnBlocksOrDefault(turnBlocks float64) float64 {
-	if turnBlocks == 0 {
-		return DefaultTouchTurnBlocks
-	}
-	return turnBlocks
-}
-
-// TouchBytes is the memory that sets a core's touch rate while
-// workersPerCore workers of blockBytes each take turns on it: the block
-// alone with one a core, the block × turnBlocks with two or more, and
-// between them the block × turnBlocks^(workers a core − 1), as a core
-// with two and a core with one do in turn. Two are as many as sixteen:
-// each turn of another worker (a scheduler's slice, milliseconds, in
-// which a worker here cycles through all its block) evicts the page-table
-// lines a worker had in the core's caches, and one other evicts them as
-// well as many (here two to six seq workers of 256 MiB a core touched
-// 97-101M pages/s on the two cores, random ones 79-89M).
-func TouchBytes(blockBytes, workersPerCore, turnBlocks float64) float64 {
-	return blockBytes * math.Pow(max(turnBlocks, 1), min(max(workersPerCore-1, 0), 1))
-}
-
-// TouchAloneSpeedupForm describes the accepted --touch-alone-speedup
-// syntax.
-const TouchAloneSpeedupForm = "FACTOR or SIZE:FACTOR[,...] (e.g. 1.1, or 64Mi:1.1,256Mi:1,1Gi:1: one core alone over a core with every core busy, with SIZE touched per core), each 0.25..4 (0: none)"
-
-// AloneSpeedup is how much faster a core touches while it is the only
-// busy one than TouchRate, measured with every core busy, while it cycles
-// through BytesPerCore (0: whatever it touches). It depends on the block:
-// here, with 2 cores, one worker alone touched 1.07-1.17× a worker's rate
-// with both busy over 64 MiB (the caches the cores share are its alone)
-// and 0.96-1.08× over 256 MiB (2026-11-27).
-type AloneSpeedup struct {
-	BytesPerCore float64
-	Factor       float64
-}
-
-// MaxTouchAloneSpeedup bounds AloneSpeedup.Factor, and its inverse the
-// slowdown: a core alone gains or loses its neighbours' share of the
-// caches and the memory bus, not several times its speed.
-const MaxTouchAloneSpeedup = 4
-
-// ParseTouchAloneSpeedup parses --touch-alone-speedup: one factor or
-// factors by the memory touched per core, ascending; "0" is none.
-func ParseTouchAloneSpeedup(s string) ([]AloneSpeedup, error) {
-	if v, err := strconv.ParseFloat(strings.TrimSpace(s), 64); err == nil && v == 0 {
-		return nil, nil
-	}
-	factor := func(v string) (float64, error) { return strconv.ParseFloat(strings.TrimSpace(v), 64) }
-	out, ok := parseBySize(s, factor, func(bytesPerCore, f float64) AloneSpeedup { return AloneSpeedup{bytesPerCore, f} })
-	if !ok || !aloneSpeedupsValid(out) {
-		return nil, fmt.Errorf("--touch-alone-speedup %q: want %s, sizes ascending", s, TouchAloneSpeedupForm)
-	}
-	return out, nil
-}
-
-// FormatTouchAloneSpeedup is ParseTouchAloneSpeedup's inverse.
-func FormatTouchAloneSpeedup(ss []AloneSpeedup) string {
-	if len(ss) == 0 {
-		return "0"
-	}
-	return formatBySize(ss, func(a AloneSpeedup) float64 { return a.BytesPerCore }, func(a AloneSpeedup) float64 { return a.Factor })
-}
-
-// aloneSpeedupsValid says whether ss are as ParseTouchAloneSpeedup
-// returns them (nil: none).
-func aloneSpeedupsValid(ss []AloneSpeedup) bool {
-	for i, a := range ss {
-		if !(a.Factor >= 1.0/MaxTouchAloneSpeedup && a.Factor <= MaxTouchAloneSpeedup) || !(a.BytesPerCore >= 0) || math.IsInf(a.BytesPerCore, 0) ||
-			(len(ss) > 1 && !(a.BytesPerCore > 0)) || (i > 0 && !(a.BytesPerCore > ss[i-1].BytesPerCore)) {
-			return false
-		}
-	}
-	return true
-}
-
-// aloneSpeedupAt is the speedup of a core alone cycling through
-// bytesPerCore: linear in log2 of the bytes between the given sizes,
-// beyond them the nearest size's (1 where none is given).
-func aloneSpeedupAt(ss []AloneSpeedup, bytesPerCore float64) float64 {
-	if len(ss) == 0 {
-		return 1
-	}
-	return alongLog2(ss, bytesPerCore, func(a AloneSpeedup) float64 { return a.BytesPerCore },
-		func(a AloneSpeedup) float64 { return a.Factor }, false)
-}
-
-// aloneSpeedup is the factor on the touch rate with busyCores of cpus
-// busy: speedup with one core busy, none with all, in proportion between.
-func aloneSpeedup(speedup, busyCores, cpus float64) float64 {
-	if !(speedup > 0) || !(cpus > 1) {
-		return 1
-	}
-	idle := max(cpus-max(busyCores, 1), 0) // at most cpus-1
-	return 1 + (speedup-1)*idle/(cpus-1)
-}
-
 // TouchRatesValid says whether rates are as ParseTouchRate returns them.
 func TouchRatesValid(rs []TouchRate) bool {
 	if len(rs) == 0 {
@@ -211,4 +105,20 @@ func TouchRatesValid(rs []TouchRate) bool {
 		}
 	}
 	return true
+}
+
+// MaxTouchTurnBlocks bounds Node.TouchTurnBlocks: sharing a core costs a
+// worker its share of the caches, not a curve's worth of memory.
+const MaxTouchTurnBlocks = 64
+
+// TouchBytes is the memory that sets a core's touch rate while
+// workersPerCore workers of blockBytes each take turns on it: the block
+// alone with one a core or without the correction (turnBlocks 0 or 1),
+// else the block × turnBlocks with two or more, and between them the
+// block × turnBlocks^(workers a core − 1). Two are as many as sixteen:
+// each turn of another worker (a scheduler's slice, in which a worker here
+// cycles through all its block) evicts the page-table lines a worker had
+// in the core's caches, and one other evicts them as well as many.
+func TouchBytes(blockBytes, workersPerCore, turnBlocks float64) float64 {
+	return blockBytes * math.Pow(max(turnBlocks, 1), min(max(workersPerCore-1, 0), 1))
 }

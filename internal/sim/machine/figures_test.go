@@ -33,16 +33,12 @@ func TestTierRatioFromMeasuredCompression(t *testing.T) {
 func TestMachineFiguresRounds(t *testing.T) {
 	f := Figures{RAMBytes: 24 << 30, CPUs: 2, SwapDevice: "/dev/vdb", ReadIOPS: 30e3, WriteIOPS: 30e3,
 		PagingCPU: []sim.PagingCost{{Tasks: 2, SecondsPerPage: 55e-6}}, PagingCPUSpread: []Spread{{53e-6, 56e-6}},
-		TouchRate: []sim.TouchRate{{BytesPerCore: 256 << 20, PagesPerSec: 24e6}}, TouchBesidePagingPagesPerSec: 17.4e6, TouchBesidePagingBytes: 256 << 20,
-		BesidePagesInPerSec: 17.7e3, PagingStealSeconds: 20e-6, ReleaseWorkers: 8, ReclaimBatchPages: 5800, ReclaimBatchShare: 0.098, ReclaimOrderSlope: 0.47, ReclaimBurstPages: 480}
+		TouchRate: []sim.TouchRate{{BytesPerCore: 256 << 20, PagesPerSec: 24e6}}}
 	for rounds, want := range map[int][]string{
-		3: {"0.098 of a worker's pages in RAM (6 runs pooled", "a worker a core, median of 3 runs", "/dev/vdb, median of 3 probes:", "2: 55.0 µs (53-56, median of 3 runs)",
-			"touched 17.40M pages a second of its CPU (0.73× the rate in RAM)", "20.0 µs of its cores a page in (steal; median of 3 runs)",
-			"; reclaim took their pages in bursts of 480 pages a visit to one's cgroup",
-			"8 workers filling together 12% past their cgroup's limit had pages out by the order their cgroups were made (the first 1.47× the mean, the last 0.53×) and beside that by batches of 5800 pages a visit", "(6 runs pooled; the order is applied, the batch is not"},
-		1: {"a worker a core, one run", "/dev/vdb, one probe:", "2: 55.0 µs;", "(steal; one run)"},
+		3: {"a worker a core, median of 3 runs", "/dev/vdb, median of 3 probes:", "2: 55.0 µs (53-56, median of 3 runs)"},
+		1: {"a worker a core, one run", "/dev/vdb, one probe:", "2: 55.0 µs"},
 	} {
-		f.Rounds, f.ReleaseRuns = rounds, rounds*releaseRunsPerRound
+		f.Rounds = rounds
 		got := f.String() + ";"
 		for _, w := range want {
 			if !strings.Contains(got, w) {
@@ -55,20 +51,5 @@ func TestMachineFiguresRounds(t *testing.T) {
 	}
 	if (Options{}).rounds() != DefaultRounds || (Options{Rounds: 1}).rounds() != 1 {
 		t.Errorf("rounds: want %d unless given", DefaultRounds)
-	}
-}
-
-// The beside runs' figures give the model's share of a core's rate: the
-// resident worker's rate over the touch rate at its block, rounded; none
-// where they were not measured.
-func TestMachineFiguresTouchBesidePaging(t *testing.T) {
-	f := Figures{TouchRate: []sim.TouchRate{{BytesPerCore: 64 << 20, PagesPerSec: 60e6}, {BytesPerCore: 256 << 20, PagesPerSec: 24e6}, {BytesPerCore: 1 << 30, PagesPerSec: 15e6}},
-		TouchBesidePagingPagesPerSec: 17.4e6, TouchBesidePagingBytes: 256 << 20, BesidePagesInPerSec: 17712.4}
-	if got, want := f.TouchBesidePaging(), (sim.TouchBesidePaging{Share: 0.73, PagesInPerSec: 17712}); got != want {
-		t.Errorf("%+v, want %+v", got, want)
-	}
-	f.TouchBesidePagingPagesPerSec = 0
-	if got := f.TouchBesidePaging(); got != (sim.TouchBesidePaging{}) {
-		t.Errorf("not measured: %+v, want none", got)
 	}
 }

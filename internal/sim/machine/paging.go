@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/headroom-dev/headroom/internal/sim"
-	"github.com/headroom-dev/headroom/internal/sim/fit"
 	"github.com/headroom-dev/headroom/internal/swaptier/tierspec"
 
 	"github.com/headroom-dev/headroom/internal/cgroup"
@@ -38,10 +37,6 @@ import (
 // spent 24 µs a page; 256 MiB workers half out read 22-27 µs and wrote a
 // page an I/O, as the plateau does.
 var pagingWorkersPerCore = []int{1, 4, 8}
-
-// pagingHalfFullWorkersPerCore are the workers a core of the paging runs
-// over a swap more than half full, one run each: as on a density plateau.
-var pagingHalfFullWorkersPerCore = []int{4, 8}
 
 const (
 	pagingMaxWorkerBytes = 256 << 20
@@ -103,9 +98,6 @@ type PagingSample struct {
 	WritesPerSec float64 `json:"writes_per_sec"`
 	// SwapUsedShare is the share of the swap in use at the window's end.
 	SwapUsedShare float64 `json:"swap_used_share"`
-	// Burst is the pages reclaim took from each worker in each
-	// reclaimBurstBin of the window.
-	Burst fit.BurstSample `json:"-"`
 	// PagesInPerSec is the pages swapped in a second.
 	PagesInPerSec float64 `json:"pages_in_per_sec"`
 	// WorkerBytes is each worker's block, half of it out.
@@ -143,7 +135,7 @@ func (s PagingSample) ReadaheadOrderSlope() (k float64, ok bool) {
 
 // ReclaimOrderSlope is, for a random scan, how much more readily reclaim
 // took from the workers made first (Node.SteadyReclaimOrderSlope): the
-// fit.CreationOrderSlope of the inverse of each worker's share in RAM, the
+// creationOrderSlope of the inverse of each worker's share in RAM, the
 // share of its touches that did not fault. Each worker paging steadily
 // loses as many pages as it faults back, and with the cores shared
 // fairly they fault alike, so reclaim's weight on a worker's pages in
@@ -155,7 +147,7 @@ func (s PagingSample) ReclaimOrderSlope() (k float64, ok bool) {
 	})
 }
 
-// workerOrderSlope is the fit.CreationOrderSlope of value over each
+// workerOrderSlope is the creationOrderSlope of value over each
 // worker's pages touched and major faults a second (ok false with fewer
 // than two workers or a value not ok).
 func (s PagingSample) workerOrderSlope(value func(touched, faults float64) (float64, bool)) (float64, bool) {
@@ -171,7 +163,7 @@ func (s PagingSample) workerOrderSlope(value func(touched, faults float64) (floa
 		}
 		values[i] = v
 	}
-	return fit.CreationOrderSlope(values), true
+	return creationOrderSlope(values), true
 }
 
 // String is the account `headroom sim paging` prints.
@@ -228,11 +220,9 @@ func (s PagingSample) String() string {
 // on (here 40 µs a seq page with eight workers on two cores, while the
 // cores were a third idle). The I/O sizes are the pages swapped in and out over the
 // reads and writes the swap areas' block devices completed. The machine
-// should be otherwise idle. halfFull pages over a swap file two thirds
-// full instead (ErrSwapActive where a swap area is active).
-func MeasurePaging(ctx context.Context, headroom string, scan memload.Scan, workers int, window time.Duration, halfFull bool) (PagingSample, error) {
-	sample, _, err := measurePaging(ctx, pagingRun{headroom: headroom, scan: scan, workers: workers, window: window, halfFull: halfFull})
-	return sample, err
+// should be otherwise idle.
+func MeasurePaging(ctx context.Context, headroom string, scan memload.Scan, workers int, window time.Duration) (PagingSample, error) {
+	return measurePaging(ctx, pagingRun{headroom: headroom, scan: scan, workers: workers, window: window})
 }
 
 // probeSwap is what a probe pages to: the active swap, or where none is
@@ -288,90 +278,69 @@ func (sw probeSwap) up(fileBytes uint64) (down func() error, err error) {
 }
 
 // pagingRun is one paging measurement: workers paging in a memory cgroup
-// holding half their blocks, and resident workers in RAM beside them.
+// holding half their blocks.
 type pagingRun struct {
 	headroom string
 	scan     memload.Scan
 	workers  int
 	window   time.Duration
-	halfFull bool
-	// resident workers run in cgroups of their own, outside the limited
-	// one, started before the paging workers (MeasurePagingBeside).
-	resident int
 }
 
-func measurePaging(ctx context.Context, r pagingRun) (sample PagingSample, beside BesideSample, err error) {
+func measurePaging(ctx context.Context, r pagingRun) (sample PagingSample, err error) {
 	sw, err := readProbeSwap()
 	if err != nil {
-		return sample, beside, err
-	}
-	if r.halfFull && sw.active {
-		return sample, beside, ErrSwapActive
+		return sample, err
 	}
 	workers := max(r.workers, 1)
 	workerBytes, err := sw.workerBytes(workers)
 	if err != nil {
-		return sample, beside, err
+		return sample, err
 	}
-	fileBytes := uint64(pagingSwapBytes)
-	if r.halfFull { // the half of the blocks that is out fills two thirds
-		fileBytes = uint64(workers) * workerBytes / 2 * 3 / 2
-	}
-	down, err := sw.up(fileBytes)
+	down, err := sw.up(pagingSwapBytes)
 	if err != nil {
-		return sample, beside, err
+		return sample, err
 	}
 	defer func() {
 		if derr := down(); derr != nil && err == nil {
 			err = derr
 		}
 	}()
-	mem := sw.mem
 	root, err := cgroup.Open("/")
 	if err != nil {
-		return sample, beside, err
-	}
-	// Resident workers first, in RAM before the paging begins.
-	var residents *loadWorkers
-	if r.resident > 0 {
-		beside.ResidentBlockBytes = residentWorkerBytes(r.resident, mem.TotalBytes)
-		residents, err = startLoadWorkers(ctx, root, fmt.Sprintf("headroom-sim-resident-%d-", os.Getpid()), r.headroom, r.scan, r.resident, beside.ResidentBlockBytes, r.window)
-		defer residents.stop() // also those started before an error
-		if err != nil {
-			return sample, beside, err
-		}
+		return sample, err
 	}
 	g, err := cgroup.Create(root, fmt.Sprintf("headroom-sim-paging-%d", os.Getpid()))
 	if err != nil {
-		return sample, beside, err
+		return sample, err
 	}
 	defer cgroup.Remove(g, 10*time.Second)
 	if err := g.SetMemoryLimit(uint64(workers) * workerBytes / 2); err != nil {
-		return sample, beside, err
+		return sample, err
 	}
 	// Each in its own cgroup under the limited one, as density's workers
 	// and libvirt's and KubeVirt's VMs are.
 	pagers, err := startLoadWorkers(ctx, g, "w", r.headroom, r.scan, workers, workerBytes, r.window)
 	defer pagers.stop() // also those started before an error
 	if err != nil {
-		return sample, beside, err
+		return sample, err
 	}
-	before, err := readPagingCounters(pagers, residents)
+	before, err := readPagingCounters(pagers)
 	if err != nil {
-		return sample, beside, err
+		return sample, err
 	}
-	// Window after window until enough has paged: the figures and the
-	// burst's bins are over all of them.
-	var burst fit.BurstSample
+	// Window after window until enough has paged: the figures are over
+	// all of them.
 	var after pagingCounters
 	var elapsed time.Duration
 	for windows := 1; ; windows++ {
-		if err = pagers.outPerBin(ctx, r.window, &burst); err != nil {
-			return sample, beside, err
+		select { // a measuring window: the counters' growth over it
+		case <-time.After(r.window):
+		case <-ctx.Done():
+			return sample, ctx.Err()
 		}
 		elapsed += r.window
-		if after, err = readPagingCounters(pagers, residents); err != nil {
-			return sample, beside, err
+		if after, err = readPagingCounters(pagers); err != nil {
+			return sample, err
 		}
 		sample, err = after.sub(before, elapsed)
 		if !errors.Is(err, errTooFewPages) || windows == pagingMaxWindows || elapsed+r.window > pagingWorkerSlack {
@@ -379,19 +348,17 @@ func measurePaging(ctx context.Context, r pagingRun) (sample PagingSample, besid
 		}
 	}
 	if err != nil {
-		return sample, beside, err
+		return sample, err
 	}
-	sample.Burst, sample.WorkerBytes = burst, workerBytes
-	if residents != nil {
-		after.besideSub(before, elapsed, &beside)
-	}
-	if mem, err = host.ReadMemory(); err != nil {
-		return sample, beside, err
+	sample.WorkerBytes = workerBytes
+	mem, err := host.ReadMemory()
+	if err != nil {
+		return sample, err
 	}
 	if mem.SwapTotalBytes > 0 {
 		sample.SwapUsedShare = 1 - float64(mem.SwapFreeBytes)/float64(mem.SwapTotalBytes)
 	}
-	return sample, beside, nil
+	return sample, nil
 }
 
 // loadWorkers are `headroom load` workers, each in a cgroup of its own,
@@ -417,23 +384,6 @@ func loadEach(counters []atomic.Uint64) []uint64 {
 	out := make([]uint64, len(counters))
 	for i := range counters {
 		out[i] = counters[i].Load()
-	}
-	return out
-}
-
-// touchedTotal is all the workers' touched pages.
-func (ws *loadWorkers) touchedTotal() (sum uint64) {
-	for _, n := range loadEach(ws.touched) {
-		sum += n
-	}
-	return sum
-}
-
-// pagesOutNow is each worker's pagesOut.
-func (ws *loadWorkers) pagesOutNow() []float64 {
-	out := make([]float64, len(ws.pagesOut))
-	for i, n := range loadEach(ws.pagesOut) {
-		out[i] = float64(n)
 	}
 	return out
 }
@@ -511,45 +461,6 @@ func launchLoadWorkers(parent cgroup.Group, prefix, headroom string, n int, args
 	return ws, began, nil
 }
 
-// reclaimBurstBin is the span the paging runs count each worker's pages
-// out over. Measured in density ramps here, the spread grows with the
-// span (the variance over the mean 290-640 pages a second, 380-1060 over
-// two, 540-1620 over four): reclaim's sweeps last seconds. The model's
-// visits are independent tick to tick, and a VM's escape to RAM speed
-// takes seconds, so the longest span the runs' windows hold two of.
-const reclaimBurstBin = 2 * time.Second
-
-// outPerBin waits the whole reclaimBurstBins in window and adds to b the
-// pages reclaim took from each worker in each (from their interval
-// records, a tenth of a second apart), after the bins b already has.
-func (ws *loadWorkers) outPerBin(ctx context.Context, window time.Duration, b *fit.BurstSample) error {
-	tick := time.NewTicker(reclaimBurstBin)
-	defer tick.Stop()
-	end := time.After(window)
-	last := ws.pagesOutNow()
-	if b.OutPages == nil {
-		b.OutPages = make([][]float64, len(last))
-	}
-	for range int(window / reclaimBurstBin) {
-		select {
-		case <-tick.C:
-			now := ws.pagesOutNow()
-			for i := range now {
-				b.OutPages[i] = append(b.OutPages[i], max(now[i]-last[i], 0))
-			}
-			last = now
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	select { // the window's rest, when it is no whole number of bins
-	case <-end:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // stop ends the workers and removes their cgroups.
 func (ws *loadWorkers) stop() {
 	for _, cmd := range ws.cmds {
@@ -570,34 +481,19 @@ type pagingCounters struct {
 	// its touching thread's wait for a core.
 	workerThreads [][]host.ThreadSchedstat
 	io            host.BlockIO
-	// residentTouched and residentCPUSeconds are the resident workers'
-	// touches and CPU time.
-	residentTouched    uint64
-	residentCPUSeconds float64
 	// workerTouched and workerMajorFaults are each paging worker's
 	// touches and major faults.
 	workerTouched, workerMajorFaults []uint64
 }
 
-// readPagingCounters reads the node's counters, the paging workers' and
-// the resident workers' (nil: none).
-func readPagingCounters(pagers, residents *loadWorkers) (pagingCounters, error) {
+// readPagingCounters reads the node's counters and the paging workers'.
+func readPagingCounters(pagers *loadWorkers) (pagingCounters, error) {
 	var c pagingCounters
 	var err error
 	if c.busyCPUSeconds, c.stealCPUSeconds, err = host.BusyAndStealCPUSeconds(); err != nil {
 		return c, err
 	}
 	c.workerTouched, c.workerMajorFaults = loadEach(pagers.touched), loadEach(pagers.majorFaults)
-	if residents != nil {
-		c.residentTouched = residents.touchedTotal()
-		for _, pid := range residents.pids {
-			cpu, err := host.ProcessCPUSeconds(pid)
-			if err != nil {
-				return c, err
-			}
-			c.residentCPUSeconds += cpu
-		}
-	}
 	for _, pid := range pagers.pids {
 		threads, err := host.ThreadSchedstats(pid)
 		if err != nil {
@@ -656,17 +552,36 @@ func (c pagingCounters) sub(before pagingCounters, window time.Duration) (Paging
 	return s, nil
 }
 
-// UsedShare is the share of the pages swapped in that the sample's
-// workers touched, at most 1 (ok false without pages in or workers).
-// Every touch of a sequential scan over a block half out needs a page
-// from swap, so what was swapped in beyond the touches went unused.
-func (s PagingSample) UsedShare() (float64, bool) {
-	if !(s.PagesInPerSec > 0) || len(s.WorkerPagesPerSec) == 0 {
-		return 0, false
+// meanOf is the mean of xs.
+func meanOf(xs []float64) float64 {
+	return sumOf(xs) / float64(len(xs))
+}
+
+// creationOrderSlope is the least-squares k of values (positive, in the
+// order made) over their mean against 1 + k × place: 1 for the first
+// made, −1 for the last, evenly between.
+func creationOrderSlope(values []float64) float64 {
+	mean := meanOf(values)
+	var num, den float64
+	for i, v := range values {
+		place := creationPlace(i, len(values))
+		num += (v/mean - 1) * place
+		den += place * place
 	}
-	var touched float64
-	for _, r := range s.WorkerPagesPerSec {
-		touched += r
+	return num / den
+}
+
+// creationPlace is the i-th of n workers' place in the order they were
+// made: 1 for the first, −1 for the last, evenly between.
+func creationPlace(i, n int) float64 {
+	return 1 - 2*float64(i)/float64(n-1)
+}
+
+// sumOf is the sum of xs.
+func sumOf(xs []float64) float64 {
+	var s float64
+	for _, x := range xs {
+		s += x
 	}
-	return min(touched/s.PagesInPerSec, 1), touched > 0
+	return s
 }

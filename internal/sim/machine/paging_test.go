@@ -108,9 +108,6 @@ func TestSummarizePaging(t *testing.T) {
 	if p := summarizePaging(runs, 2, memload.ScanRandom); p.readahead != nil || p.writes == nil {
 		t.Errorf("random scan: readahead %+v, writes %+v; want no readahead, the writes", p.readahead, p.writes)
 	}
-	if p.readaheadUsed != nil {
-		t.Errorf("runs without workers: used share %+v, want none", p.readaheadUsed)
-	}
 	runs[1][2].PagesPerWrite = 0 // one run could not tell
 	if p := summarizePaging(runs, 2, memload.ScanSeq); p.writes != nil {
 		t.Errorf("a run without write sizes: %+v, want none", p.writes)
@@ -182,99 +179,6 @@ func TestPagingSampleReclaimOrderSlope(t *testing.T) {
 		k, ok := PagingSample{WorkerPagesPerSec: c.pages, WorkerMajorFaultsPerSec: c.faults}.ReclaimOrderSlope()
 		if ok != c.ok || math.Abs(k-c.want) > 1e-9 {
 			t.Errorf("pages %v, faults %v: reclaim order %.4f (ok %v), want %.4f (ok %v)", c.pages, c.faults, k, ok, c.want, c.ok)
-		}
-	}
-}
-
-// A seq scan's runs tell readahead's order, a random scan's reclaim's:
-// the same workers (first made 6 pages a fault and a sixth out, last 2
-// and half) give each summary only its own.
-func TestSummarizePagingTakesEachScansOrder(t *testing.T) {
-	sample := PagingSample{WorkerPagesPerSec: []float64{600, 200}, WorkerMajorFaultsPerSec: []float64{100, 100}}
-	runs := [][]PagingSample{{sample, sample, sample}}
-	readahead, _ := sample.ReadaheadOrderSlope()
-	reclaim, _ := sample.ReclaimOrderSlope()
-	if p := summarizePaging(runs, 2, memload.ScanSeq); p.readaheadOrder != readahead || p.steadyReclaimOrder != 0 {
-		t.Errorf("seq: readahead order %g, reclaim order %g; want %g and 0", p.readaheadOrder, p.steadyReclaimOrder, readahead)
-	}
-	if p := summarizePaging(runs, 2, memload.ScanRandom); p.readaheadOrder != 0 || p.steadyReclaimOrder != reclaim || reclaim >= 0 {
-		t.Errorf("random: readahead order %g, reclaim order %g; want 0 and %g (below 0: the first made had more in RAM)", p.readaheadOrder, p.steadyReclaimOrder, reclaim)
-	}
-}
-
-// A sample's used share is its workers' touches over its pages in, at
-// most 1; none without pages in or workers.
-func TestPagingSampleUsedShare(t *testing.T) {
-	for _, c := range []struct {
-		s      PagingSample
-		want   float64
-		wantOK bool
-	}{
-		{PagingSample{PagesInPerSec: 18000, WorkerPagesPerSec: []float64{8000, 7660}}, 0.87, true},
-		{PagingSample{PagesInPerSec: 18000, WorkerPagesPerSec: []float64{9500, 9500}}, 1, true},
-		{PagingSample{PagesInPerSec: 0, WorkerPagesPerSec: []float64{9500}}, 0, false},
-		{PagingSample{PagesInPerSec: 18000}, 0, false},
-		{PagingSample{PagesInPerSec: 18000, WorkerPagesPerSec: []float64{0, 0}}, 0, false},
-	} {
-		if got, ok := c.s.UsedShare(); ok != c.wantOK || math.Abs(got-c.want) > 1e-9 {
-			t.Errorf("%+v: %g, %v; want %g, %v", c.s, got, ok, c.want, c.wantOK)
-		}
-	}
-}
-
-// The paging runs give a sequential scan's used share by worker count
-// (each count's median), none for a random scan or where a count cannot
-// tell it.
-func TestSummarizePagingTakesTheUsedShare(t *testing.T) {
-	sample := func(touched, in float64) PagingSample {
-		return PagingSample{SecondsPerPage: 50e-6, PagesInPerSec: in, WorkerPagesPerSec: []float64{touched / 2, touched / 2}}
-	}
-	runs := [][]PagingSample{
-		{sample(8950, 9000), sample(9100, 9000), sample(8900, 9000)},
-		{sample(15000, 18000), sample(15660, 18000), sample(16000, 18000)},
-	}
-	if p := summarizePaging(runs, 2, memload.ScanSeq); !reflect.DeepEqual(p.readaheadUsed, []sim.ReadaheadUse{{Tasks: 2, UsedShare: 0.99}, {Tasks: 8, UsedShare: 0.87}}) {
-		t.Errorf("seq: %+v, want 2:0.99 8:0.87", p.readaheadUsed)
-	}
-	if p := summarizePaging(runs, 2, memload.ScanRandom); p.readaheadUsed != nil {
-		t.Errorf("random: %+v, want none", p.readaheadUsed)
-	}
-	runs[1][1].PagesInPerSec = 0
-	if p := summarizePaging(runs, 2, memload.ScanSeq); p.readaheadUsed != nil {
-		t.Errorf("a run without pages in: %+v, want none", p.readaheadUsed)
-	}
-}
-
-// The mixed capacity is, by worker count, the median run's share of the
-// device that swap's I/O used, at the rates the model gives that many
-// faulting VMs (reads at as deep a queue as there are workers, writes at
-// the deepest), at least 1.
-func TestMixedCapacity(t *testing.T) {
-	// Reads 27.5k at depth 2 and 42.5k at 8 (log2 between 20k at 1 and
-	// 50k at 16), writes 40k (the deepest).
-	d := sim.Device{ReadIOPS: 40000, WriteIOPS: 50000, Depths: []sim.DepthRate{{QueueDepth: 1, ReadIOPS: 20000, WriteIOPS: 30000}, {QueueDepth: 16, ReadIOPS: 50000, WriteIOPS: 40000}}}
-	busy := PagingSample{PagesPerRead: 1, PagesPerWrite: 1, ReadsPerSec: 50000, WritesPerSec: 48000}
-	quiet := PagingSample{PagesPerRead: 1, PagesPerWrite: 1, ReadsPerSec: 10000, WritesPerSec: 10000}
-	const cpus = 2 // 2, 8 and 16 workers
-	for _, c := range []struct {
-		name string
-		runs [][]PagingSample
-		d    sim.Device
-		want []sim.TaskCapacity
-	}{
-		// 10k/27.5k + 10k/40k = 0.61: 1.
-		{"under the rates: 1", [][]PagingSample{{quiet, quiet, quiet}}, d, []sim.TaskCapacity{{Tasks: 2, Capacity: 1}}},
-		// 50k/42.5k + 48k/40k = 2.38 with eight workers.
-		{"each count's median", [][]PagingSample{{quiet, quiet, quiet}, {busy, quiet, busy}}, d, []sim.TaskCapacity{{Tasks: 2, Capacity: 1}, {Tasks: 8, Capacity: 2.38}}},
-		// 50k/50k + 48k/40k = 2.2 with sixteen.
-		{"at the depth of each count", [][]PagingSample{{quiet}, {quiet}, {busy}}, d, []sim.TaskCapacity{{Tasks: 2, Capacity: 1}, {Tasks: 8, Capacity: 1}, {Tasks: 16, Capacity: 2.2}}},
-		{"I/O not seen: 1", [][]PagingSample{{{}, {}, {}}}, d, []sim.TaskCapacity{{Tasks: 2, Capacity: 1}}},
-		{"no runs", nil, d, nil},
-		// 4-page reads at 1 GB/s add 3 × 4096 B / 1e9 s each: 1.29.
-		{"with transfer", [][]PagingSample{{{PagesPerRead: 4, ReadsPerSec: 40000}}}, sim.Device{ReadIOPS: 50000, ReadBytesPerSec: 1e9}, []sim.TaskCapacity{{Tasks: 2, Capacity: 1.29}}},
-	} {
-		if got := mixedCapacity(c.runs, taskCounts(pagingWorkersPerCore, cpus), c.d); !reflect.DeepEqual(got, c.want) {
-			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
 		}
 	}
 }

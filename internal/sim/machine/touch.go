@@ -23,19 +23,17 @@ import (
 var touchSizesPerCore = []uint64{64 << 20, 256 << 20, 1 << 30}
 
 // touchRun is one round's measurement of one block: pages/s a core with a
-// worker on every core and with one worker alone, and the pages/s a core
-// filled the block at with every core busy.
+// worker on every core, and the pages/s a core filled the block at.
 type touchRun struct {
-	BytesPerCore                     uint64
-	AllPagesPerSec, AlonePagesPerSec float64
-	PopulatePagesPerSec              float64
+	BytesPerCore        uint64
+	AllPagesPerSec      float64
+	PopulatePagesPerSec float64
 }
 
 // measureTouchRate runs `headroom load` at each block size that fits in a
-// quarter of RAM, one worker a core and then one worker alone, and
-// touchTurnWorkersPerCore workers a core taking turns over a quarter of
-// the largest block, for o.rounds() rounds, and puts the medians in f
-// (summarizeTouchRuns, summarizeTurns).
+// quarter of RAM, one worker a core, and touchTurnWorkersPerCore workers a
+// core taking turns over a quarter of the largest block, for o.rounds()
+// rounds, and puts the medians in f (summarizeTouchRuns, summarizeTurns).
 func measureTouchRate(ctx context.Context, o Options, f *Figures) error {
 	cpus := f.CPUs
 	var sizes []uint64
@@ -62,13 +60,6 @@ func measureTouchRate(ctx context.Context, o Options, f *Figures) error {
 			if all.PopulateSeconds > 0 {
 				run.PopulatePagesPerSec = float64(size/sim.PageBytes) / all.PopulateSeconds
 			}
-			if cpus > 1 {
-				alone, err := loadSummary(ctx, o, 1, size)
-				if err != nil {
-					return err
-				}
-				run.AlonePagesPerSec = alone.PagesPerSec
-			}
 			runs = append(runs, run)
 			round.Curve = append(round.Curve, sim.TouchRate{BytesPerCore: float64(size), PagesPerSec: run.AllPagesPerSec})
 		}
@@ -84,12 +75,51 @@ func measureTouchRate(ctx context.Context, o Options, f *Figures) error {
 		}
 		turns = append(turns, round)
 	}
-	f.TouchRate, f.TouchAloneSpeedup, f.PopulateRatePerCore = summarizeTouchRuns(runs)
+	f.TouchRate, f.PopulateRatePerCore = summarizeTouchRuns(runs)
 	if len(turns) > 0 {
 		f.TouchTurnBytes = float64(turnBlock)
 		f.TouchTurns, f.TouchTurnBlocks = summarizeTurns(turns, f.TouchTurnBytes)
 	}
 	return nil
+}
+
+// loadSummary runs `headroom load` with workers workers of size bytes each.
+func loadSummary(ctx context.Context, o Options, workers int, size uint64) (loadrun.FleetSummary, error) {
+	var s loadrun.FleetSummary
+	out, err := exec.CommandContext(ctx, o.Headroom, "load", "--workers", strconv.Itoa(workers), "--size", strconv.FormatUint(size, 10),
+		"--scan", string(o.Scan), "--duration", o.Duration.String(), "--json").Output()
+	if err != nil {
+		return s, fmt.Errorf("measure the touch rate (headroom load, %d workers of %s): %w", workers, units.FormatBytes(size), err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &s); err != nil || !(s.PagesPerSec > 0) || s.Workers != workers {
+		return s, fmt.Errorf("measure the touch rate: no summary of %d workers from headroom load", workers)
+	}
+	return s, nil
+}
+
+// summarizeTouchRuns turns the rounds into the model's figures: per block,
+// the median of its rates with every core busy, and the median populate
+// rate of the smallest block.
+func summarizeTouchRuns(runs []touchRun) (rates []sim.TouchRate, populatePerCore float64) {
+	all, populate := map[uint64][]float64{}, map[uint64][]float64{}
+	for _, r := range runs {
+		if !(r.AllPagesPerSec > 0) {
+			continue
+		}
+		all[r.BytesPerCore] = append(all[r.BytesPerCore], r.AllPagesPerSec)
+		if r.PopulatePagesPerSec > 0 {
+			populate[r.BytesPerCore] = append(populate[r.BytesPerCore], r.PopulatePagesPerSec)
+		}
+	}
+	sizes := slices.Sorted(maps.Keys(all))
+	for _, size := range sizes {
+		rates = append(rates, sim.TouchRate{BytesPerCore: float64(size), PagesPerSec: math.Round(results.Quantile(all[size], 0.5))})
+	}
+	if len(sizes) > 0 && len(populate[sizes[0]]) > 0 {
+		populatePerCore = math.Round(results.Quantile(populate[sizes[0]], 0.5))
+	}
+	return rates, populatePerCore
 }
 
 // turnRound is one round of the touch probe: its one-worker-a-core curve
@@ -122,53 +152,6 @@ func summarizeTurns(rounds []turnRound, blockBytes float64) (turns []TouchTurn, 
 		turnBlocks = math.Round(results.Quantile(blocks, 0.5)*100) / 100
 	}
 	return turns, turnBlocks
-}
-
-// loadSummary runs `headroom load` with workers workers of size bytes each.
-func loadSummary(ctx context.Context, o Options, workers int, size uint64) (loadrun.FleetSummary, error) {
-	var s loadrun.FleetSummary
-	out, err := exec.CommandContext(ctx, o.Headroom, "load", "--workers", strconv.Itoa(workers), "--size", strconv.FormatUint(size, 10),
-		"--scan", string(o.Scan), "--duration", o.Duration.String(), "--json").Output()
-	if err != nil {
-		return s, fmt.Errorf("measure the touch rate (headroom load, %d workers of %s): %w", workers, units.FormatBytes(size), err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &s); err != nil || !(s.PagesPerSec > 0) || s.Workers != workers {
-		return s, fmt.Errorf("measure the touch rate: no summary of %d workers from headroom load", workers)
-	}
-	return s, nil
-}
-
-// summarizeTouchRuns turns the rounds into the model's figures: per block,
-// the median of its rates with every core busy and the median of its
-// rounds' alone ÷ every-core ratios (none when nothing ran alone), and
-// the median populate rate of the smallest block.
-func summarizeTouchRuns(runs []touchRun) (rates []sim.TouchRate, speedups []sim.AloneSpeedup, populatePerCore float64) {
-	all, alone, populate := map[uint64][]float64{}, map[uint64][]float64{}, map[uint64][]float64{}
-	for _, r := range runs {
-		if !(r.AllPagesPerSec > 0) {
-			continue
-		}
-		all[r.BytesPerCore] = append(all[r.BytesPerCore], r.AllPagesPerSec)
-		if r.PopulatePagesPerSec > 0 {
-			populate[r.BytesPerCore] = append(populate[r.BytesPerCore], r.PopulatePagesPerSec)
-		}
-		if r.AlonePagesPerSec > 0 {
-			alone[r.BytesPerCore] = append(alone[r.BytesPerCore], r.AlonePagesPerSec/r.AllPagesPerSec)
-		}
-	}
-	sizes := slices.Sorted(maps.Keys(all))
-	for _, size := range sizes {
-		rates = append(rates, sim.TouchRate{BytesPerCore: float64(size), PagesPerSec: math.Round(results.Quantile(all[size], 0.5))})
-		if ratios := alone[size]; len(ratios) > 0 {
-			factor := min(max(results.Quantile(ratios, 0.5), 1.0/sim.MaxTouchAloneSpeedup), sim.MaxTouchAloneSpeedup)
-			speedups = append(speedups, sim.AloneSpeedup{BytesPerCore: float64(size), Factor: math.Round(factor*100) / 100})
-		}
-	}
-	if len(sizes) > 0 && len(populate[sizes[0]]) > 0 {
-		populatePerCore = math.Round(results.Quantile(populate[sizes[0]], 0.5))
-	}
-	return rates, speedups, populatePerCore
 }
 
 // touchTurnWorkersPerCore are the workers a core the touch probe runs

@@ -18,9 +18,6 @@ func Measured(fig machine.Figures) map[string]string {
 	set("cpus", fmt.Sprint(fig.CPUs))
 	set("touch-rate", sim.FormatTouchRate(fig.TouchRate))
 	set("populate-rate", fmt.Sprint(fig.PopulateRatePerCore))
-	if len(fig.TouchAloneSpeedup) > 0 {
-		set("touch-alone-speedup", sim.FormatTouchAloneSpeedup(fig.TouchAloneSpeedup))
-	}
 	if fig.TouchTurnBlocks > 0 {
 		set("touch-turn-blocks", fmt.Sprint(fig.TouchTurnBlocks))
 	}
@@ -33,9 +30,6 @@ func Measured(fig machine.Figures) map[string]string {
 	if fig.WriteBytesPerSec > 0 {
 		set("swap-write-bandwidth", fmt.Sprint(uint64(math.Round(fig.WriteBytesPerSec))))
 	}
-	if len(fig.MixedCapacity) > 0 {
-		set("swap-mixed-capacity", sim.FormatMixedCapacity(fig.MixedCapacity))
-	}
 	if len(fig.Depths) > 0 {
 		set("swap-depths", sim.FormatDepths(fig.Depths))
 	}
@@ -45,42 +39,11 @@ func Measured(fig machine.Figures) map[string]string {
 	if len(fig.RunQueueWait) > 0 {
 		set("run-queue-wait", sim.FormatPagingSeconds(fig.RunQueueWait))
 	}
-	if fig.ReclaimBurstPages > 0 {
-		set("reclaim-burst", fmt.Sprint(fig.ReclaimBurstPages))
-	}
-	if fig.ReclaimOrderSlope > 0 {
-		set("reclaim-order", fmt.Sprint(fig.ReclaimOrderSlope))
-	}
-	set("swap-readahead", fig.SwapReadahead())
-	if fig.ReadaheadOrderSlope != 0 {
-		set("readahead-order", fmt.Sprint(fig.ReadaheadOrderSlope))
-	}
-	if fig.SteadyReclaimOrderSlope != 0 {
-		set("reclaim-order-steady", fmt.Sprint(fig.SteadyReclaimOrderSlope))
-	}
-	if fig.FillOutPagesPerSec > 0 {
-		set("fill-out", fmt.Sprint(fig.FillOutPagesPerSec))
-	}
-	if fig.PagingStealSeconds > 0 {
-		set("paging-steal", time.Duration(fig.PagingStealSeconds*float64(time.Second)).String())
-	}
-	if b := fig.TouchBesidePaging(); b != (sim.TouchBesidePaging{}) {
-		set("touch-beside-paging", b.String())
-	}
-	if len(fig.ReadaheadUsed) > 0 {
-		set("readahead-used", sim.FormatReadaheadUsed(fig.ReadaheadUsed))
-	}
 	if len(fig.ReadaheadPages) > 0 {
 		set("swap-read-pages", sim.FormatIOPages(fig.ReadaheadPages))
 	}
 	if len(fig.WritePages) > 0 {
 		set("swap-write-pages", sim.FormatIOPages(fig.WritePages))
-	}
-	if len(fig.HalfFullWritePages) > 0 {
-		set("swap-write-pages-half-full", sim.FormatIOPages(fig.HalfFullWritePages))
-	}
-	if len(fig.HalfFullMixedCapacity) > 0 {
-		set("swap-mixed-capacity-half-full", sim.FormatMixedCapacity(fig.HalfFullMixedCapacity))
 	}
 	if fig.SwapSizeBytes > 0 {
 		set("swap", fmt.Sprint(fig.SwapSizeBytes))

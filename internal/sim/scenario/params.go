@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/headroom-dev/headroom/internal/density"
 	"github.com/headroom-dev/headroom/internal/memload"
@@ -32,9 +31,6 @@ func (v Values) Params(agentFile *sim.AgentParams) (sim.Params, error) {
 	}
 	node := sim.Node{RAMBytes: uint64(v.NodeMemory), SystemReserveBytes: uint64(v.SystemReserve), CPUs: v.CPUs,
 		TouchTurnBlocks: v.TouchTurnBlocks, PopulateRatePerCore: v.PopulateRate, PageCluster: 3, KSMDCPUSeconds: v.KSMDCPU.Seconds(),
-		PagingStealSeconds: v.PagingSteal.Seconds(), ReclaimBatchShare: v.ReclaimBatch, ReclaimOrderSlope: v.ReclaimOrder,
-		ReclaimBurstPages: v.ReclaimBurst, SteadyReclaimOrderSlope: v.ReclaimOrderSteady, FillOutPagesPerSec: v.FillOut,
-		ReadaheadByOffset: v.SwapReadahead == "offset", ReadaheadOrderSlope: v.ReadaheadOrder,
 		Swap: sim.Device{SizeBytes: uint64(v.Swap), ReadIOPS: v.SwapReadIOPS, WriteIOPS: v.SwapWriteIOPS, LatencySeconds: v.SwapLatency.Seconds(),
 			ReadBytesPerSec: float64(v.SwapReadBandwidth), WriteBytesPerSec: float64(v.SwapWriteBandwidth)}}
 	// Each figure given in a grammar: parsed where given, none otherwise.
@@ -43,25 +39,10 @@ func (v Values) Params(agentFile *sim.AgentParams) (sim.Params, error) {
 		parse func(string) error
 	}{
 		{v.SwapDepths, func(s string) (err error) { node.Swap.Depths, err = sim.ParseDepths(s); return }},
-		{v.TouchAloneSpeedup, func(s string) (err error) { node.TouchAloneSpeedup, err = sim.ParseTouchAloneSpeedup(s); return }},
 		{v.TouchRate, func(s string) (err error) { node.TouchRate, err = sim.ParseTouchRate(s); return }},
-		{v.ReadaheadUsed, func(s string) (err error) { node.ReadaheadUsed, err = sim.ParseReadaheadUsed(s); return }},
 		{v.SwapReadPages, func(s string) (err error) { node.ReadaheadPages, err = sim.ParseIOPages("swap-read-pages", s); return }},
 		{v.SwapWritePages, func(s string) (err error) { node.WritePages, err = sim.ParseIOPages("swap-write-pages", s); return }},
-		{v.SwapWritePagesHalf, func(s string) (err error) {
-			node.HalfFullWritePages, err = sim.ParseIOPages("swap-write-pages-half-full", s)
-			return
-		}},
-		{v.SwapMixedCapacity, func(s string) (err error) {
-			node.Swap.MixedCapacity, err = sim.ParseMixedCapacity("swap-mixed-capacity", s)
-			return
-		}},
-		{v.SwapMixedHalfFull, func(s string) (err error) {
-			node.Swap.HalfFullMixedCapacity, err = sim.ParseMixedCapacity("swap-mixed-capacity-half-full", s)
-			return
-		}},
 		{v.PagingCPU, func(s string) (err error) { node.PagingCPU, err = sim.ParsePagingCPU(s); return }},
-		{v.TouchBesidePaging, func(s string) (err error) { node.TouchBesidePaging, err = sim.ParseTouchBesidePaging(s); return }},
 		{v.RunQueueWait, func(s string) (err error) { node.RunQueueWait, err = sim.ParseRunQueueWait(s); return }},
 		{v.SwapTier, func(s string) (err error) { node.Tier, err = sim.ParseTier(s, ratio, node.RAMBytes); return }},
 	}
@@ -74,8 +55,7 @@ func (v Values) Params(agentFile *sim.AgentParams) (sim.Params, error) {
 		}
 	}
 	vm := sim.VMSpec{Process: v.WorkerKind == "process", MemoryBytes: uint64(v.VMMemory), GuestOverheadBytes: uint64(v.GuestOverhead),
-		HostOverheadBytes: uint64(v.Overhead), GuestCacheBytes: uint64(v.GuestCache), BalloonCPUSecondsPerPage: v.BalloonCPU.Seconds(),
-		StartCPUFactor: v.StartCPUFactor, StartCPUSeconds: v.StartCPUDuration.Seconds(),
+		HostOverheadBytes: uint64(v.Overhead), GuestCacheBytes: uint64(v.GuestCache),
 		RequestBytes: density.RequestBytes(uint64(v.VMMemory), v.Overcommit, uint64(v.Overhead)),
 		Workload: sim.Workload{SizeBytes: uint64(v.MemorySize), Scan: memload.Scan(v.Scan), WriteFraction: float64(v.Writes),
 			RatePagesPerSec: float64(v.Rate), DupFraction: sim.DupFraction(memload.Content(v.Content))}}
@@ -116,8 +96,6 @@ func (v Values) Validate(withAgentFile bool) error {
 		return fmt.Errorf("--overcommit-percent must be at least 100, got %g", v.Overcommit)
 	case v.Runtime <= 0:
 		return fmt.Errorf("--workload-runtime must be positive")
-	case v.SwapReadahead != "address" && v.SwapReadahead != "offset":
-		return fmt.Errorf("--swap-readahead %q: want address or offset", v.SwapReadahead)
 	case v.WorkerKind != "vm" && v.WorkerKind != "process":
 		return fmt.Errorf("--worker-kind %q: want vm or process", v.WorkerKind)
 	case v.Balloon && !v.Agent:
@@ -128,14 +106,6 @@ func (v Values) Validate(withAgentFile bool) error {
 		return fmt.Errorf("--balloon-policy needs --balloon")
 	case v.KSM != policy.KSMOff && v.KSM != policy.KSMGovernor && v.KSM != policy.KSMAdvisor:
 		return fmt.Errorf("--ksm %q: want off, governor or advisor", v.KSM)
-	case v.BalloonCPU < 0:
-		return fmt.Errorf("--balloon-cpu %s: want a duration not negative", v.BalloonCPU)
-	case v.StartCPUFactor != 0 && !(v.StartCPUFactor >= 1 && v.StartCPUFactor <= 100):
-		return fmt.Errorf("--start-cpu-factor %g: want 0 (none) or a factor in [1,100]", v.StartCPUFactor)
-	case v.StartCPUDuration <= 0 || v.StartCPUDuration > 10*time.Minute:
-		return fmt.Errorf("--start-cpu-duration %s: want a duration in (0,10m]", v.StartCPUDuration)
-	case v.BalloonCPU > 0 && !v.Balloon:
-		return fmt.Errorf("--balloon-cpu needs --balloon")
 	case v.KSMDCPU < 0:
 		return fmt.Errorf("--ksmd-cpu %s: want a duration not negative", v.KSMDCPU)
 	case v.KSM != policy.KSMOff && !v.Agent:

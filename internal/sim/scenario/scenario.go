@@ -42,22 +42,17 @@ type Values struct {
 	StopOnFailure bool               `flag:"stop-on-failure" key:"stop_on_failure" unit:"bool" group:"ramp" help:"stop the ramp at the first failed step (an OOM kill or eviction)"`
 
 	// The VM.
-	WorkerKind       string          `flag:"worker-kind" model:"VM.Process" key:"worker_kind" unit:"vm|process" group:"vm" help:"vm: a guest (a readahead window is a read a page); process: as density's cgroup backend (one read, no boot)"`
-	GuestOverhead    flagvalue.Bytes `flag:"guest-overhead" model:"VM.GuestOverheadBytes" key:"guest_overhead_bytes" unit:"bytes" group:"vm" help:"guest memory besides the workload that stays resident (kernel, caches)"`
-	GuestCache       flagvalue.Bytes `flag:"guest-cache" model:"VM.GuestCacheBytes" key:"guest_cache_bytes" unit:"bytes" group:"vm" help:"idle page cache each guest fills at boot: host reclaim swaps it first, a balloon takes it back free"`
-	BalloonCPU       time.Duration   `flag:"balloon-cpu" key:"balloon_cpu_seconds_per_page" unit:"seconds/page" group:"vm" help:"with --balloon: the guest's vCPU time a page its balloon moves (about 5us under TCG here; 0: free)"`
-	StartCPUFactor   float64         `flag:"start-cpu-factor" key:"start_cpu_factor" unit:"factor" group:"vm" help:"times its steady CPU a guest's touch costs as it starts, falling to 1 over --start-cpu-duration (0: none)"`
-	StartCPUDuration time.Duration   `flag:"start-cpu-duration" key:"start_cpu_seconds" unit:"seconds" group:"vm" help:"with --start-cpu-factor: how long a guest's touches take to get back to their steady CPU"`
+	WorkerKind    string          `flag:"worker-kind" model:"VM.Process" key:"worker_kind" unit:"vm|process" group:"vm" help:"vm: a guest (a readahead window is a read a page); process: as density's cgroup backend (one read, no boot)"`
+	GuestOverhead flagvalue.Bytes `flag:"guest-overhead" model:"VM.GuestOverheadBytes" key:"guest_overhead_bytes" unit:"bytes" group:"vm" help:"guest memory besides the workload that stays resident (kernel, caches)"`
+	GuestCache    flagvalue.Bytes `flag:"guest-cache" model:"VM.GuestCacheBytes" key:"guest_cache_bytes" unit:"bytes" group:"vm" help:"idle page cache each guest fills at boot: host reclaim swaps it first, a balloon takes it back free"`
 
 	// The node.
-	NodeMemory        flagvalue.Bytes `flag:"node-memory" model:"Node.RAMBytes" key:"node_memory_bytes" unit:"bytes" group:"node" help:"the node's RAM"`
-	SystemReserve     flagvalue.Bytes `flag:"system-reserve" model:"Node.SystemReserveBytes" key:"system_reserve_bytes" unit:"bytes" group:"node" help:"RAM the VMs never get: host kernel, daemons, reservations (default: 8 GiB of the default node, none of one sized)"`
-	CPUs              float64         `flag:"cpus" model:"Node.CPUs" key:"cpus" unit:"cores" group:"node" help:"the node's cores"`
-	TouchRate         string          `flag:"touch-rate" model:"Node.TouchRate" key:"touch_rate" unit:"form" group:"node" help:"pages/s one core touches in RAM, by memory touched a core: PAGES_PER_SEC or SIZE:PAGES_PER_SEC,..."`
-	TouchAloneSpeedup string          `flag:"touch-alone-speedup" model:"Node.TouchAloneSpeedup" key:"touch_alone_speedup" unit:"form" group:"node" help:"how much faster a core touches alone than with every core busy: FACTOR or SIZE:FACTOR,... (0: none)"`
-	TouchTurnBlocks   float64         `flag:"touch-turn-blocks" model:"Node.TouchTurnBlocks" key:"touch_turn_blocks" unit:"blocks" group:"node" help:"blocks' worth of memory a worker touches as while taking turns on a core (1: no loss)"`
-	PopulateRate      float64         `flag:"populate-rate" key:"populate_rate" unit:"pages/s" group:"node" help:"pages/s one core fills a new block at (0: a quarter of --touch-rate at its smallest size)"`
-	KSMDCPU           time.Duration   `flag:"ksmd-cpu" key:"ksmd_cpu_seconds" unit:"seconds" group:"node" help:"CPU ksmd has used before the run: the kernel's advisor counts it into its first scan"`
+	NodeMemory    flagvalue.Bytes `flag:"node-memory" model:"Node.RAMBytes" key:"node_memory_bytes" unit:"bytes" group:"node" help:"the node's RAM"`
+	SystemReserve flagvalue.Bytes `flag:"system-reserve" model:"Node.SystemReserveBytes" key:"system_reserve_bytes" unit:"bytes" group:"node" help:"RAM the VMs never get: host kernel, daemons, reservations (default: 8 GiB of the default node, none of one sized)"`
+	CPUs          float64         `flag:"cpus" model:"Node.CPUs" key:"cpus" unit:"cores" group:"node" help:"the node's cores"`
+	TouchRate     string          `flag:"touch-rate" model:"Node.TouchRate" key:"touch_rate" unit:"form" group:"node" help:"pages/s one core touches in RAM, by memory touched a core: PAGES_PER_SEC or SIZE:PAGES_PER_SEC,..."`
+	PopulateRate  float64         `flag:"populate-rate" key:"populate_rate" unit:"pages/s" group:"node" help:"pages/s one core fills a new block at (0: a quarter of --touch-rate at its smallest size)"`
+	KSMDCPU       time.Duration   `flag:"ksmd-cpu" key:"ksmd_cpu_seconds" unit:"seconds" group:"node" help:"CPU ksmd has used before the run: the kernel's advisor counts it into its first scan"`
 
 	// The swap device and how the kernel pages to it.
 	Swap               flagvalue.Bytes `flag:"swap" model:"Node.Swap.SizeBytes" key:"swap_bytes" unit:"bytes" group:"swap" help:"swap device size (0: none)"`
@@ -67,25 +62,16 @@ type Values struct {
 	SwapDepths         string          `flag:"swap-depths" model:"Node.Swap.Depths" key:"swap_depths" unit:"form" group:"swap" help:"the device's rates by queue depth, DEPTH:READ/WRITE,...; replaces --swap-read-iops and --swap-write-iops"`
 	SwapReadBandwidth  flagvalue.Bytes `flag:"swap-read-bandwidth" key:"swap_read_bandwidth" unit:"bytes/s" group:"swap" help:"rate a read's bytes beyond its first page move at (0: an I/O costs the same whatever its size)"`
 	SwapWriteBandwidth flagvalue.Bytes `flag:"swap-write-bandwidth" key:"swap_write_bandwidth" unit:"bytes/s" group:"swap" help:"rate a write's bytes beyond its first page move at (0: an I/O costs the same whatever its size)"`
-	SwapMixedCapacity  string          `flag:"swap-mixed-capacity" model:"Node.Swap.MixedCapacity" key:"swap_mixed_capacity" unit:"form" group:"swap" help:"times the sum of reads' and writes' shares the device serves mixed, TASKS:FACTOR,... (none: 1)"`
-	SwapMixedHalfFull  string          `flag:"swap-mixed-capacity-half-full" model:"Node.Swap.HalfFullMixedCapacity" key:"swap_mixed_capacity_half_full" unit:"form" group:"swap" help:"--swap-mixed-capacity once half the swap is in use (none: the same)"`
 	SwapReadPages      string          `flag:"swap-read-pages" key:"swap_read_pages" unit:"form" group:"swap" help:"pages a sequential fault's readahead reads, PAGES or TASKS:PAGES,... (none: 8, vm.page-cluster 3)"`
 	SwapWritePages     string          `flag:"swap-write-pages" key:"swap_write_pages" unit:"form" group:"swap" help:"pages one write to the device carries, PAGES or TASKS:PAGES,... (none: 8)"`
-	SwapWritePagesHalf string          `flag:"swap-write-pages-half-full" key:"swap_write_pages_half_full" unit:"form" group:"swap" help:"--swap-write-pages once half the swap is in use (none: the same)"`
-	SwapReadahead      string          `flag:"swap-readahead" key:"swap_readahead" unit:"address|offset" group:"swap" help:"what readahead reads: the VM's neighbouring pages (address) or swap slots (offset, rotational swap)"`
-	ReadaheadOrder     float64         `flag:"readahead-order" model:"Node.ReadaheadOrderSlope" key:"readahead_order" unit:"slope" group:"swap" help:"with offset readahead: how many more of its own pages a fault brings the VM made first, -0.9 to 0.9"`
-	ReadaheadUsed      string          `flag:"readahead-used" model:"Node.ReadaheadUsed" key:"readahead_used" unit:"form" group:"swap" help:"share of readahead's pages the scans use before reclaim takes them, SHARE or TASKS:SHARE,... (none: 1)"`
 	PagingCPU          string          `flag:"paging-cpu" key:"paging_cpu" unit:"form" group:"swap" help:"CPU to page one page in and another out, DURATION or TASKS:DURATION,..."`
 	RunQueueWait       string          `flag:"run-queue-wait" key:"run_queue_wait" unit:"form" group:"swap" help:"a faulting VM's wait for a core a page read, DURATION or TASKS:DURATION,... (none: only when oversubscribed)"`
-	PagingSteal        time.Duration   `flag:"paging-steal" model:"Node.PagingStealSeconds" key:"paging_steal_seconds" unit:"seconds/page" group:"swap" help:"where the node is a VM: CPU its host takes from it a page paged in (0: bare metal)"`
-	TouchBesidePaging  string          `flag:"touch-beside-paging" model:"Node.TouchBesidePaging" key:"touch_beside_paging" unit:"form" group:"swap" help:"a core's touch rate while the device pages, SHARE@PAGES_PER_SEC (0: no slowdown)"`
-	ReclaimBatch       float64         `flag:"reclaim-batch" model:"Node.ReclaimBatchShare" key:"reclaim_batch" unit:"share" group:"swap" help:"share of a VM's pages a visit of reclaim takes when it falls behind, 0 to 1 (0: 32 pages)"`
-	ReclaimOrder       float64         `flag:"reclaim-order" model:"Node.ReclaimOrderSlope" key:"reclaim_order" unit:"slope" group:"swap" help:"how much more readily reclaim behind takes from the VMs made first, 0 to below 1 (0: alike)"`
-	ReclaimOrderSteady float64         `flag:"reclaim-order-steady" model:"Node.SteadyReclaimOrderSlope" key:"reclaim_order_steady" unit:"slope" group:"swap" help:"the same where reclaim keeps up, -0.9 to 0.9 (0: alike)"`
-	ReclaimBurst       float64         `flag:"reclaim-burst" model:"Node.ReclaimBurstPages" key:"reclaim_burst" unit:"pages" group:"swap" help:"pages a visit of reclaim to a cgroup takes while it keeps up (0: 32)"`
-	FillOut            float64         `flag:"fill-out" model:"Node.FillOutPagesPerSec" key:"fill_out" unit:"pages/s" group:"swap" help:"pace reclaim swaps a fill past RAM out at, where below the device's writes (0: the device's writes)"`
 	SwapTier           string          `flag:"swap-tier" model:"Node.Tier" key:"swap_tier" unit:"form" group:"swap" help:"a compressed tier in front of the device: zram:SIZE[,...] or zswap:POOL_SIZE[,...] (docs/guide/swap-tiers.md)"`
 	SwapTierRatio      float64         `flag:"swap-tier-ratio" key:"swap_tier_ratio" unit:"ratio" group:"swap" help:"bytes of the workload's pages the tier stores a byte of RAM, at least 1 (0: --content's ratio)"`
+
+	// Corrections: terms fitted to a host, off unless given (or measured
+	// by --machine this); docs/sim.md keeps the evidence for each.
+	TouchTurnBlocks float64 `flag:"touch-turn-blocks" model:"Node.TouchTurnBlocks" key:"touch_turn_blocks" unit:"blocks" group:"correction" help:"blocks' worth of memory a VM touches as while taking turns on a core, 1 to 64 (0: off; --machine this measures it)"`
 
 	// The agent.
 	Agent         bool    `flag:"agent" key:"agent" unit:"bool" group:"agent" help:"run the agent's policy on the node (swap-rate thresholds half the device's rates)"`
@@ -104,11 +90,10 @@ func Default() Values {
 		Deployments: "1:20:1", VMMemory: 16 << 30, MemorySize: 14 << 30, Scan: flagvalue.Scan(memload.ScanSeq), Writes: 1,
 		Content: flagvalue.Content(memload.Content{Kind: memload.ContentRandom}), Runtime: 180 * time.Second, Overcommit: 100,
 		Overhead: 256 << 20, Seed: 1, StopOnFailure: true,
-		WorkerKind: "vm", GuestOverhead: 1 << 30, StartCPUDuration: 4 * time.Second,
-		NodeMemory: 192 << 30, SystemReserve: defaultNodeReserve, CPUs: 64, TouchRate: "20M", TouchAloneSpeedup: "0",
-		TouchTurnBlocks: sim.DefaultTouchTurnBlocks,
-		SwapReadIOPS:    1.3e6, SwapWriteIOPS: 215e3, SwapLatency: 80 * time.Microsecond, SwapReadahead: "address",
-		PagingCPU: "5us", TouchBesidePaging: "0",
+		WorkerKind: "vm", GuestOverhead: 1 << 30,
+		NodeMemory: 192 << 30, SystemReserve: defaultNodeReserve, CPUs: 64, TouchRate: "20M",
+		SwapReadIOPS: 1.3e6, SwapWriteIOPS: 215e3, SwapLatency: 80 * time.Microsecond,
+		PagingCPU:     "5us",
 		BalloonPolicy: policy.BalloonHeadroom, KSM: policy.KSMOff, MaxSwapIn: -1, MaxSwapOut: -1,
 	}
 }
@@ -239,7 +224,8 @@ func Table() string {
 }
 
 var groupTitles = map[string]string{"ramp": "The ramp and the workload", "vm": "The VM", "node": "The node",
-	"swap": "The swap device and paging", "agent": "The agent"}
+	"swap": "The swap device and paging", "correction": "Corrections: fitted to a host, off unless given (docs/sim.md)",
+	"agent": "The agent"}
 
 // tierRatio is the ratio the tier's compressor gets: --swap-tier-ratio,
 // or --content's.

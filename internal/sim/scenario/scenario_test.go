@@ -115,8 +115,6 @@ func TestParamsFromValues(t *testing.T) {
 		{func(v *Values) { v.SystemReserve = v.NodeMemory }, "--system-reserve"},
 		{func(v *Values) { v.SwapReadIOPS, v.Swap = 0, 1<<30 }, "--swap-read-iops"},
 		{func(v *Values) { v.Swap = 0; v.SwapTier = "zswap:1Gi" }, "--swap-tier"},
-		{func(v *Values) { v.SwapMixedCapacity = "1:0.5" }, "--swap-mixed-capacity"},
-		{func(v *Values) { v.SwapMixedHalfFull = "1:0.5" }, "--swap-mixed-capacity-half-full"},
 		{func(v *Values) { v.GuestCache = 1 << 20; v.WorkerKind = "process" }, "--guest-cache"},
 		{func(v *Values) { v.Balloon = true }, "--balloon needs --agent"},
 	} {

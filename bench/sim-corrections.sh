@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Which of the simulator's fitted terms beat this machine's noise floor?
+# For each case (a directory with machine.yaml, the figures --machine this
+# measured before the ramps; measured.csv, each step's aggregate pages/s
+# of two measured ramps of the same case: workers,run1,run2; and case,
+# its scan, node, swap, deployments and the measured knees), it simulates
+# the ramp with every term as measured, with each fitted term off in
+# turn, and with all of them off, and holds each model against each
+# measured ramp alone, as the two ramps are held against each other (the
+# noise floor): the steps within 15% and the mean |ln(model/measured)|,
+# in RAM (to the knee) and on the plateau (from its start). A term is
+# kept where the model without it misses by more than the two ramps miss
+# each other and the model with it misses less, on every day's cases.
+# Usage: bench/sim-corrections.sh CASE_DIR... (no root; seconds a case),
+# or bench/sim-corrections.sh --cases-from RESULTS OUT_DIR to make case
+# directories of a `REPEATS=2 RESULTS=dir bench/sim-fidelity.sh` run.
+# CORRECTIONS lists the terms and the values that turn them off (the
+# model has none now: default none, the model against the noise floor
+# alone); REF=commit builds headroom from that commit instead, to judge
+# terms since removed (docs/sim.md gives the command). ADD=1 holds the
+# model with every term off but one ("TERM alone") instead of with every
+# term but one.
+# A scenario's keys the binary does not know are dropped. The cases
+# docs/sim.md cites are in bench/results/sim-fidelity/.
+source "$(dirname "$0")/lib.sh"
+(($# > 0)) || { echo "usage: $0 CASE_DIR... | --cases-from RESULTS OUT_DIR" >&2; exit 2; }
+
+if [ -n "${REF:-}" ]; then
+  git worktree add -q --detach "$BENCH_TMP/ref" "$REF"
+  cleanup_hooks+=("git worktree remove --force '$BENCH_TMP/ref'")
+  (cd "$BENCH_TMP/ref" && CGO_ENABLED=0 go build -o "$HEADROOM" ./cmd/headroom)
+fi
+
+if [ "$1" = --cases-from ]; then
+  (($# == 3)) || { echo "usage: $0 --cases-from RESULTS OUT_DIR" >&2; exit 2; }
+  for sim in "$2"/sim-*; do
+    name=${sim##*/sim-} scan=${name%%-*} node=${name#*-}
+    m1="$2/measured-$name" m2="$2/measured-$name-r2"
+    [ -f "$sim/machine.yaml" ] && [ -f "$m1/steps.csv" ] && [ -f "$m2/steps.csv" ] || continue
+    c="$3/$(date -r "$sim/machine.yaml" +%F)-$name"
+    mkdir -p "$c"
+    cp "$sim/machine.yaml" "$c/"
+    join -t, <(tail -n +2 "$m1/steps.csv" | cut -d, -f2,6 | sort -t, -k1,1) <(tail -n +2 "$m2/steps.csv" | cut -d, -f2,6 | sort -t, -k1,1) |
+      sort -t, -k1,1n > "$c/measured.csv"
+    knees=""
+    for m in "$m1" "$m2"; do
+      j=$("$HEADROOM" report "$m" -o "$BENCH_TMP/r.html" --json | tr -d ' \n')
+      knees+="$(json_field "$j" knee_workers)/$(json_field "$j" plateau_start_workers) "
+    done
+    python3 - "$sim/run.json" "$scan" "$node" "${knees% }" > "$c/case" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))["params"]
+print('scan=%s node=%s swap=%dMi deployments=%s knees="%s"' % (sys.argv[2], sys.argv[3], p["swap_bytes"] >> 20, p["deployments"], sys.argv[4]))
+PY
+    echo "$c"
+  done
+  exit 0
+fi
+
+# Each fitted term and the value that turns it off.
+read -ra corrections <<<"${CORRECTIONS:-}"
+known=$("$HEADROOM" sim --help | grep -o -- '--[a-z][a-z0-9-]*' | sort -u | tr '\n' ' ')
+
+# score CASE SIM_STEPS_CSV: "ram_hit ram_n plateau_hit plateau_n ram_err plateau_err" of the
+# model (column 2 of steps.csv is workers, 6 the aggregate) against each run.
+score() {
+  local knee plateau
+  read -r knee plateau < "$1/.knees"
+  tail -n +2 "$2" | cut -d, -f2,6 | sort -t, -k1,1n | join -t, - <(sort -t, -k1,1n "$1/measured.csv") |
+    awk -F, -v k="$knee" -v p="$plateau" '
+      function add(m, r, region) { n[region]++; if (r > 0 && m > 0) { e[region] += (m > r ? log(m / r) : log(r / m)); if (m / r >= 0.85 && m / r <= 1.15) hit[region]++ } }
+      { for (i = 3; i <= NF; i++) { if ($1 <= k) add($2, $i, "ram"); if ($1 >= p) add($2, $i, "plateau") } }
+      END { printf "%d %d %d %d %.3f %.3f\n", hit["ram"], n["ram"], hit["plateau"], n["plateau"], e["ram"] / n["ram"], e["plateau"] / n["plateau"] }'
+}
+
+# noise CASE: the same figures of the two measured ramps against each other.
+noise() {
+  local knee plateau
+  read -r knee plateau < "$1/.knees"
+  awk -F, -v k="$knee" -v p="$plateau" '
+    function add(a, b, region) { n[region]++; e[region] += (a > b ? log(a / b) : log(b / a)); if (a / b >= 0.85 && a / b <= 1.15) hit[region]++ }
+    { if ($1 <= k) add($2, $3, "ram"); if ($1 >= p) add($2, $3, "plateau") }
+    END { printf "%d %d %d %d %.3f %.3f\n", hit["ram"], n["ram"], hit["plateau"], n["plateau"], e["ram"] / n["ram"], e["plateau"] / n["plateau"] }' "$1/measured.csv"
+}
+
+declare -A total
+knees_exact=0 knees_total=0
+tally() { # VARIANT FIGURES
+  local a
+  read -ra a <<<"$2"
+  read -ra t <<<"${total[$1]:-0 0 0 0 0 0}"
+  total[$1]="$((t[0] + a[0])) $((t[1] + a[1])) $((t[2] + a[2])) $((t[3] + a[3])) $(awk -v x="${t[4]}" -v y="${a[4]}" -v n="${a[1]}" 'BEGIN { print x + y * n }') $(awk -v x="${t[5]}" -v y="${a[5]}" -v n="${a[3]}" 'BEGIN { print x + y * n }')"
+}
+
+printf '%-34s %-28s %9s %9s %9s %9s\n' case model "in RAM" plateau "RAM err" "plat err"
+for c in "$@"; do
+  c=${c%/}
+  [ -f "$c/case" ] || continue # the folder's notes and run logs
+  # shellcheck disable=SC1091
+  source "$c/case" # scan node swap deployments knees ("K/P K/P")
+  awk -v ks="$knees" 'BEGIN { n = split(ks, r, " "); k = 1e9; p = 0; for (i = 1; i <= n; i++) { split(r[i], kp, "/"); if (kp[1] < k) k = kp[1]; if (kp[2] > p) p = kp[2] } print k, p }' > "$c/.knees"
+  # The scenario's keys this binary has.
+  while IFS= read -r line; do
+    key=${line%%:*}
+    [[ $line == \#* || " $known " == *" --$key "* ]] && echo "$line"
+  done < "$c/machine.yaml" > "$BENCH_TMP/machine.yaml"
+  common=(--scenario "$BENCH_TMP/machine.yaml" --node-memory "$node" --swap "$swap" --vm-memory 320Mi --memory-size 256Mi --overcommit-percent 400
+    --deployments "$deployments" --workload-runtime 8s --memory-scan "$scan" --stop-on-failure=false
+    --worker-kind process --system-reserve 0 --guest-overhead 0 --overhead 3Mi)
+  f=$(noise "$c")
+  tally "noise floor" "$f"
+  printf '%-34s %-28s %s\n' "$(basename "$c")" "noise floor (run vs run)" "$f"
+  variants=("as measured")
+  ((${#corrections[@]} > 0)) && variants+=("all fitted off" "${corrections[@]}")
+  for v in "${variants[@]}"; do
+    off=()
+    case $v in
+      "as measured") ;;
+      "all fitted off") for x in "${corrections[@]}"; do off+=(--"${x%%=*}" "${x#*=}"); done ;;
+      *)
+        if [ -n "${ADD:-}" ]; then # every term off but this one
+          for x in "${corrections[@]}"; do [ "$x" = "$v" ] || off+=(--"${x%%=*}" "${x#*=}"); done
+        else
+          off=(--"${v%%=*}" "${v#*=}")
+        fi
+        ;;
+    esac
+    out="$BENCH_TMP/sim"
+    rm -rf "$out"
+    "$HEADROOM" sim "${common[@]}" "${off[@]}" --out "$out" > "$BENCH_TMP/sim.log" 2>&1 || { tail -2 "$BENCH_TMP/sim.log"; exit 1; }
+    f=$(score "$c" "$out/steps.csv")
+    if [ "$v" = "as measured" ]; then
+      j=$("$HEADROOM" report "$out" -o "$BENCH_TMP/r.html" --json | tr -d ' \n')
+      k=$(json_field "$j" knee_workers)
+      knees_total=$((knees_total + 1))
+      [[ " $knees " == *" $k/"* ]] && knees_exact=$((knees_exact + 1))
+      printf '%-34s %-28s knee %s (measured %s)\n' "" "" "$k" "$knees"
+    fi
+    name=$v
+    [[ $v == *=* ]] && name="${v%%=*} $( [ -n "${ADD:-}" ] && echo alone || echo off)"
+    tally "$name" "$f"
+    printf '%-34s %-28s %s\n' "" "$name" "$f"
+  done
+  rm -f "$c/.knees"
+done
+echo
+echo "knees: the model's equal to a measured ramp's in $knees_exact of $knees_total cases"
+echo "totals: steps within 15% (in RAM, plateau) and mean |ln ratio| (in RAM, plateau)"
+totals=("noise floor" "as measured")
+((${#corrections[@]} > 0)) && totals+=("all fitted off" "${corrections[@]}")
+for v in "${totals[@]}"; do
+  name=$v
+  [[ $v == *=* ]] && name="${v%%=*} $( [ -n "${ADD:-}" ] && echo alone || echo off)"
+  read -ra t <<<"${total[$name]}"
+  awk -v name="$name" -v a="${t[0]}" -v b="${t[1]}" -v c="${t[2]}" -v d="${t[3]}" -v e="${t[4]}" -v f="${t[5]}" \
+    'BEGIN { printf "%-34s in RAM %3d of %3d, plateau %3d of %3d; error in RAM %.3f, plateau %.3f\n", name, a, b, c, d, e / b, f / d }'
+done
