@@ -16,6 +16,7 @@ import (
 
 	"github.com/headroom-dev/headroom/internal/agent"
 	"github.com/headroom-dev/headroom/internal/cgroup"
+	"github.com/headroom-dev/headroom/internal/flagvalue"
 	"github.com/headroom-dev/headroom/internal/kube"
 	"github.com/headroom-dev/headroom/internal/libvirt"
 	"github.com/headroom-dev/headroom/internal/probe"
@@ -157,22 +158,7 @@ func agentConfigFlags() []configFlag {
 
 // register defines the flag on fl, bound to its field in c.
 func (f configFlag) register(fl *pflag.FlagSet, c *agent.Config) {
-	switch p := f.field(c).(type) {
-	case *string:
-		fl.StringVar(p, f.name, *p, f.usage)
-	case *bool:
-		fl.BoolVar(p, f.name, *p, f.usage)
-	case *int:
-		fl.IntVar(p, f.name, *p, f.usage)
-	case *float64:
-		fl.Float64Var(p, f.name, *p, f.usage)
-	case *[]string:
-		fl.StringSliceVar(p, f.name, *p, f.usage)
-	case pflag.Value:
-		fl.Var(p, f.name, f.usage)
-	default:
-		panic(fmt.Sprintf("flag --%s: unsupported field type %T", f.name, p))
-	}
+	flagvalue.Bind(fl, f.field(c), f.name, f.usage)
 }
 
 // copy sets the flag's key in dst to its value in src.

@@ -29,39 +29,33 @@ a swap device (and a compressed tier in front) shared by VMs that run the
 workload of headroom load, started 1, 2, 3 ... at a time like headroom
 density. The model keeps page counts per VM (resident, compressed, on the
 device), a second-chance LRU across VMs, swap readahead for sequential
-faults, and the device as a queue: see docs/sim.md for what it
-approximates and ignores. --agent runs the agent's real policy on
-simulated snapshots; its decisions (swap allowances, evictions, with
---balloon the guests' balloons, with --ksm governor ksmd's pace; with
---ksm advisor the kernel's advisor sets it, as mm/ksm.c computes) change
-the simulation. --guest-cache gives every guest idle page cache, which host
-reclaim swaps out first and a balloon takes back without I/O.
+faults, and the device as a queue: docs/sim.md says what it represents,
+what it leaves out, and how to measure each figure on your host. --agent
+runs the agent's own loop on simulated snapshots (--agent-config takes an
+agent.yaml); its decisions (swap allowances, evictions, balloons, ksmd's
+pace) change the simulation.
 
-It takes density's flags plus the node's and device's figures; --scenario
-FILE.yaml holds the same keys (flag names without the dashes), and flags
-given on the command line override it. Results use density's schema (kind
-sim): headroom report draws a simulated and a measured run on one chart.
+Every parameter is a flag and, under the same name, a key of a --scenario
+file; flags given on the command line override it. --like RUN_DIR takes a
+measured density run's ramp, node, swap, agent and backend. Results use
+density's schema (kind sim): headroom report draws a simulated and a
+measured run on one chart.
 
---find max-vms answers the planner's question directly: the largest VM
-count whose mean per-VM rate stays at least --min-per-vm-fraction of the
-one-VM rate (and, with --max-swap-utilization, whose swap use stays under
-that share of the swap).
+--find max-vms prints the largest VM count whose mean per-VM rate stays at
+least --min-per-vm-fraction of the one-VM rate (and, with
+--max-swap-utilization, whose swap use stays under that share of the
+swap); --find overcommit-percent the largest KubeVirt memoryOvercommit
+whose admitted VM count (the virt-launcher's own request) does.
 
---machine this measures this machine first — its RAM, cores, the touch
-rate of one headroom load worker a core over blocks of 64 MiB, 256 MiB
-and 1 GiB (a core touches fewer pages/s the more memory it cycles
-through) and of one worker alone (faster: no neighbour in the shared
-caches), each the median of three rounds (--machine-rounds), the active swap device as
-headroom agent calibrate probes it
-(or, with no swap active, the file system where density --swap SIZE puts
-its swap file) at queue depths 1 to 16, and, as
-root, the kernel's CPU per page paged (one headroom load worker in a memory
-cgroup smaller than it, over that swap) and, with --swap-tier, the ratio
-the tier's compressor gets on the workload's content (a scratch zram
-device) — prints the figures, and uses them where neither the command line
-nor the scenario gave a value. Reclaim's batch and order while workers
-fill past their limit are measured and printed but not used: the model's
-lucky VMs would outlast the measured ones (docs/sim.md).`
+--machine this measures this machine first: its RAM, cores, the touch rate
+of one headroom load worker a core over blocks of 64 MiB, 256 MiB and 1
+GiB and of two and four a core taking turns (the one correction,
+touch-turn-blocks), the active swap device as headroom agent calibrate probes it (or the
+file system where density puts its swap file) at queue depths 1 to 16,
+and, as root, the CPU and the wait for a core per page paged and the pages
+a swap I/O carries; each the median of --machine-rounds rounds. It prints
+them and uses them where neither the command line nor the scenario gave a
+value; --save-machine keeps them as a scenario.`
 
 type simFlags struct {
 	scenario.Values

@@ -5,9 +5,11 @@ package flagvalue
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/units"
+	"github.com/spf13/pflag"
 )
 
 type Bytes uint64
@@ -86,4 +88,31 @@ func (v *HugePages) Set(s string) error {
 		return nil
 	}
 	return fmt.Errorf("unknown hugepages mode %q; want never or madvise", s)
+}
+
+// Bind defines the flag name on fl, bound to the value ptr points at, its
+// current value the default: a pflag.Value, or a pointer to a string,
+// bool, int, uint64, float64, time.Duration or []string. It panics on any
+// other type: a flag declared with a field no flag can hold.
+func Bind(fl *pflag.FlagSet, ptr any, name, usage string) {
+	switch p := ptr.(type) {
+	case pflag.Value:
+		fl.Var(p, name, usage)
+	case *string:
+		fl.StringVar(p, name, *p, usage)
+	case *bool:
+		fl.BoolVar(p, name, *p, usage)
+	case *int:
+		fl.IntVar(p, name, *p, usage)
+	case *uint64:
+		fl.Uint64Var(p, name, *p, usage)
+	case *float64:
+		fl.Float64Var(p, name, *p, usage)
+	case *time.Duration:
+		fl.DurationVar(p, name, *p, usage)
+	case *[]string:
+		fl.StringSliceVar(p, name, *p, usage)
+	default:
+		panic(fmt.Sprintf("flag --%s: unsupported field type %T", name, p))
+	}
 }

@@ -297,8 +297,12 @@ func (f Figures) String() string {
 		for i, t := range f.TouchTurns {
 			counts[i], rates[i] = strconv.Itoa(t.WorkersPerCore), units.FormatRate(t.PagesPerSec)
 		}
-		turns = fmt.Sprintf("; %s workers a core taking turns over %s each %s, as one over %.2f× its block (each rate on its own round's curve)",
-			strings.Join(counts, " and "), units.FormatBytes(uint64(f.TouchTurnBytes)), strings.Join(rates, " and "), f.TouchTurnBlocks)
+		turns = fmt.Sprintf("; %s workers a core taking turns over %s each %s, ", strings.Join(counts, " and "), units.FormatBytes(uint64(f.TouchTurnBytes)), strings.Join(rates, " and "))
+		if f.TouchTurnBlocks > 0 {
+			turns += fmt.Sprintf("as one over %.2f× its block (each rate on its own round's curve)", f.TouchTurnBlocks)
+		} else {
+			turns += "which the curve cannot place (it does not fall from that block on): no turns correction"
+		}
 	}
 	s := fmt.Sprintf("this machine: %s RAM, %d cores, pages/s a core touches %s and fills %s (headroom load, a worker a core, %s%s); swap %s, %s: 4 KiB random read %s IOPS, write %s IOPS at queue depth %d, %.0f µs a read alone",
 		units.FormatBytes(f.RAMBytes), f.CPUs, strings.Join(touch, ", "), units.FormatRate(f.PopulateRatePerCore), medianOf(f.Rounds, "run"), turns, f.SwapDevice, medianOf(f.Rounds, "probe"),

@@ -143,22 +143,7 @@ func format(v reflect.Value) string {
 func (v *Values) Register(fl *pflag.FlagSet) {
 	rv := reflect.ValueOf(v).Elem()
 	for _, p := range All() {
-		switch x := rv.Field(p.field).Addr().Interface().(type) {
-		case pflag.Value:
-			fl.Var(x, p.Flag, p.Help)
-		case *time.Duration:
-			fl.DurationVar(x, p.Flag, *x, p.Help)
-		case *float64:
-			fl.Float64Var(x, p.Flag, *x, p.Help)
-		case *uint64:
-			fl.Uint64Var(x, p.Flag, *x, p.Help)
-		case *bool:
-			fl.BoolVar(x, p.Flag, *x, p.Help)
-		case *string:
-			fl.StringVar(x, p.Flag, *x, p.Help)
-		default:
-			panic(fmt.Sprintf("scenario: %s: no flag for %T", p.Flag, x))
-		}
+		flagvalue.Bind(fl, rv.Field(p.field).Addr().Interface(), p.Flag, p.Help)
 	}
 }
 
