@@ -69,17 +69,32 @@ func RateCreationSlope(workers []WorkerResult) (slope float64, ok bool) {
 		kept = append(kept, w)
 		sum += w.PagesPerSec
 	}
-	n := len(kept)
-	if n < 2 || !(sum > 0) || math.IsInf(sum, 0) {
+	if len(kept) < 2 || !(sum > 0) || math.IsInf(sum, 0) {
 		return 0, false
 	}
 	sort.SliceStable(kept, func(i, j int) bool { return kept[i].CreateOffsetSeconds < kept[j].CreateOffsetSeconds })
+	rates := make([]float64, len(kept))
+	for i, w := range kept {
+		rates[i] = w.PagesPerSec
+	}
+	return OrderSlope(rates), true
+}
+
+// OrderSlope is the least-squares slope of values (in the order made, at
+// least two, their sum positive) over their mean against each one's
+// place, −1 for the first made and +1 for the last.
+func OrderSlope(values []float64) float64 {
+	var sum float64
+	for _, v := range values {
+		sum += v
+	}
+	n := len(values)
 	mean := sum / float64(n)
 	var across, along float64
-	for i, w := range kept {
+	for i, v := range values {
 		place := 2*float64(i)/float64(n-1) - 1
-		across += place * w.PagesPerSec / mean
+		across += place * v / mean
 		along += place * place
 	}
-	return across / along, true
+	return across / along
 }

@@ -138,7 +138,9 @@ type node struct {
 	// fault reads and a write carries, at the number of VMs faulting.
 	readaheadPages, writePages float64
 	// windowPages is the most pages a readahead reads (2^PageCluster).
-	windowPages  float64
+	windowPages float64
+	// swapHalfFull is the kernel's vm_swap_full() this tick: from it a
+	// page swapped in frees its slot.
 	swapHalfFull bool
 	// writebackLeft is what a full zswap pool still has to write back to
 	// the device before it takes pages again; writebackPerSec the pages
@@ -190,9 +192,9 @@ func newNode(nd Node, spec VMSpec, count int, dt float64, seed uint64) *node {
 	return s
 }
 
-// readahead is the pages of its own one of v's swap-in faults brings
-// for this scan: the window (by the VMs faulting).
-func (s *node) readahead(v *vmState) float64 {
+// readahead is the pages one swap-in fault of this scan brings: the
+// window (by the VMs faulting) for a sequential scan, one for a random.
+func (s *node) readahead() float64 {
 	if s.w.Scan != loadspec.ScanSeq {
 		return 1
 	}
@@ -417,7 +419,7 @@ func (s *node) touchTimeMissing(v *vmState, cpuShare, readWait, miss float64) (t
 	// for a core: the measured run-queue wait, or the fair share's
 	// stretch where the cores are oversubscribed (the two are one wait,
 	// seen from the machine and from the fluid share). A page read ahead
-	ownPages := s.readahead(v)
+	ownPages := s.readahead()
 	deviceIn := miss * (1 - z)
 	waiting = deviceIn / ownPages * readWait
 	cpu += deviceIn*s.pagingCPU + miss*z*(s.pagingCPU+2*tierCPU)
@@ -687,7 +689,7 @@ func (s *node) tick(now float64, measuring bool) {
 					v.clean += in - fromTier
 				}
 			}
-			faults := miss * (z + (1-z)/s.readahead(v))
+			faults := miss * (z + (1-z)/s.readahead())
 			devicePagesIn += in - fromTier
 			s.swapIns += blockReads
 			s.majorFaults += faults

@@ -135,7 +135,7 @@ func (s PagingSample) ReadaheadOrderSlope() (k float64, ok bool) {
 
 // ReclaimOrderSlope is, for a random scan, how much more readily reclaim
 // took from the workers made first (Node.SteadyReclaimOrderSlope): the
-// creationOrderSlope of the inverse of each worker's share in RAM, the
+// slope (by the first made) of the inverse of each worker's share in RAM, the
 // share of its touches that did not fault. Each worker paging steadily
 // loses as many pages as it faults back, and with the cores shared
 // fairly they fault alike, so reclaim's weight on a worker's pages in
@@ -147,7 +147,7 @@ func (s PagingSample) ReclaimOrderSlope() (k float64, ok bool) {
 	})
 }
 
-// workerOrderSlope is the creationOrderSlope of value over each
+// workerOrderSlope is the creation-order slope (+ where the first made has more) of value over each
 // worker's pages touched and major faults a second (ok false with fewer
 // than two workers or a value not ok).
 func (s PagingSample) workerOrderSlope(value func(touched, faults float64) (float64, bool)) (float64, bool) {
@@ -163,7 +163,8 @@ func (s PagingSample) workerOrderSlope(value func(touched, faults float64) (floa
 		}
 		values[i] = v
 	}
-	return creationOrderSlope(values), true
+	// The slope from the first made: results' from the last, negated.
+	return -results.OrderSlope(values), true
 }
 
 // String is the account `headroom sim paging` prints.
@@ -550,38 +551,4 @@ func (c pagingCounters) sub(before pagingCounters, window time.Duration) (Paging
 		s.WritesPerSec = writes / window.Seconds()
 	}
 	return s, nil
-}
-
-// meanOf is the mean of xs.
-func meanOf(xs []float64) float64 {
-	return sumOf(xs) / float64(len(xs))
-}
-
-// creationOrderSlope is the least-squares k of values (positive, in the
-// order made) over their mean against 1 + k × place: 1 for the first
-// made, −1 for the last, evenly between.
-func creationOrderSlope(values []float64) float64 {
-	mean := meanOf(values)
-	var num, den float64
-	for i, v := range values {
-		place := creationPlace(i, len(values))
-		num += (v/mean - 1) * place
-		den += place * place
-	}
-	return num / den
-}
-
-// creationPlace is the i-th of n workers' place in the order they were
-// made: 1 for the first, −1 for the last, evenly between.
-func creationPlace(i, n int) float64 {
-	return 1 - 2*float64(i)/float64(n-1)
-}
-
-// sumOf is the sum of xs.
-func sumOf(xs []float64) float64 {
-	var s float64
-	for _, x := range xs {
-		s += x
-	}
-	return s
 }
