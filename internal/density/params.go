@@ -145,11 +145,11 @@ func ParseSwap(s string) (mode string, sizeBytes uint64, err error) {
 // "zswap:max_pool_percent=20" ("" for none).
 func ParseSwapTier(s string) (*tierspec.ZramSpec, *tierspec.ZswapSpec, error) {
 	t, err := tierspec.Parse(s)
-	if err != nil {
-		return nil, nil, err
+	if err == nil {
+		err = t.Real()
 	}
-	if err := t.Real(); err != nil {
-		return nil, nil, err
+	if err != nil {
+		return nil, nil, fmt.Errorf("--swap-tier %w", err)
 	}
 	return t.Zram, t.Zswap, nil
 }
@@ -235,6 +235,9 @@ func (p Params) AsMap() map[string]any {
 		"stop_on_failure": p.StopOnFailure, "node_memory_bytes": p.NodeMemoryBytes, "swap": p.Swap,
 		"swap_file_bytes": p.SwapFileBytes, "agent": p.Agent, "seed": p.Seed,
 		"balloon": p.Balloon, "guest_cache_bytes": p.GuestCacheBytes,
+	}
+	if p.LibvirtTemplate != "" {
+		m["libvirt_template"] = p.LibvirtTemplate
 	}
 	if p.Zram != nil {
 		m["zram"] = p.Zram

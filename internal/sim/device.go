@@ -10,9 +10,9 @@ import (
 // DepthsForm describes the accepted --swap-depths syntax.
 const DepthsForm = "DEPTH:READ_IOPS/WRITE_IOPS[,...] (e.g. 1:6500/3700,4:28000/22000,16:45000/29000)"
 
-// ParseDepths parses --swap-depths.
+// ParseDepths parses a device's rates by queue depth (DepthsForm).
 func ParseDepths(s string) ([]DepthRate, error) {
-	bad := fmt.Errorf("--swap-depths %q: want %s, depths ascending, rates positive", s, DepthsForm)
+	bad := fmt.Errorf("%q: want %s, depths ascending, rates positive", s, DepthsForm)
 	var out []DepthRate
 	for _, part := range strings.Split(s, ",") {
 		depth, rates, ok := strings.Cut(strings.TrimSpace(part), ":")

@@ -21,30 +21,31 @@ type PagingCost struct {
 	SecondsPerPage float64
 }
 
-// ParsePagingCPU parses --paging-cpu: one duration (the cost whatever the
-// tasks) or costs by task count, ascending.
+// ParsePagingCPU parses the CPU paging costs (PagingCPUForm): one
+// duration (the cost whatever the tasks) or costs by task count, ascending.
 func ParsePagingCPU(s string) ([]PagingCost, error) {
-	return parseSecondsByTasks("paging-cpu", PagingCPUForm, s)
+	return parseSecondsByTasks(PagingCPUForm, s)
 }
 
 // RunQueueWaitForm describes the accepted --run-queue-wait syntax.
 const RunQueueWaitForm = "DURATION or TASKS:DURATION[,...] (e.g. 20us, or 2:5us,8:40us: a faulting task's wait for a core per page paged in, with that many tasks faulting at once)"
 
-// ParseRunQueueWait parses --run-queue-wait, in --paging-cpu's form.
+// ParseRunQueueWait parses a faulting task's wait for a core
+// (RunQueueWaitForm), in ParsePagingCPU's form.
 func ParseRunQueueWait(s string) ([]PagingCost, error) {
-	return parseSecondsByTasks("run-queue-wait", RunQueueWaitForm, s)
+	return parseSecondsByTasks(RunQueueWaitForm, s)
 }
 
-// parseSecondsByTasks parses flag name's durations per page by task
-// count (form describes them).
-func parseSecondsByTasks(name, form, s string) ([]PagingCost, error) {
+// parseSecondsByTasks parses durations per page by task count (form
+// describes them).
+func parseSecondsByTasks(form, s string) ([]PagingCost, error) {
 	seconds := func(v string) (float64, bool) {
 		d, err := time.ParseDuration(v)
 		return d.Seconds(), err == nil && d >= 0
 	}
 	out, ok := parseByTasks(s, seconds, func(tasks, v float64) PagingCost { return PagingCost{Tasks: tasks, SecondsPerPage: v} })
 	if !ok {
-		return nil, fmt.Errorf("--%s %q: want %s, task counts ascending from 1, durations not negative", name, s, form)
+		return nil, fmt.Errorf("%q: want %s, task counts ascending from 1, durations not negative", s, form)
 	}
 	return out, nil
 }
@@ -156,16 +157,16 @@ type IOPages struct {
 	Pages float64
 }
 
-// ParseIOPages parses --swap-read-pages or --swap-write-pages (name):
+// ParseIOPages parses the pages an I/O to the device carries (IOPagesForm):
 // one page count whatever the tasks, or counts by task count, ascending.
-func ParseIOPages(name, s string) ([]IOPages, error) {
+func ParseIOPages(s string) ([]IOPages, error) {
 	pages := func(v string) (float64, bool) {
 		p, err := strconv.ParseFloat(v, 64)
 		return p, err == nil && p >= 1 && p <= maxIOPages
 	}
 	out, ok := parseByTasks(s, pages, func(tasks, v float64) IOPages { return IOPages{Tasks: tasks, Pages: v} })
 	if !ok {
-		return nil, fmt.Errorf("--%s %q: want %s, task counts ascending from 1, pages 1..%d", name, s, IOPagesForm, maxIOPages)
+		return nil, fmt.Errorf("%q: want %s, task counts ascending from 1, pages 1..%d", s, IOPagesForm, maxIOPages)
 	}
 	return out, nil
 }

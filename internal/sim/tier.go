@@ -64,7 +64,7 @@ func TierKindOf(s string) TierKind {
 	return ""
 }
 
-// ParseTier parses --swap-tier (tierspec.Form, the grammar density
+// ParseTier parses a swap tier (tierspec.Form, the grammar density
 // shares) into the modelled tier. zram:SIZE is a compressed swap device of
 // SIZE (uncompressed); zswap is a compressed cache in front of the device,
 // its pool limited to POOL_SIZE or max_pool_percent (default 20) of
@@ -88,7 +88,7 @@ func ParseTier(s string, contentRatio float64, ramBytes uint64) (*Tier, error) {
 		t.Kind, t.PoolBytes = TierZswap, p.ZswapPoolBytes
 		if t.PoolBytes == 0 {
 			if ramBytes == 0 {
-				return nil, fmt.Errorf("--swap-tier %q: a zswap pool sized by max_pool_percent needs the node's RAM (--node-memory), or give its size (zswap:POOL_SIZE)", s)
+				return nil, fmt.Errorf("%q: a zswap pool sized by max_pool_percent needs the node's RAM (Node.RAMBytes), or give its size (zswap:POOL_SIZE)", s)
 			}
 			pct := uint64(zswapDefaultMaxPoolPercent)
 			if p.Zswap.MaxPoolPercent > 0 {
@@ -100,7 +100,7 @@ func ParseTier(s string, contentRatio float64, ramBytes uint64) (*Tier, error) {
 		// size of pages.
 		t.SizeBytes = uint64(float64(t.PoolBytes) * t.Ratio)
 	default:
-		return nil, fmt.Errorf("--swap-tier %q: want %s", s, tierspec.Form)
+		return nil, fmt.Errorf("%q: want %s", s, tierspec.Form)
 	}
 	return t, nil
 }

@@ -23,12 +23,13 @@ type TouchRate struct {
 	PagesPerSec  float64
 }
 
-// ParseTouchRate parses --touch-rate: one rate (whatever the memory
-// touched) or rates by the memory touched per core, ascending.
+// ParseTouchRate parses a core's touch rate (TouchRateForm): one rate
+// (whatever the memory touched) or rates by the memory touched per core,
+// ascending.
 func ParseTouchRate(s string) ([]TouchRate, error) {
 	out, ok := parseBySize(s, parseRate, func(bytesPerCore, rate float64) TouchRate { return TouchRate{bytesPerCore, rate} })
 	if !ok || !TouchRatesValid(out) {
-		return nil, fmt.Errorf("--touch-rate %q: want %s, sizes ascending, rates positive", s, TouchRateForm)
+		return nil, fmt.Errorf("%q: want %s, sizes ascending, rates positive", s, TouchRateForm)
 	}
 	return out, nil
 }

@@ -13,10 +13,11 @@ import (
 // workers share).
 const processOverheadBytes = 3 << 20
 
-// microVMGuestOverheadBytes is what a headroom micro-VM's guest holds
-// resident beside its workload: its kernel and /init (measured here,
+// headroomGuestOverheadBytes is what a guest booting headroom's image (a
+// micro-VM, or a libvirt domain without a template) holds resident beside
+// its workload: its kernel and /init (measured here,
 // scenarios/this-machine.yaml).
-const microVMGuestOverheadBytes = 40 << 20
+const headroomGuestOverheadBytes = 40 << 20
 
 // Like is a measured density run's parameters as the simulator's, by flag:
 // its ramp, workload, node, swap and agent, and its backend's worker kind
@@ -66,9 +67,16 @@ func Like(run *results.Run) (map[string]string, error) {
 		m["worker-kind"], m["guest-overhead"], m["overhead"] = "process", "0", fmt.Sprint(processOverheadBytes)
 		delete(m, "guest-cache")
 	case "qemu":
-		m["worker-kind"], m["guest-overhead"] = "vm", fmt.Sprint(microVMGuestOverheadBytes)
+		m["worker-kind"], m["guest-overhead"] = "vm", fmt.Sprint(headroomGuestOverheadBytes)
+	case "libvirt":
+		if tmpl := str("libvirt_template"); tmpl != "" {
+			return nil, fmt.Errorf("a libvirt run of the template %s: its guest's resident memory is the template's own; pass --worker-kind vm, --guest-overhead and --overhead", tmpl)
+		}
+		m["worker-kind"], m["guest-overhead"] = "vm", fmt.Sprint(headroomGuestOverheadBytes)
+	case "kubevirt":
+		return nil, fmt.Errorf("a kubevirt run: its guests are the cluster's images; pass --worker-kind vm, --guest-overhead and --overhead (the virt-launcher pod's)")
 	default:
-		return nil, fmt.Errorf("backend %q: --like knows the cgroup and qemu backends' overheads; pass --worker-kind, --guest-overhead and --overhead", b)
+		return nil, fmt.Errorf("backend %q: --like knows the cgroup, qemu and libvirt backends' overheads; pass --worker-kind, --guest-overhead and --overhead", b)
 	}
 	if p["zram"] != nil || p["zswap"] != nil {
 		return nil, fmt.Errorf("the run had a compressed tier: pass --swap-tier as it was set up")

@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -60,11 +61,23 @@ func TestLikeADensityRun(t *testing.T) {
 		sp.Seed != 7 || sp.Agent == nil || sp.Agent.Policy.MaxAverageSwapInPagesPerSecond != 0 {
 		t.Errorf("the model of the run: %+v", sp)
 	}
+	// A libvirt run of headroom's image is a VM with that image's guest.
+	lv := p
+	lv.Backend, lv.OverheadBytes = "libvirt", 64<<20
+	m, err = Like(densityRun(t, lv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m["worker-kind"] != "vm" || m["guest-overhead"] != fmt.Sprint(headroomGuestOverheadBytes) || m["overhead"] != fmt.Sprint(64<<20) {
+		t.Errorf("a libvirt run: %v", m)
+	}
 	for _, c := range []struct {
 		p    func(*density.Params)
 		want string
 	}{
-		{func(p *density.Params) { p.Backend = "libvirt" }, "--guest-overhead"},
+		{func(p *density.Params) { p.Backend, p.LibvirtTemplate = "libvirt", "/etc/mine.xml" }, "template /etc/mine.xml"},
+		{func(p *density.Params) { p.Backend = "kubevirt" }, "--guest-overhead"},
+		{func(p *density.Params) { p.Backend = "other" }, "--guest-overhead"},
 		{func(p *density.Params) { p.Zram = &tierspec.ZramSpec{SizeBytes: 1 << 30} }, "--swap-tier"},
 	} {
 		q := p

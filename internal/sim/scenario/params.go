@@ -33,25 +33,26 @@ func (v Values) Params(agentFile *sim.AgentParams) (sim.Params, error) {
 		TouchTurnBlocks: v.TouchTurnBlocks, PopulateRatePerCore: v.PopulateRate, PageCluster: 3, KSMDCPUSeconds: v.KSMDCPU.Seconds(),
 		Swap: sim.Device{SizeBytes: uint64(v.Swap), ReadIOPS: v.SwapReadIOPS, WriteIOPS: v.SwapWriteIOPS, LatencySeconds: v.SwapLatency.Seconds(),
 			ReadBytesPerSec: float64(v.SwapReadBandwidth), WriteBytesPerSec: float64(v.SwapWriteBandwidth)}}
-	// Each figure given in a grammar: parsed where given, none otherwise.
+	// Each figure given in a grammar: parsed where given, none otherwise;
+	// the model's parser says what is wrong, the error names the flag.
 	forms := []struct {
-		value string
+		value *string
 		parse func(string) error
 	}{
-		{v.SwapDepths, func(s string) (err error) { node.Swap.Depths, err = sim.ParseDepths(s); return }},
-		{v.TouchRate, func(s string) (err error) { node.TouchRate, err = sim.ParseTouchRate(s); return }},
-		{v.SwapReadPages, func(s string) (err error) { node.ReadaheadPages, err = sim.ParseIOPages("swap-read-pages", s); return }},
-		{v.SwapWritePages, func(s string) (err error) { node.WritePages, err = sim.ParseIOPages("swap-write-pages", s); return }},
-		{v.PagingCPU, func(s string) (err error) { node.PagingCPU, err = sim.ParsePagingCPU(s); return }},
-		{v.RunQueueWait, func(s string) (err error) { node.RunQueueWait, err = sim.ParseRunQueueWait(s); return }},
-		{v.SwapTier, func(s string) (err error) { node.Tier, err = sim.ParseTier(s, ratio, node.RAMBytes); return }},
+		{&v.SwapDepths, func(s string) (err error) { node.Swap.Depths, err = sim.ParseDepths(s); return }},
+		{&v.TouchRate, func(s string) (err error) { node.TouchRate, err = sim.ParseTouchRate(s); return }},
+		{&v.SwapReadPages, func(s string) (err error) { node.ReadaheadPages, err = sim.ParseIOPages(s); return }},
+		{&v.SwapWritePages, func(s string) (err error) { node.WritePages, err = sim.ParseIOPages(s); return }},
+		{&v.PagingCPU, func(s string) (err error) { node.PagingCPU, err = sim.ParsePagingCPU(s); return }},
+		{&v.RunQueueWait, func(s string) (err error) { node.RunQueueWait, err = sim.ParseRunQueueWait(s); return }},
+		{&v.SwapTier, func(s string) (err error) { node.Tier, err = sim.ParseTier(s, ratio, node.RAMBytes); return }},
 	}
 	for _, f := range forms {
-		if f.value == "" {
+		if *f.value == "" {
 			continue
 		}
-		if err := f.parse(f.value); err != nil {
-			return sim.Params{}, err
+		if err := f.parse(*f.value); err != nil {
+			return sim.Params{}, namingFlags(fmt.Errorf("--%s %w", v.flagOf(f.value), err))
 		}
 	}
 	vm := sim.VMSpec{Process: v.WorkerKind == "process", MemoryBytes: uint64(v.VMMemory), GuestOverheadBytes: uint64(v.GuestOverhead),

@@ -127,6 +127,18 @@ func All() []Param {
 	return ps
 }
 
+// flagOf is the flag its tag declares for the field of v that field
+// points to ("" if it points to none).
+func (v *Values) flagOf(field any) string {
+	rv, want := reflect.ValueOf(v).Elem(), reflect.ValueOf(field).Pointer()
+	for i := range rv.NumField() {
+		if rv.Field(i).Addr().Pointer() == want {
+			return rv.Type().Field(i).Tag.Get("flag")
+		}
+	}
+	return ""
+}
+
 // format is a value as its flag reads it.
 func format(v reflect.Value) string {
 	switch x := v.Addr().Interface().(type) {

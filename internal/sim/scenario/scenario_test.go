@@ -117,11 +117,22 @@ func TestParamsFromValues(t *testing.T) {
 		{func(v *Values) { v.Swap = 0; v.SwapTier = "zswap:1Gi" }, "--swap-tier"},
 		{func(v *Values) { v.GuestCache = 1 << 20; v.WorkerKind = "process" }, "--guest-cache"},
 		{func(v *Values) { v.Balloon = true }, "--balloon needs --agent"},
+		// A grammar's error: the model's parser says what is wrong, the
+		// flag is named once, in front.
+		{func(v *Values) { v.SwapDepths = "4:1/1,2:1/1" }, `--swap-depths "4:1/1,2:1/1": want`},
+		{func(v *Values) { v.TouchRate = "fast" }, `--touch-rate "fast": want`},
+		{func(v *Values) { v.SwapReadPages = "0" }, `--swap-read-pages "0": want`},
+		{func(v *Values) { v.SwapWritePages = "2:8,1:8" }, `--swap-write-pages "2:8,1:8": want`},
+		{func(v *Values) { v.PagingCPU = "-1us" }, `--paging-cpu "-1us": want`},
+		{func(v *Values) { v.RunQueueWait = "8:40us,2:5us" }, `--run-queue-wait "8:40us,2:5us": want`},
+		{func(v *Values) { v.SwapTier = "zcache:1Gi" }, `--swap-tier "zcache:1Gi": unknown tier`},
+		{func(v *Values) { v.NodeMemory, v.SwapTier = 0, "zswap" }, `--swap-tier "zswap": a zswap pool sized by max_pool_percent needs the node's RAM (--node-memory)`},
 	} {
 		v := Default()
 		c.set(&v)
 		_, err := v.Params(nil)
-		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "Node.") || strings.Contains(err.Error(), "VM.") {
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "Node.") || strings.Contains(err.Error(), "VM.") ||
+			strings.Count(err.Error(), "--"+strings.Fields(strings.TrimPrefix(c.want, "--"))[0]) > 1 {
 			t.Errorf("want an error naming %s, got %v", c.want, err)
 		}
 	}

@@ -32,10 +32,11 @@ type Tier struct {
 	modelled []string
 }
 
-// Parse parses --swap-tier ("" is no tier: both specs nil).
+// Parse parses a swap tier in Form ("" is no tier: both specs nil); its
+// errors say what is wrong with s, the caller names its flag.
 func Parse(s string) (Tier, error) {
 	bad := func(why string) (Tier, error) {
-		return Tier{}, fmt.Errorf("--swap-tier %q: %s; want %s", s, why, Form)
+		return Tier{}, fmt.Errorf("%q: %s; want %s", s, why, Form)
 	}
 	var t Tier
 	kind, opts, _ := strings.Cut(s, ":")
@@ -129,7 +130,7 @@ func Parse(s string) (Tier, error) {
 // max_pool_percent.
 func (t Tier) Real() error {
 	if len(t.modelled) > 0 {
-		return fmt.Errorf("--swap-tier: %s describe%s a modelled tier (headroom sim); a real tier compresses at its content's ratio, in RAM, its zswap pool limited by max_pool_percent",
+		return fmt.Errorf("%s describe%s a modelled tier (headroom sim); a real tier compresses at its content's ratio, in RAM, its zswap pool limited by max_pool_percent",
 			strings.Join(t.modelled, ", "), map[bool]string{true: "s", false: ""}[len(t.modelled) == 1])
 	}
 	return nil
