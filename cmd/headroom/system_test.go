@@ -380,7 +380,7 @@ func TestSystemSimMachineThis(t *testing.T) {
 		most      float64
 	}{{"swap_read_pages", "pages a swap read carried", math.Pow(2, float64(window))}, {"swap_write_pages", "pages a swap write carried", 1024}} {
 		v, _ := p[c.key].(string)
-		ps, err := sim.ParseIOPages(c.key, v)
+		ps, err := sim.ParseIOPages(v)
 		if err != nil || len(ps) != len(cs) || !strings.Contains(r.stderr, c.line) {
 			t.Errorf("%s %q (%v), figures %q: want the pages an I/O carried at each paging CPU figure's worker count", c.key, v, err, r.stderr)
 			continue

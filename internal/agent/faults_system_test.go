@@ -564,6 +564,7 @@ func TestSystemHTTPOnlyReadsAndNeverStallsTheLoop(t *testing.T) {
 		}
 	}
 
+	_, fdsBefore := testenv.ProcessStatus(t, a.cmd.Process.Pid)
 	const slow = 10000
 	conns := make(chan net.Conn, slow)
 	var wg sync.WaitGroup
@@ -592,11 +593,18 @@ func TestSystemHTTPOnlyReadsAndNeverStallsTheLoop(t *testing.T) {
 			c.Close()
 		}
 	}()
+	// The agent holds at most maxHTTPConnections of them; the rest wait in
+	// the kernel's backlog, costing it no file, goroutine or buffer.
+	_, fdsFlooded := testenv.ProcessStatus(t, a.cmd.Process.Pid)
+	if fdsFlooded > fdsBefore+maxHTTPConnections+8 {
+		t.Errorf("the agent holds %d open files in the flood (%d before): it accepts more than %d connections", fdsFlooded, fdsBefore, maxHTTPConnections)
+	}
 	flooded := time.Now()
 	writeMeta(t, metaDir, "w2", `{"memoryRequest": "64Mi"}`)
 	node.Child(t, "w2", 128<<20)
 	a.waitFor("w2's allowance during the flood", n, 3*time.Second, setSwapOf("w2"))
-	t.Logf("%d of %d slow connections established; w2's allowance decided %.2f s into the flood", held, slow, time.Since(flooded).Seconds())
+	t.Logf("%d of %d slow connections established, the agent's open files %d → %d; w2's allowance decided %.2f s into the flood",
+		held, slow, fdsBefore, fdsFlooded, time.Since(flooded).Seconds())
 	// The held ones time out after 5 s (the read header timeout), 64 at a
 	// time; once the clients give up, the API answers again at once.
 	for _, c := range open {

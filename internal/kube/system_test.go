@@ -1211,3 +1211,80 @@ func TestSystemKubeAPIServerPausedAndAgentStoppedMidEviction(t *testing.T) {
 		t.Errorf("kernel OOM kills in kubepods: %d (%v)", n, err)
 	}
 }
+
+// The apiserver stops answering just as the agent sends an Eviction: the
+// pressure comes from a process outside any pod while the apiserver is
+// paused, so the agent's request hangs until its timeout. Whether it
+// arrived is unknown: the agent waits for that victim as if the Eviction
+// was accepted, and chooses no second one (taken as a refusal, the next
+// candidate would go too, and both pods could leave once the API is back);
+// once the API answers and the pod is not terminating, it sends the
+// Eviction again, and the pod leaves.
+func TestSystemKubeEvictionUnansweredIsWaitedFor(t *testing.T) {
+	const ram, swap = 1024 * mi, 1024 * mi
+	c := newCluster(t, ram, swap)
+	kubeconfig := c.deployRBAC(t)
+	c.priorityClasses(t, map[string]int{"test-vm": 100, "test-web": 1000})
+	kubetest.Namespace(t, c.core, "vms")
+	a := c.startAgent(t, kubeconfig, "--swap-utilization-threshold-factor", "0.8", "--eviction-deadline", "90s")
+	load := "--size 650Mi --scan random --seed 5"
+	// Requests of half the RAM: their allowances add up to the whole swap,
+	// so the OOM point is RAM + swap.
+	for _, p := range []*corev1.Pod{pod("vms", "vm-1", "test-vm", 512, 1024, load), pod("vms", "web", "test-web", 512, 1024, load)} {
+		c.createPod(t, p)
+	}
+	for _, name := range []string{"vms/vm-1", "vms/web"} {
+		a.waitFor(t, "set_swap for "+name, 10*time.Second, func(r agent.Record) bool {
+			return r.Action == policy.ActionSetSwap && r.Workload == name && r.Error == ""
+		})
+	}
+	// Two 650 MiB pods and 600 MiB outside any pod: over the threshold
+	// (RAM + 0.8 × swap, 1843 MiB) by about 70 MiB, under the OOM point
+	// (2048 MiB) by over 100 MiB, where the policy would take a second
+	// victim beside one still leaving.
+	resume := c.cp.Pause(t, "kube-apiserver")
+	paused := time.Now()
+	c.kubepods.Child(t, "not-a-pod", 1<<62).StartLoad(t, "--size", "600Mi", "--scan", "random", "--seed", "6")
+	ev := a.waitFor(t, "the eviction, sent to a paused apiserver", 60*time.Second, func(r agent.Record) bool { return r.Action == policy.ActionEvict })
+	t.Logf("%s chosen %.1f s into the apiserver's pause", ev.Workload, ev.Time.Sub(paused).Seconds())
+	if ev.Workload != "vms/vm-1" {
+		t.Fatalf("victim %s, want vms/vm-1 (lowest priority)", ev.Workload)
+	}
+	// Well past the request's timeout (10 s), still paused.
+	time.Sleep(time.Until(paused.Add(25 * time.Second)))
+	resume()
+	resumed := time.Now()
+	// After the API is back vm-1 leaves (the Eviction arrived, or was sent
+	// again), and there was no second victim meanwhile.
+	ended := func() *agent.Record {
+		for _, r := range a.records() {
+			if r.Action == policy.ActionEvicted && r.Workload == ev.Workload {
+				return &r
+			}
+		}
+		return nil
+	}
+	deadline := time.After(20 * time.Second)
+	outcome := ended()
+	for waiting := true; outcome == nil && waiting; outcome = ended() {
+		select {
+		case <-a.event:
+		case <-deadline:
+			waiting = false
+		}
+	}
+	for _, r := range a.records() {
+		if r.Action == policy.ActionEvict && r.Workload != ev.Workload {
+			t.Fatalf("a second victim while the first one's Eviction went unanswered: %s (%s); decisions: %s", r.Workload, r.Reason, summarize(a.records()))
+		}
+		if r.Action == policy.ActionEvicted && r.Outcome != nil && r.Outcome.Result == policy.EvictionRefused {
+			t.Fatalf("an unanswered Eviction taken as a refusal: %+v", r.Outcome)
+		}
+	}
+	if outcome == nil || outcome.Outcome.Result != policy.EvictedGracefully {
+		t.Fatalf("%s's eviction did not end gracefully within 20 s of the API coming back: %+v; agent log:\n%s", ev.Workload, outcome, a.stderr.String())
+	}
+	resent := strings.Contains(a.stderr.String(), "eviction sent again and accepted")
+	t.Logf("%s left %.1f s after the API came back (%s after %.1f s); the Eviction sent again: %v", ev.Workload,
+		outcome.Time.Sub(resumed).Seconds(), outcome.Outcome.Result, outcome.Outcome.Seconds, resent)
+}

@@ -342,6 +342,9 @@ type State struct {
 	VictimGone time.Time `json:"victim_gone,omitzero"`
 	// lastVictim is the workload last chosen for eviction.
 	lastVictim string
+	// victimLeft is when a victim was last found gone (listed no more, or
+	// without processes) or its eviction reported ended (settling).
+	victimLeft time.Time
 	// Evicting lists victims not yet gone (still have processes), with
 	// when each was chosen.
 	Evicting map[string]time.Time `json:"evicting"`
@@ -531,6 +534,7 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 		switch {
 		case !ok || w.Processes == 0:
 			delete(st.Evicting, name)
+			st.victimLeft = now
 		case now.Sub(since).Seconds() >= cfg.EvictionDeadlineSeconds:
 			delete(st.Evicting, name)
 			st.Abandoned[name] = now
@@ -611,6 +615,11 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 			return out, st
 		}
 	}
+	if oomFirst == "" && settling(st, now) {
+		out = st.note(out, Decision{Time: now, Action: ActionNone, Trigger: triggerOf(firing, nil),
+			Reason: fmt.Sprintf("the last victim just left: the next is chosen on samples from %g s after, once its memory is freed", victimSettleSeconds)})
+		return out, st
+	}
 	if reason, hold := balloonsHoldEviction(st.Balloon, signals, st.Window, now); hold {
 		if !st.evictionHeld {
 			st.evictionHeld = true
@@ -648,6 +657,21 @@ func Decide(snap Snapshot, cfg Config, st State) ([]Decision, State) {
 	out = append(out, Decision{Time: now, Action: ActionEvict, Workload: victim.Name,
 		Reason: reason, Trigger: triggerOf(firing, signals)})
 	return out, st
+}
+
+// victimSettleSeconds is how long after the last victim was found gone
+// (its processes gone, or its eviction reported ended) the next one waits:
+// the kernel frees a heavily swapped process's memory over a fraction of
+// a second after it exits (pages in the swap cache are reclaimed, not
+// freed at exit), and a sample from then still holds it. Inside the
+// cool-down this costs nothing; it matters after a victim slower to leave
+// than the cool-down (a guest powering off, a long preStop hook). At the
+// OOM point the next one goes without it: the kernel would not wait.
+const victimSettleSeconds = 1.0
+
+// settling says the last victim left less than victimSettleSeconds ago.
+func settling(st State, now time.Time) bool {
+	return !st.victimLeft.IsZero() && !st.victimLeft.Before(st.LastEviction) && now.Sub(st.victimLeft).Seconds() < victimSettleSeconds
 }
 
 // inCooldown says an eviction was decided less than the cool-down ago.
@@ -740,7 +764,7 @@ func (st *State) endEviction(now time.Time, o EvictionOutcome, cfg Config, prese
 		}
 	default:
 		if last {
-			st.VictimGone = now
+			st.VictimGone, st.victimLeft = now, now
 		}
 	}
 	if last {
