@@ -32,6 +32,9 @@ type hostNode struct {
 	// changes, so HTTP readers may keep the old maps.
 	display     map[string]string
 	cgroupPaths map[string]string
+	// listErr is the listing's last error, logged once until it changes
+	// or clears (a source down for minutes is one line, not one a round).
+	listErr string
 }
 
 func newHostNode(obs *observer, discovered func(time.Time)) *hostNode {
@@ -44,8 +47,15 @@ func (n *hostNode) Discover(now time.Time) {
 	n.obs.refreshLimits()
 	kids, err := n.obs.discover()
 	if err != nil {
-		n.obs.log.Warn("cannot list workloads", "err", err)
+		if msg := err.Error(); msg != n.listErr {
+			n.obs.log.Warn("cannot list workloads; keeping those known", "err", err)
+			n.listErr = msg
+		}
 		return
+	}
+	if n.listErr != "" {
+		n.obs.log.Info("listing workloads again")
+		n.listErr = ""
 	}
 	seen := map[string]bool{}
 	changed := false

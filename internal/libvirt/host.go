@@ -191,7 +191,7 @@ func (h *Host) connect(ctx context.Context) (*golibvirt.Libvirt, <-chan golibvir
 		return nil, nil, fmt.Errorf("connect to %s: no answer in %s", h.cfg.URI, rpcTimeout)
 	}
 	if r.err != nil {
-		return nil, nil, fmt.Errorf("connect to %s: %w", h.cfg.URI, r.err)
+		return nil, nil, fmt.Errorf("connect to %s: %w%s", h.cfg.URI, r.err, accessHint(os.Geteuid(), h.uri.Path))
 	}
 	events, err := r.conn.LifecycleEvents(ctx)
 	if err != nil {
@@ -199,6 +199,17 @@ func (h *Host) connect(ctx context.Context) (*golibvirt.Libvirt, <-chan golibvir
 		return nil, nil, fmt.Errorf("follow %s's domain events: %w", h.cfg.URI, err)
 	}
 	return r.conn, events, nil
+}
+
+// accessHint says why a connection to the system libvirtd may be refused
+// to an agent not running as root: libvirtd answers such a client with a
+// permission error on its socket, or (polkit authorization without D-Bus)
+// "Unable to get system bus connection", neither of which names the cause.
+func accessHint(euid int, uriPath string) string {
+	if euid == 0 || uriPath != "/system" {
+		return ""
+	}
+	return fmt.Sprintf(" (the agent runs as uid %d: qemu:///system lets in root, or users its socket group or polkit allows)", euid)
 }
 
 // follow keeps the cache until the connection is lost or ctx ends.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
@@ -55,6 +56,20 @@ func TestOpenRefusesBadURIs(t *testing.T) {
 	}
 	if _, err := Open(Config{URI: "qemu:///system"}, nil); err != nil {
 		t.Errorf("qemu:///system: %v", err)
+	}
+}
+
+// A refused connection names its likely cause where the agent is not root
+// on the system URI.
+func TestAccessHint(t *testing.T) {
+	if h := accessHint(0, "/system"); h != "" {
+		t.Errorf("root: %q", h)
+	}
+	if h := accessHint(1000, "/session"); h != "" {
+		t.Errorf("a session URI: %q", h)
+	}
+	if h := accessHint(65534, "/system"); !strings.Contains(h, "uid 65534") {
+		t.Errorf("uid 65534 on qemu:///system: %q", h)
 	}
 }
 

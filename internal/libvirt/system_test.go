@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -299,11 +300,13 @@ func TestSystemLibvirtAgentParksByManagedSave(t *testing.T) {
 	if ev := lines.All()[n-1]; ev.Workload != guests[0].Name {
 		t.Fatalf("evicted %s, want %s", ev.Workload, guests[0].Name)
 	}
+	swappedAtSave := domainSwapBytes(guests[0])
 	n = lines.WaitFor(t, "its outcome", n, 120*time.Second, func(r agent.Record) bool {
 		return r.Action == policy.ActionEvicted && r.Workload == guests[0].Name
 	}, func() string { return "" })
 	o := lines.All()[n-1].Outcome
-	t.Logf("%s: %s in %.1f s while the node paged, freeing %d MiB", guests[0].Name, o.Result, o.Seconds, o.FreedBytes>>20)
+	t.Logf("%s: %s in %.1f s while the node paged (%d MiB of it swapped out as the save began), freeing %d MiB", guests[0].Name,
+		o.Result, o.Seconds, swappedAtSave>>20, o.FreedBytes>>20)
 	if o.Result != policy.EvictedSaved {
 		t.Fatalf("outcome %+v, want saved", o)
 	}
@@ -324,6 +327,25 @@ func TestSystemLibvirtAgentParksByManagedSave(t *testing.T) {
 	testenv.Eventually(t, 60*time.Second, func() bool { return lastElapsedSeconds(guests[0].Stdout()) > lastElapsed+2 })
 	t.Logf("running again %.1f s after the resume decision (to two more seconds of its workload); elapsed %.1f s before the save",
 		time.Since(resumed).Seconds(), lastElapsed)
+	// The same guest saved and restored again on a quiet node, none of it
+	// swapped out: beside the save above, what paging cost it.
+	swappedQuiet := domainSwapBytes(guests[0])
+	saving := time.Now()
+	if err := l.DomainManagedSave(guests[0].Dom, 0); err != nil {
+		t.Fatalf("managed save on a quiet node: %v", err)
+	}
+	quietSave := time.Since(saving)
+	restoring := time.Now()
+	if err := l.DomainCreate(guests[0].Dom); err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	quietRestore := time.Since(restoring)
+	lastElapsed = lastElapsedSeconds(guests[0].Stdout())
+	testenv.Eventually(t, 60*time.Second, func() bool {
+		return lastElapsedSeconds(guests[0].Stdout()) > lastElapsed+2 || strings.Contains(guests[0].Stdout(), `"type":"summary"`)
+	})
+	t.Logf("on a quiet node (%d MiB swapped out): managed save %.1f s (%.1f s while the node paged), restore %.1f s",
+		swappedQuiet>>20, quietSave.Seconds(), o.Seconds, quietRestore.Seconds())
 	if strings.Count(guests[0].Stdout(), `"type":"populate"`) != 1 {
 		t.Fatalf("the guest populated again: it restarted instead of carrying on:\n%s", guests[0].Stdout())
 	}
@@ -341,6 +363,16 @@ func TestSystemLibvirtAgentParksByManagedSave(t *testing.T) {
 	if end != populated {
 		t.Fatalf("the workload's pages changed across the save: checksum %s after the populate, %s at the end", populated, end)
 	}
+}
+
+// domainSwapBytes is the swap the running domain's QEMU holds (0 once
+// it is gone).
+func domainSwapBytes(g *libvirttest.Guest) uint64 {
+	h, err := cgroup.Find()
+	if err != nil {
+		return 0
+	}
+	return g.SwapBytes(h)
 }
 
 // jsonField is field of the last JSON line of the given type in out, as
@@ -413,21 +445,7 @@ func TestSystemLibvirtAgentSurvivesLibvirtdRestart(t *testing.T) {
 	img := libvirttest.GuestImage(t)
 	port := freePort(t)
 	lines := runAgent(t, "--listen", "127.0.0.1:"+port)
-	up := func() float64 {
-		resp, err := http.Get("http://127.0.0.1:" + port + "/metrics")
-		if err != nil {
-			return -1
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "headroom_libvirt_up "); ok {
-				f, _ := strconv.ParseFloat(v, 64)
-				return f
-			}
-		}
-		return -1
-	}
+	up := func() float64 { return agentMetric(port, "headroom_libvirt_up") }
 	testenv.Eventually(t, 10*time.Second, func() bool { return up() == 1 })
 	d.StopLibvirtd()
 	stopped := time.Now()
@@ -444,6 +462,70 @@ func TestSystemLibvirtAgentSurvivesLibvirtdRestart(t *testing.T) {
 	lines.WaitFor(t, "the allowance of a domain started after libvirtd came back", 0, 10*time.Second, func(r agent.Record) bool {
 		return r.Action == policy.ActionSetSwap && r.Workload == g.Name && r.Error == ""
 	}, func() string { return "" })
+}
+
+// agentMetric is the value of the agent's metric name (without labels)
+// served on 127.0.0.1:port, -1 if there is none.
+func agentMetric(port, name string) float64 {
+	resp, err := http.Get("http://127.0.0.1:" + port + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	return -1
+}
+
+// An agent libvirtd does not let in (not root; this libvirtd authorizes
+// others through polkit, which has no D-Bus here) says why in one line,
+// keeps running, reports libvirt down, and logs its failing listing once,
+// not once a round. It runs as nobody with --dry-run, changing nothing.
+func TestSystemLibvirtAgentRefusedTheSocket(t *testing.T) {
+	libvirttest.Start(t)
+	port := freePort(t)
+	cmd := exec.Command(testenv.HeadroomBinary(t), "agent", "--libvirt-uri", libvirttest.URI, "--dry-run",
+		"--listen", "127.0.0.1:"+port, "--mlock=false")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	stderr := &testenv.Buffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	testenv.Eventually(t, 10*time.Second, func() bool { return agentMetric(port, "headroom_agent_samples_total") > 0 })
+	// Some 4 s of rounds: four reconnects (one a second) and listings.
+	ticks := agentMetric(port, "headroom_agent_samples_total")
+	testenv.Eventually(t, 20*time.Second, func() bool { return agentMetric(port, "headroom_agent_samples_total") >= ticks+16 })
+	if up := agentMetric(port, "headroom_libvirt_up"); up != 0 {
+		t.Errorf("headroom_libvirt_up %g, want 0", up)
+	}
+	resp, err := http.Get("http://127.0.0.1:" + port + "/healthz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/healthz: %v %v; the agent must keep running:\n%s", resp, err, stderr.String())
+	}
+	resp.Body.Close()
+	log := stderr.String()
+	down, listing := strings.Count(log, "libvirt down"), strings.Count(log, "cannot list workloads")
+	var line string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "libvirt down") {
+			line = l
+		}
+	}
+	t.Logf("as uid 65534: %d line(s) saying libvirt is down, %d on the listing, over %g rounds: %s", down, listing,
+		agentMetric(port, "headroom_agent_samples_total")-ticks, line)
+	if down != 1 || listing != 1 {
+		t.Errorf("want one line for the refused connection and one for the listing, got %d and %d:\n%s", down, listing, log)
+	}
+	if !strings.Contains(line, "uid 65534") {
+		t.Errorf("the refusal does not say the agent is not root: %s", line)
+	}
 }
 
 func freePort(t *testing.T) string {

@@ -370,19 +370,50 @@ func NewPartition(t testing.TB, ramBytes, swapBytes int64) Partition {
 // Cgroup is the running domain's memory cgroup directory.
 func (g *Guest) Cgroup(t testing.TB, h cgroup.Hierarchy) string {
 	t.Helper()
+	dir, err := g.cgroupDir(h)
+	if err != nil {
+		t.Fatalf("%s: %v", g.Name, err)
+	}
+	return dir
+}
+
+func (g *Guest) cgroupDir(h cgroup.Hierarchy) (string, error) {
 	b, err := os.ReadFile(filepath.Join("/run/libvirt/qemu", g.Name+".pid"))
 	if err != nil {
-		t.Fatalf("%s: its PID: %v", g.Name, err)
+		return "", fmt.Errorf("its PID: %w", err)
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil {
-		t.Fatal(err)
+		return "", fmt.Errorf("its PID: %w", err)
 	}
 	p, err := h.ProcessPath("/proc", pid)
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
-	return filepath.Join(h.Mount, libvirt.DomainCgroupPath(p))
+	return filepath.Join(h.Mount, libvirt.DomainCgroupPath(p)), nil
+}
+
+// SwapBytes is the swap the running domain's memory cgroup holds (0 once
+// the domain is gone).
+func (g *Guest) SwapBytes(h cgroup.Hierarchy) uint64 {
+	dir, err := g.cgroupDir(h)
+	if err != nil {
+		return 0
+	}
+	if h.Version == cgroup.V1 {
+		stat, err := os.ReadFile(filepath.Join(dir, "memory.stat"))
+		if err != nil {
+			return 0
+		}
+		v, _ := cgroup.StatValue(stat, "swap")
+		return v
+	}
+	cur, err := os.ReadFile(filepath.Join(dir, "memory.swap.current"))
+	if err != nil {
+		return 0
+	}
+	v, _ := strconv.ParseUint(strings.TrimSpace(string(cur)), 10, 64)
+	return v
 }
 
 // LimitMemory writes the running domain's cgroup memory limit, as an
