@@ -135,8 +135,9 @@ type node struct {
 	// the device, at the number of VMs faulting on it.
 	runQueueWait float64
 	// readaheadPages and writePages are this tick's pages a sequential
-	// fault reads and a write carries, at the number of VMs faulting.
-	readaheadPages, writePages float64
+	// fault reads and a write carries, and mixedCapacity the device's
+	// mixed capacity (1: none), at the number of VMs faulting.
+	readaheadPages, writePages, mixedCapacity float64
 	// windowPages is the most pages a readahead reads (2^PageCluster).
 	windowPages float64
 	// swapHalfFull is the kernel's vm_swap_full() this tick: from it a
@@ -201,10 +202,12 @@ func (s *node) readahead() float64 {
 	return s.readaheadPages
 }
 
-// setIOFigures sets this tick's I/O sizes at the VMs faulting now.
+// setIOFigures sets this tick's I/O sizes and the device's mixed
+// capacity at the VMs faulting now.
 func (s *node) setIOFigures(faulting float64) {
 	s.readaheadPages = ioPagesAt(s.n.ReadaheadPages, faulting, s.windowPages)
 	s.writePages = ioPagesAt(s.n.WritePages, faulting, defaultWritePages)
+	s.mixedCapacity = capacityAt(s.n.Swap.MixedCapacity, faulting)
 }
 
 // halfFull is the kernel's vm_swap_full(): the swap slots in use, the
@@ -470,7 +473,7 @@ func (s *node) deviceLoad(cpuShare, readWait float64) float64 {
 	d := s.n.Swap
 	busy := reads*d.ReadSeconds(d.ReadIOPSAt(reads*readWait), s.pagesPerRead()) + writes*d.WriteSeconds(d.WriteIOPSAt(), s.writePages) +
 		s.writebackPerSec*d.WriteSeconds(d.WriteIOPSAt(), 1)
-	return busy
+	return busy / s.mixedCapacity
 }
 
 // tierRoomShare is 1 while the compressed tier has room (evictions go

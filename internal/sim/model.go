@@ -136,6 +136,10 @@ type Device struct {
 	// the device's capacity: reads at the depth the faulting VMs keep,
 	// writes (reclaim's, queued deep) at the deepest.
 	Depths []DepthRate
+	// MixedCapacity, a correction (docs/sim.md; none: off), is how many
+	// times the sum of its reads' and writes' shares of its rates the
+	// device serves while that many tasks fault at once (TaskCapacity).
+	MixedCapacity []TaskCapacity
 }
 
 // DepthRate is a device's 4 KiB random rates at one queue depth.
@@ -236,6 +240,8 @@ func Validate(n Node, v VMSpec) error {
 		return fmt.Errorf("Node.Swap.LatencySeconds must be positive with Node.Swap.SizeBytes (e.g. 100us)")
 	case !depthsAscending(n.Swap.Depths):
 		return fmt.Errorf("Node.Swap.Depths: want %s, depths ascending, rates positive", DepthsForm)
+	case !mixedCapacityValid(n.Swap.MixedCapacity):
+		return fmt.Errorf("Node.Swap.MixedCapacity: want %s, task counts ascending from 1, each 1 to %g", MixedCapacityForm, float64(maxMixedCapacity))
 	case n.Tier != nil && !(n.Tier.Ratio >= 1):
 		return fmt.Errorf("Node.Tier ratio must be at least 1")
 	case n.Tier.isZswap() && n.Swap.SizeBytes == 0:

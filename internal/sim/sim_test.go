@@ -1099,3 +1099,79 @@ func TestPickByWeight(t *testing.T) {
 		}
 	}
 }
+
+// The correction Device.MixedCapacity: a device that serves its reads and
+// writes mixed at more than their shares of its rates add up to serves
+// that many times the reads when it is the bound; by task count, along
+// log2 between the counts given and the nearest beyond them; none is 1.
+func TestMixedCapacityRaisesTheDevicesBound(t *testing.T) {
+	for _, c := range []struct {
+		capacity []TaskCapacity
+		want     float64 // reads a second with 200 VMs faulting
+	}{
+		{nil, 10000},
+		{[]TaskCapacity{{1, 1.5}}, 15000},
+		{[]TaskCapacity{{2, 1}, {8, 2}}, 20000},
+	} {
+		nd := smallNode()
+		nd.Swap.MixedCapacity = c.capacity
+		if err := Validate(nd, oneVM(loadspec.ScanRandom)); err != nil {
+			t.Fatal(err)
+		}
+		if _, reads := allFaulting(nd, 200); math.Abs(reads-c.want) > c.want*1e-3 {
+			t.Errorf("%v: %.0f reads/s, want %.0f", c.capacity, reads, c.want)
+		}
+	}
+	if got := capacityAt([]TaskCapacity{{2, 1}, {8, 2}}, 4); math.Abs(got-1.5) > 1e-9 {
+		t.Errorf("halfway in log2 between 2 and 8 tasks: %g, want 1.5", got)
+	}
+	nd := smallNode()
+	nd.Swap.MixedCapacity = []TaskCapacity{{8, 2}, {2, 1}}
+	if err := Validate(nd, oneVM(loadspec.ScanRandom)); err == nil || !strings.Contains(err.Error(), "Node.Swap.MixedCapacity") {
+		t.Errorf("descending task counts: %v", err)
+	}
+}
+
+func TestParseMixedCapacity(t *testing.T) {
+	for in, want := range map[string][]TaskCapacity{
+		"1.4":            {{1, 1.4}},
+		"2:1,8:1.4,16:2": {{2, 1}, {8, 1.4}, {16, 2}},
+		"0":              nil,
+		"0.5":            nil, // below 1: an error
+		"8:2,2:1":        nil,
+		"2:101":          nil,
+		"":               nil,
+		"x":              nil,
+	} {
+		got, err := ParseMixedCapacity(in)
+		bad := want == nil && in != "0"
+		if bad != (err != nil) || !reflect.DeepEqual(got, want) {
+			t.Errorf("%q: %+v, %v; want %+v", in, got, err, want)
+		}
+		if err != nil && (!strings.Contains(err.Error(), MixedCapacityForm) || strings.Contains(err.Error(), "--")) {
+			t.Errorf("%q: error %q, want its form and no flag", in, err)
+		}
+	}
+}
+
+// What ParseMixedCapacity accepts, FormatMixedCapacity writes in a form it
+// accepts again, stable from then on (to a hundredth).
+func FuzzParseMixedCapacity(f *testing.F) {
+	for _, s := range []string{"1.4", "2:1,8:1.4,16:1.6", "0", "1:1.005,4:99.999", "8:4,2:6"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		cs, err := ParseMixedCapacity(s)
+		if err != nil || len(cs) == 0 {
+			return
+		}
+		once := FormatMixedCapacity(cs)
+		again, err := ParseMixedCapacity(once)
+		if err != nil {
+			t.Fatalf("%q parsed to %+v, formatted to %q, refused: %v", s, cs, once, err)
+		}
+		if twice := FormatMixedCapacity(again); twice != once {
+			t.Fatalf("%q: formatted %q, then %q", s, once, twice)
+		}
+	})
+}

@@ -72,6 +72,10 @@ type Figures struct {
 	// RunQueueWait is the workers' wait for a core per page paged in, in
 	// the same runs (medians).
 	RunQueueWait []sim.PagingCost `json:"run_queue_wait,omitempty"`
+	// MixedCapacity is how many times the sum of its reads' and writes'
+	// shares of its rates the device served in the same runs (medians;
+	// the correction Node.Swap.MixedCapacity).
+	MixedCapacity []sim.TaskCapacity `json:"swap_mixed_capacity,omitempty"`
 	// KSMDCPUSeconds is the CPU time ksmd has used since boot (the
 	// kernel's advisor counts it into its first scan).
 	KSMDCPUSeconds float64 `json:"ksmd_cpu_seconds"`
@@ -237,7 +241,40 @@ func (f *Figures) measurePaging(ctx context.Context, o Options) error {
 	}
 	p := summarizePaging(runs, f.CPUs, o.Scan)
 	f.PagingCPU, f.PagingCPUSpread, f.RunQueueWait, f.ReadaheadPages, f.WritePages = p.cpu, p.cpuSpread, p.runQueueWait, p.readahead, p.writes
+	f.MixedCapacity = mixedCapacity(runs, f.CPUs, f.device())
 	return nil
+}
+
+// device is the swap device as the figures measured it.
+func (f Figures) device() sim.Device {
+	return sim.Device{ReadIOPS: f.ReadIOPS, WriteIOPS: f.WriteIOPS, Depths: f.Depths, ReadBytesPerSec: f.ReadBytesPerSec, WriteBytesPerSec: f.WriteBytesPerSec}
+}
+
+// mixedCapacity is how many times its capacity, as the model adds its
+// reads' and writes' shares, the device served swap's own I/O in the
+// paging runs, by worker count: the median run's share, at least 1. The
+// shares are at the rates the model gives that many faulting tasks (reads
+// at as deep a queue as there are tasks, writes at the deepest), so that
+// the model pages as the runs did. runs[i] were made with
+// pagingWorkersPerCore[i] workers a core; a count whose runs could not
+// see the device's I/O gives nothing.
+func mixedCapacity(runs [][]PagingSample, cpus int, d sim.Device) []sim.TaskCapacity {
+	var out []sim.TaskCapacity
+	for i, r := range runs {
+		tasks := float64(pagingWorkersPerCore[i] * cpus)
+		var shares []float64
+		for _, s := range r {
+			if s.ReadsPerSec <= 0 || s.WritesPerSec <= 0 {
+				continue
+			}
+			shares = append(shares, s.ReadsPerSec*d.ReadSeconds(d.ReadIOPSAt(tasks), max(s.PagesPerRead, 1))+
+				s.WritesPerSec*d.WriteSeconds(d.WriteIOPSAt(), max(s.PagesPerWrite, 1)))
+		}
+		if len(shares) > 0 {
+			out = append(out, sim.TaskCapacity{Tasks: tasks, Capacity: math.Round(max(results.Quantile(shares, 0.5), 1)*100) / 100})
+		}
+	}
+	return out
 }
 
 // pagingFigures are the paging runs' figures by worker count.
@@ -340,6 +377,12 @@ func (f Figures) String() string {
 	}
 	if len(f.WritePages) > 0 {
 		s += "; pages a swap write carried " + sim.FormatIOPages(f.WritePages)
+	}
+	if len(f.MixedCapacity) > 0 {
+		s += "; swap's reads and writes together used, of the device's capacity as its separate rates add up,"
+		for _, c := range f.MixedCapacity {
+			s += fmt.Sprintf(" %g: %.2f×", c.Tasks, c.Capacity)
+		}
 	}
 	return s
 }

@@ -182,3 +182,28 @@ func TestPagingSampleReclaimOrderSlope(t *testing.T) {
 		}
 	}
 }
+
+// The device's mixed capacity from the paging runs: each run's reads and
+// writes a second as shares of the device's rates, summed; the median run
+// by worker count (2, 8 and 16 workers on two cores), at least 1; a run
+// that could not see the device's I/O is left out, a count without one
+// gives nothing.
+func TestMixedCapacityFromPagingRuns(t *testing.T) {
+	d := sim.Device{ReadIOPS: 10000, WriteIOPS: 10000}
+	io := func(reads, writes float64) PagingSample {
+		return PagingSample{ReadsPerSec: reads, WritesPerSec: writes, PagesPerRead: 1, PagesPerWrite: 1}
+	}
+	runs := [][]PagingSample{
+		{io(6000, 6000), io(4000, 4000), io(5000, 4000)},
+		{io(8000, 7000), io(9000, 9000), io(7000, 7000)},
+		{io(10000, 10000), io(12000, 0)},
+	}
+	want := []sim.TaskCapacity{{Tasks: 2, Capacity: 1}, {Tasks: 8, Capacity: 1.5}, {Tasks: 16, Capacity: 2}}
+	if got := mixedCapacity(runs, 2, d); !reflect.DeepEqual(got, want) {
+		t.Errorf("%+v, want %+v", got, want)
+	}
+	runs[2] = []PagingSample{io(0, 0)}
+	if got := mixedCapacity(runs, 2, d); len(got) != 2 {
+		t.Errorf("a count whose runs saw no I/O: %+v, want the other two counts only", got)
+	}
+}

@@ -45,6 +45,9 @@ func Measured(fig machine.Figures) map[string]string {
 	if len(fig.WritePages) > 0 {
 		set("swap-write-pages", sim.FormatIOPages(fig.WritePages))
 	}
+	if len(fig.MixedCapacity) > 0 {
+		set("swap-mixed-capacity", sim.FormatMixedCapacity(fig.MixedCapacity))
+	}
 	if fig.SwapSizeBytes > 0 {
 		set("swap", fmt.Sprint(fig.SwapSizeBytes))
 	}

@@ -46,6 +46,7 @@ func (v Values) Params(agentFile *sim.AgentParams) (sim.Params, error) {
 		{&v.PagingCPU, func(s string) (err error) { node.PagingCPU, err = sim.ParsePagingCPU(s); return }},
 		{&v.RunQueueWait, func(s string) (err error) { node.RunQueueWait, err = sim.ParseRunQueueWait(s); return }},
 		{&v.SwapTier, func(s string) (err error) { node.Tier, err = sim.ParseTier(s, ratio, node.RAMBytes); return }},
+		{&v.SwapMixedCapacity, func(s string) (err error) { node.Swap.MixedCapacity, err = sim.ParseMixedCapacity(s); return }},
 	}
 	for _, f := range forms {
 		if *f.value == "" {

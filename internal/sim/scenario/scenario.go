@@ -71,7 +71,8 @@ type Values struct {
 
 	// Corrections: terms fitted to a host, off unless given (or measured
 	// by --machine this); docs/sim.md keeps the evidence for each.
-	TouchTurnBlocks float64 `flag:"touch-turn-blocks" model:"Node.TouchTurnBlocks" key:"touch_turn_blocks" unit:"blocks" group:"correction" help:"blocks' worth of memory a VM touches as while taking turns on a core, 1 to 64 (0: off; --machine this measures it)"`
+	SwapMixedCapacity string  `flag:"swap-mixed-capacity" model:"Node.Swap.MixedCapacity" key:"swap_mixed_capacity" unit:"form" group:"correction" help:"times its separate rates' sum the device serves reads and writes mixed, TIMES or TASKS:TIMES,... (none: 1)"`
+	TouchTurnBlocks   float64 `flag:"touch-turn-blocks" model:"Node.TouchTurnBlocks" key:"touch_turn_blocks" unit:"blocks" group:"correction" help:"blocks' worth of memory a VM touches as while taking turns on a core, 1 to 64 (0: off; --machine this measures it)"`
 
 	// The agent.
 	Agent         bool    `flag:"agent" key:"agent" unit:"bool" group:"agent" help:"run the agent's policy on the node (swap-rate thresholds half the device's rates)"`
