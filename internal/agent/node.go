@@ -33,7 +33,8 @@ type hostNode struct {
 	display     map[string]string
 	cgroupPaths map[string]string
 	// listErr is the listing's last error, logged once until it changes
-	// or clears (a source down for minutes is one line, not one a round).
+	// or clears (a failing listing is one line, not one a round; a source
+	// that is down, ErrSourceDown, says so itself).
 	listErr string
 }
 
@@ -47,7 +48,7 @@ func (n *hostNode) Discover(now time.Time) {
 	n.obs.refreshLimits()
 	kids, err := n.obs.discover()
 	if err != nil {
-		if msg := err.Error(); msg != n.listErr {
+		if msg := err.Error(); msg != n.listErr && !errors.Is(err, ErrSourceDown) {
 			n.obs.log.Warn("cannot list workloads; keeping those known", "err", err)
 			n.listErr = msg
 		}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -28,6 +29,12 @@ type Source interface {
 	// discovery interval).
 	Changed() <-chan struct{}
 }
+
+// ErrSourceDown wraps a List error that means the source cannot be
+// reached now (libvirtd down or refusing the agent): the source says so
+// itself, once, and the agent keeps the workloads it knows without a line
+// of its own a round.
+var ErrSourceDown = errors.New("workload source down")
 
 // Parker is a Source whose platform parks workloads (libvirt's managed
 // save) and starts them again: with it the policy may resume them

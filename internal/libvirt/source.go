@@ -28,7 +28,7 @@ func (s *Source) List() ([]agent.Listed, error) {
 	s.h.mu.Lock()
 	defer s.h.mu.Unlock()
 	if s.h.conn == nil {
-		return nil, fmt.Errorf("libvirt %s: %w", s.h.cfg.URI, s.h.connErr)
+		return nil, fmt.Errorf("%w: libvirt %s: %w", agent.ErrSourceDown, s.h.cfg.URI, s.h.connErr)
 	}
 	out := make([]agent.Listed, 0, len(s.h.domains))
 	for name, e := range s.h.domains {

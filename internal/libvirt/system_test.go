@@ -223,24 +223,31 @@ func scopeOf(p libvirttest.Partition) string {
 }
 
 // The node outgrows its threshold as the third domain populates: the
-// agent shuts the lowest-priority domain down through libvirt (ACPI), its
-// guest workload stops on SIGTERM and prints its summary, and the kernel
-// kills nothing.
+// agent shuts the lowest-priority domain it may evict down through
+// libvirt (ACPI), its guest workload stops on SIGTERM and prints its
+// summary, and the kernel kills nothing. The lowest of all is protected
+// (its metadata says so): never chosen, it keeps running.
 func TestSystemLibvirtAgentShutsDownTheLowest(t *testing.T) {
 	parts, guests, l := crowdedNode(t, libvirt.Workload{Priority: "1", MemoryRequest: "256Mi"}, "")
+	protected := libvirttest.Define(t, l, func() libvirt.GuestSpec {
+		spec := guestSpec(libvirttest.GuestImage(t), 512, "--size 384Mi --scan none --duration 300s",
+			&libvirt.Workload{Priority: "0", Protected: "true", MemoryRequest: "256Mi"})
+		spec.Partition = parts.Name
+		return spec
+	}())
 	lines := runAgent(t, "--scope", scopeOf(parts), "--swap-utilization-threshold-factor", "0.5", "--eviction-grace", "20s")
-	for _, g := range guests[:2] {
+	for _, g := range []*libvirttest.Guest{protected, guests[0]} {
 		startLimited(t, l, g, 512)
 	}
-	for _, g := range guests[:2] {
+	for _, g := range []*libvirttest.Guest{protected, guests[0]} {
 		g.WaitStdout(t, `"type":"populate"`, 120*time.Second)
 	}
-	startLimited(t, l, guests[2], 512)
+	startLimited(t, l, guests[1], 512)
 	n := lines.WaitFor(t, "an eviction", 0, 180*time.Second, func(r agent.Record) bool { return r.Action == policy.ActionEvict },
 		func() string { return "" })
 	ev := lines.All()[n-1]
 	if ev.Workload != guests[0].Name {
-		t.Fatalf("evicted %s, want %s (lowest priority): %s", ev.Workload, guests[0].Name, ev.Reason)
+		t.Fatalf("evicted %s, want %s (lowest priority but the protected %s): %s", ev.Workload, guests[0].Name, protected.Name, ev.Reason)
 	}
 	t.Logf("evict line: threshold crossing to signal <= %.3f s: %s", ev.LatencyBoundSeconds, ev.Reason)
 	if ev.LatencyBoundSeconds > 0.3 {
@@ -260,9 +267,14 @@ func TestSystemLibvirtAgentShutsDownTheLowest(t *testing.T) {
 	if !strings.Contains(guests[0].Stdout(), `"stop_reason":"signal: terminated"`) {
 		t.Errorf("the guest's workload printed no summary after SIGTERM:\n%s", guests[0].Stdout())
 	}
-	for _, g := range guests[1:] {
+	for _, g := range []*libvirttest.Guest{protected, guests[1]} {
 		if !g.Running(l) {
 			t.Errorf("%s stopped", g.Name)
+		}
+	}
+	for _, r := range lines.All() {
+		if r.Action == policy.ActionEvict && r.Workload == protected.Name {
+			t.Errorf("the protected domain was chosen: %s", r.Reason)
 		}
 	}
 	if kills := oomKills(t, parts); kills != 0 {
@@ -484,8 +496,9 @@ func agentMetric(port, name string) float64 {
 
 // An agent libvirtd does not let in (not root; this libvirtd authorizes
 // others through polkit, which has no D-Bus here) says why in one line,
-// keeps running, reports libvirt down, and logs its failing listing once,
-// not once a round. It runs as nobody with --dry-run, changing nothing.
+// keeps running and reports libvirt down; its listing adds no line of its
+// own, also not before the first connection was tried. It runs as nobody
+// with --dry-run, changing nothing.
 func TestSystemLibvirtAgentRefusedTheSocket(t *testing.T) {
 	libvirttest.Start(t)
 	port := freePort(t)
@@ -520,8 +533,8 @@ func TestSystemLibvirtAgentRefusedTheSocket(t *testing.T) {
 	}
 	t.Logf("as uid 65534: %d line(s) saying libvirt is down, %d on the listing, over %g rounds: %s", down, listing,
 		agentMetric(port, "headroom_agent_samples_total")-ticks, line)
-	if down != 1 || listing != 1 {
-		t.Errorf("want one line for the refused connection and one for the listing, got %d and %d:\n%s", down, listing, log)
+	if down != 1 || listing != 0 {
+		t.Errorf("want one line for the refused connection and none for the listing, got %d and %d:\n%s", down, listing, log)
 	}
 	if !strings.Contains(line, "uid 65534") {
 		t.Errorf("the refusal does not say the agent is not root: %s", line)
