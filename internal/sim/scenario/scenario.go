@@ -42,13 +42,13 @@ type Values struct {
 	StopOnFailure bool               `flag:"stop-on-failure" key:"stop_on_failure" unit:"bool" group:"ramp" help:"stop the ramp at the first failed step (an OOM kill or eviction)"`
 
 	// The VM.
-	WorkerKind    string          `flag:"worker-kind" model:"VM.Process" key:"worker_kind" unit:"vm|process" group:"vm" help:"vm: a guest (a readahead window is a read a page); process: as density's cgroup backend (one read, no boot)"`
+	WorkerKind    string          `flag:"worker-kind" model:"VM.Process" key:"worker_kind" unit:"vm|process" group:"vm" help:"vm: a guest (reads ahead page by page); process: density's cgroup backend (one read a window, no boot)"`
 	GuestOverhead flagvalue.Bytes `flag:"guest-overhead" model:"VM.GuestOverheadBytes" key:"guest_overhead_bytes" unit:"bytes" group:"vm" help:"guest memory besides the workload that stays resident (kernel, caches)"`
 	GuestCache    flagvalue.Bytes `flag:"guest-cache" model:"VM.GuestCacheBytes" key:"guest_cache_bytes" unit:"bytes" group:"vm" help:"idle page cache each guest fills at boot: host reclaim swaps it first, a balloon takes it back free"`
 
 	// The node.
 	NodeMemory    flagvalue.Bytes `flag:"node-memory" model:"Node.RAMBytes" key:"node_memory_bytes" unit:"bytes" group:"node" help:"the node's RAM"`
-	SystemReserve flagvalue.Bytes `flag:"system-reserve" model:"Node.SystemReserveBytes" key:"system_reserve_bytes" unit:"bytes" group:"node" help:"RAM the VMs never get: host kernel, daemons, reservations (default: 8 GiB of the default node, none of one sized)"`
+	SystemReserve flagvalue.Bytes `flag:"system-reserve" model:"Node.SystemReserveBytes" key:"system_reserve_bytes" unit:"bytes" group:"node" help:"RAM the VMs never get: host kernel, daemons, reservations (none when --node-memory is given)"`
 	CPUs          float64         `flag:"cpus" model:"Node.CPUs" key:"cpus" unit:"cores" group:"node" help:"the node's cores"`
 	TouchRate     string          `flag:"touch-rate" model:"Node.TouchRate" key:"touch_rate" unit:"form" group:"node" help:"pages/s one core touches in RAM, by memory touched a core: PAGES_PER_SEC or SIZE:PAGES_PER_SEC,..."`
 	PopulateRate  float64         `flag:"populate-rate" key:"populate_rate" unit:"pages/s" group:"node" help:"pages/s one core fills a new block at (0: a quarter of --touch-rate at its smallest size)"`
