@@ -2,6 +2,7 @@ package kubetest
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,6 +75,65 @@ func (cp *ControlPlane) Kubectl(t testing.TB, stdin string, args ...string) (str
 	return string(out), err
 }
 
+// waitEstablished waits until every CRD that kubectl get's args name is
+// Established. kubectl wait does not wait on a CRD created a moment ago
+// whose status has no conditions yet: it fails at once (".status.conditions
+// accessor error: <nil> is of the type <nil>").
+func (cp *ControlPlane) waitEstablished(t testing.TB, timeout time.Duration, args ...string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		cmd := exec.Command(filepath.Join(cp.Bin, "kubectl"), append([]string{"--kubeconfig", cp.AdminKubeconfig, "get", "-o", "json"}, args...)...)
+		out, err := cmd.Output()
+		pending := strings.Join(args, " ")
+		if err == nil {
+			pending = notEstablished(out)
+		}
+		if pending == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CRDs not established within %s: %s (last error: %v)", timeout, pending, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// notEstablished names the CRDs in kubectl get's JSON (one object or a
+// List) without an Established condition that is True; "" when there are
+// none such, and the output itself when it is not such JSON.
+func notEstablished(getJSON []byte) string {
+	type crd struct {
+		Metadata struct{ Name string }
+		Status   struct {
+			Conditions []struct{ Type, Status string }
+		}
+	}
+	var got struct {
+		Kind  string
+		Items []crd
+		crd
+	}
+	if err := json.Unmarshal(getJSON, &got); err != nil {
+		return "unreadable: " + err.Error()
+	}
+	crds := []crd{got.crd}
+	if got.Kind == "List" {
+		crds = got.Items
+	}
+	var pending []string
+	for _, c := range crds {
+		established := false
+		for _, cond := range c.Status.Conditions {
+			established = established || cond.Type == "Established" && cond.Status == "True"
+		}
+		if !established {
+			pending = append(pending, c.Metadata.Name)
+		}
+	}
+	return strings.Join(pending, ", ")
+}
+
 // Documents splits a multi-document YAML stream into its objects.
 func Documents(t testing.TB, stream string) []map[string]any {
 	t.Helper()
@@ -101,9 +161,7 @@ func (cp *ControlPlane) InstallServiceMonitorCRD(t testing.TB) {
 	if out, err := cp.Kubectl(t, ServiceMonitorCRD(t), "apply", "--server-side", "-f", "-"); err != nil {
 		t.Fatalf("ServiceMonitor CRD: %v\n%s", err, out)
 	}
-	if out, err := cp.Kubectl(t, "", "wait", "--for=condition=Established", "--timeout=30s", "crd/servicemonitors.monitoring.coreos.com"); err != nil {
-		t.Fatalf("CRD not established: %v\n%s", err, out)
-	}
+	cp.waitEstablished(t, 30*time.Second, "crd/servicemonitors.monitoring.coreos.com")
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		out, err := cp.Kubectl(t, "", "api-resources", "--api-group", "monitoring.coreos.com", "-o", "name")
 		return err == nil && strings.Contains(out, "servicemonitors.monitoring.coreos.com")

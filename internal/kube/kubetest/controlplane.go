@@ -220,9 +220,7 @@ func (cp *ControlPlane) installCRDs(t testing.TB, file string) {
 	if out, err := cp.Kubectl(t, "", "create", "-f", file); err != nil {
 		t.Fatalf("create CRDs from %s: %v\n%s", file, err, out)
 	}
-	if out, err := cp.Kubectl(t, "", "wait", "--for", "condition=Established", "--timeout", "60s", "-f", file); err != nil {
-		t.Fatalf("CRDs from %s not established: %v\n%s", file, err, out)
-	}
+	cp.waitEstablished(t, 60*time.Second, "-f", file)
 	// kwok reads a kind's schema from the OpenAPI v3 document, which the
 	// apiserver publishes a moment after the CRD is established.
 	b, err := os.ReadFile(file)
