@@ -1160,18 +1160,23 @@ func FuzzParseMixedCapacity(f *testing.F) {
 	for _, s := range []string{"1.4", "2:1,8:1.4,16:1.6", "0", "1:1.005,4:99.999", "8:4,2:6"} {
 		f.Add(s)
 	}
-	f.Fuzz(func(t *testing.T, s string) {
-		cs, err := ParseMixedCapacity(s)
-		if err != nil || len(cs) == 0 {
-			return
-		}
-		once := FormatMixedCapacity(cs)
-		again, err := ParseMixedCapacity(once)
-		if err != nil {
-			t.Fatalf("%q parsed to %+v, formatted to %q, refused: %v", s, cs, once, err)
-		}
-		if twice := FormatMixedCapacity(again); twice != once {
-			t.Fatalf("%q: formatted %q, then %q", s, once, twice)
-		}
-	})
+	f.Fuzz(func(t *testing.T, s string) { checkRoundTrip(t, s, ParseMixedCapacity, FormatMixedCapacity) })
+}
+
+// checkRoundTrip: what parse accepts (and is not none), format writes in a
+// form parse accepts again, and formatting that gives the same text.
+func checkRoundTrip[T any](t *testing.T, s string, parse func(string) ([]T, error), format func([]T) string) {
+	t.Helper()
+	xs, err := parse(s)
+	if err != nil || len(xs) == 0 {
+		return
+	}
+	once := format(xs)
+	again, err := parse(once)
+	if err != nil {
+		t.Fatalf("%q parsed to %+v, formatted to %q, refused: %v", s, xs, once, err)
+	}
+	if twice := format(again); twice != once {
+		t.Fatalf("%q: formatted %q, then %q", s, once, twice)
+	}
 }

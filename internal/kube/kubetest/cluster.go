@@ -67,12 +67,17 @@ func Namespace(t testing.TB, core corev1client.CoreV1Interface, name string) {
 // Kubectl runs the control plane's kubectl as the admin; stdin may be "".
 func (cp *ControlPlane) Kubectl(t testing.TB, stdin string, args ...string) (string, error) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(cp.Bin, "kubectl"), append([]string{"--kubeconfig", cp.AdminKubeconfig}, args...)...)
+	cmd := cp.kubectl(args...)
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)
 	}
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// kubectl is the control plane's kubectl as the admin, with args.
+func (cp *ControlPlane) kubectl(args ...string) *exec.Cmd {
+	return exec.Command(filepath.Join(cp.Bin, "kubectl"), append([]string{"--kubeconfig", cp.AdminKubeconfig}, args...)...)
 }
 
 // waitEstablished waits until every CRD that kubectl get's args name is
@@ -83,8 +88,8 @@ func (cp *ControlPlane) waitEstablished(t testing.TB, timeout time.Duration, arg
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		cmd := exec.Command(filepath.Join(cp.Bin, "kubectl"), append([]string{"--kubeconfig", cp.AdminKubeconfig, "get", "-o", "json"}, args...)...)
-		out, err := cmd.Output()
+		// stdout alone: a warning on stderr is not JSON.
+		out, err := cp.kubectl(append([]string{"get", "-o", "json"}, args...)...).Output()
 		pending := strings.Join(args, " ")
 		if err == nil {
 			pending = notEstablished(out)
