@@ -163,7 +163,7 @@ func readShapes(path string, base calcShape) ([]calcShape, error) {
 		return nil, usagef("--shapes: %v", err)
 	}
 	var entries []map[string]any
-	if err := yaml.Unmarshal(b, &entries); err != nil {
+	if err := yaml.UnmarshalStrict(b, &entries); err != nil { // a key twice is an error
 		return nil, usagef("--shapes %s: want a YAML list of shapes: %v", path, err)
 	}
 	if len(entries) == 0 {

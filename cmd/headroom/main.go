@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -38,7 +40,23 @@ holds, safely, and measure exactly what that costs.`,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newLoadCommand(), newAgentCommand(), newDensityCommand(), newReportCommand(), newVMCommand(), newSwapCommand(), newSimCommand(), newCalcCommand())
+	root.InitDefaultCompletionCmd()
+	refuseUnknownSubcommands(root)
 	return root
+}
+
+// refuseUnknownSubcommands makes a word that names none of a group's
+// subcommands (`headroom swap frob`) bad input, as it is at the top level:
+// cobra shows a group's help for it and exits 0.
+func refuseUnknownSubcommands(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		refuseUnknownSubcommands(sub)
+	}
+	if c.HasParent() && c.HasSubCommands() && !c.Runnable() {
+		c.DisableFlagsInUseLine = true
+		c.Args = cobra.NoArgs
+		c.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+	}
 }
 
 func main() {
@@ -73,12 +91,23 @@ func run(args []string) int {
 	if errors.As(err, &status) {
 		return int(status) // the guest command printed its own error
 	}
-	fmt.Fprintf(os.Stderr, "headroom: %v\n", err)
 	var ue usageError
 	if errors.As(err, &ue) || isCobraUsageError(err) {
+		fmt.Fprintf(os.Stderr, "headroom: %s\n", oneLine(err.Error()))
 		return 2
 	}
+	fmt.Fprintf(os.Stderr, "headroom: %v\n", err)
 	return 1
+}
+
+// oneLine joins a message's lines (a parser's errors come one a line) so
+// bad input is always answered in one line.
+func oneLine(msg string) string {
+	lines := strings.Split(strings.TrimSpace(msg), "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimSpace(l)
+	}
+	return strings.Join(slices.DeleteFunc(lines, func(l string) bool { return l == "" }), " ")
 }
 
 // isCobraUsageError recognises cobra's own argument errors (unknown command,

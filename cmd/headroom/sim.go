@@ -103,9 +103,14 @@ func applyScenario(fl *pflag.FlagSet, path string) error {
 	if err != nil {
 		return usagef("--scenario: %v", err)
 	}
-	var m map[string]any
-	if err := yaml.Unmarshal(b, &m); err != nil {
+	// Strict: a key given twice is an error, not the last one silently.
+	var doc any
+	if err := yaml.UnmarshalStrict(b, &doc); err != nil {
 		return usagef("--scenario %s: %v", path, err)
+	}
+	m, ok := doc.(map[string]any)
+	if !ok && doc != nil {
+		return usagef("--scenario %s: want keys and their values (node-memory: 8Gi), one a line", path)
 	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
