@@ -145,6 +145,7 @@ bench: build
 	bench/start-skew.sh
 	bench/swap-bound.sh
 	bench/agent-overhead.sh
+	bench/evict-under-load.sh
 	$(GO) test -tags system -count 1 -run '^$$' -bench '^BenchmarkSystemKube' -benchtime 1x ./internal/kube/
 	bench/density-skew.sh
 	bench/kubelet-head-to-head.sh

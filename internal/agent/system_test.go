@@ -49,6 +49,9 @@ type nodeRun struct {
 	workers   map[string]workerOutcome
 	decisions []Record
 	oomKills  uint64
+	// usageWakeups is how many rounds the kernel's usage-threshold
+	// event woke (the agent's counter as the workers had ended).
+	usageWakeups float64
 }
 
 // runNode builds the node, starts the agent (unless agentArgs is nil) and
@@ -76,20 +79,13 @@ func runNode(t *testing.T, agentArgs []string, metadata map[string]string) nodeR
 	}
 
 	var run nodeRun
-	var agentDone <-chan []Record
-	var agentCmd *exec.Cmd
+	var agent *agentProc
 	if agentArgs != nil {
-		scope := strings.TrimPrefix(node.Path, testenv.CgroupV1MemoryRoot)
-		args := append([]string{"agent", "--scope", scope, "--workloads-dir", metaDir, "--listen", ""}, agentArgs...)
-		agentCmd = exec.Command(bin, args...)
-		var records <-chan Record
-		records, agentDone = runAgentCommand(t, agentCmd)
+		agent = startAgentProc(t, node, metaDir, nil, agentArgs...)
 		// Allowances are applied on discovery, before any workload runs.
-		awaitAllowances(t, records, "w-low", "w-mid", "w-high")
-		go func() {
-			for range records {
-			}
-		}()
+		for name := range priorities {
+			agent.waitFor("the swap allowance of "+name, 0, 10*time.Second, setSwapOf(name))
+		}
 	}
 
 	type exit struct {
@@ -123,10 +119,12 @@ func runNode(t *testing.T, agentArgs []string, metadata map[string]string) nodeR
 		run.workers[e.name] = o
 		t.Logf("%s: killed by %v, summary %v", e.name, o.killedBy, o.summary != nil)
 	}
-	if agentCmd != nil {
-		agentCmd.Process.Signal(syscall.SIGTERM)
-		run.decisions = <-agentDone
-		agentCmd.Wait()
+	if agent != nil {
+		run.usageWakeups = agent.metric("headroom_agent_usage_wakeups_total")
+		agent.cmd.Process.Signal(syscall.SIGTERM)
+		<-agent.log.Done()
+		agent.cmd.Wait()
+		run.decisions = agent.all()
 	}
 	var err error
 	if run.oomKills, err = node.OOMKills(); err != nil {
@@ -239,6 +237,9 @@ func TestSystemAgentEvictsLowestPriorityFirst(t *testing.T) {
 	if low := run.workers["w-low"]; low.killedBy == syscall.SIGKILL || low.summary == nil || !strings.Contains(low.summary.StopReason, "terminated") {
 		t.Errorf("w-low was not evicted gracefully (SIGTERM, summary kept): %+v", low)
 	}
+	if run.usageWakeups == 0 {
+		t.Error("the kernel's usage-threshold event woke no round")
+	}
 	for _, r := range run.decisions {
 		// The usage threshold wakes the agent as it is crossed: sampled on
 		// the interval alone, three populating workers went 81-174 MiB past
@@ -247,15 +248,18 @@ func TestSystemAgentEvictsLowestPriorityFirst(t *testing.T) {
 			t.Errorf("evicted at %.0f B, %.1f MiB past the threshold: the usage crossing did not wake the agent (want at most %d MiB)",
 				r.Trigger.Value, (r.Trigger.Value-r.Trigger.Threshold)/(1<<20), maxOvershootBytes>>20)
 		}
-		// The round that evicts is the one the kernel's event woke; how
-		// long it took is logged (the README's table holds the figure: a
-		// speed target is no pass/fail of a system test on a shared
-		// machine — a cold make test, the control plane building beside
-		// it, once took 0.91 s from the event to SIGTERM).
+		// The round that evicts is the one the kernel's event woke, or a
+		// timed one that sampled the crossing before the event was due
+		// (beside a build at nice 19 one evicted 0.45 MiB past it). How
+		// long it took is logged: the README's table holds the figure
+		// (bench/evict-under-load.sh); a speed target is no pass/fail of
+		// a system test on a shared machine.
 		if r.Action == policy.ActionEvict && r.Trigger != nil && r.Trigger.Signal == policy.SignalSwapUtilization {
 			t.Logf("%s: threshold event to eviction signal %.3f s (bound from the round before: %.3f s)", r.Workload, r.ThresholdEventSeconds, r.LatencyBoundSeconds)
-			if r.ThresholdEventSeconds <= 0 || r.LatencyBoundSeconds <= 0 {
-				t.Errorf("eviction signal %.3f s after the threshold event, %.3f s after the round before: want the round the event woke", r.ThresholdEventSeconds, r.LatencyBoundSeconds)
+			overshoot, beforeEvent := r.Trigger.Value-r.Trigger.Threshold, testenv.ThresholdEventLagBytes(len(priorities))
+			if r.LatencyBoundSeconds <= 0 || r.ThresholdEventSeconds <= 0 && overshoot >= beforeEvent {
+				t.Errorf("eviction signal %.3f s after the threshold event, %.3f s after the round before, %.2f MiB past the threshold: want the round the event woke, or one that sampled before the event was due (within %.0f KiB)",
+					r.ThresholdEventSeconds, r.LatencyBoundSeconds, overshoot/(1<<20), beforeEvent/1024)
 			}
 		}
 	}

@@ -429,6 +429,9 @@ type burstResult struct {
 	phases map[string]string
 	// agentRecords are the agent's decisions (with agent).
 	agentRecords []agent.Record
+	// usageWakeups is how many rounds the kernel's usage-threshold event
+	// woke in the first agent (-1: not read).
+	usageWakeups float64
 	// lowExit is the burst pod's container exit code (-1: not seen), and
 	// lowLog its log.
 	lowExit int32
@@ -599,6 +602,12 @@ func runBurst(t testing.TB, s burstSetup) burstResult {
 			res.evictedBy["agent"] = append(res.evictedBy["agent"], e.InvolvedObject.Name)
 		}
 	}
+	res.usageWakeups = -1
+	if agentPod != nil && !restarted {
+		if v, ok := scrape("http://"+agentPod.Status.PodIP+":9731/metrics", "headroom_agent_usage_wakeups_total"); ok {
+			res.usageWakeups = v
+		}
+	}
 	if agentPod != nil {
 		res.agentRecords = podRecords(firstAgentLog())
 		if restarted {
@@ -762,12 +771,18 @@ func TestSystemRealKubeletAgentEvictsTheBurst(t *testing.T) {
 		t.Errorf("agent evicted %s, want apps/low (the lowest priority)", evict.Workload)
 	}
 	// On cgroup v1 the kernel's usage-threshold event on kubepods wakes
-	// the agent at the crossing: the evicting round must be that one. How
-	// long it took (the target, <= 0.5 s) is logged above and kept in
-	// docs/validation/kubernetes.md: on two busy cores it moved from 0.095
-	// to 0.378 s between runs, no pass/fail for a system test.
-	if evict.ThresholdEventSeconds <= 0 {
-		t.Errorf("the eviction's round was not the one the kernel's threshold event woke (threshold_event_seconds %.3f)", evict.ThresholdEventSeconds)
+	// the agent at the crossing: the evicting round must be that one, or
+	// a timed one that sampled the crossing before the event was due (the
+	// three pods charging). How long it took (the target, <= 0.5 s) is
+	// logged above and kept in docs/validation/kubernetes.md: on two busy
+	// cores it moved from 0.095 to 0.378 s between runs, no pass/fail for
+	// a system test.
+	if res.usageWakeups <= 0 {
+		t.Errorf("the kernel's usage-threshold event woke no round of the agent (headroom_agent_usage_wakeups_total %g; -1: not read)", res.usageWakeups)
+	}
+	if overshoot, lag := evict.Trigger.Value-evict.Trigger.Threshold, testenv.ThresholdEventLagBytes(3); evict.ThresholdEventSeconds <= 0 && overshoot >= lag {
+		t.Errorf("the eviction's round was not the one the kernel's threshold event woke (threshold_event_seconds %.3f), and sampled %.2f MiB past the threshold (the event is due within %.0f KiB)",
+			evict.ThresholdEventSeconds, overshoot/(1<<20), lag/1024)
 	}
 	if evicted.Outcome.Result != policy.EvictedGracefully || evicted.Outcome.Seconds > burstGrace {
 		t.Errorf("eviction ended %s after %.1f s, want graceful within the pod's grace period (%d s)", evicted.Outcome.Result, evicted.Outcome.Seconds, burstGrace)

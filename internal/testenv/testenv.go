@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -104,6 +105,15 @@ func swapActive(path string) bool {
 
 // CgroupV1MemoryRoot is where this machine's v1 memory controller is mounted.
 const CgroupV1MemoryRoot = "/sys/fs/cgroup/memory"
+
+// ThresholdEventLagBytes is how far past a v1 usage threshold a parent's
+// usage can be before the kernel signals it, with groups charging beneath
+// it: the kernel checks thresholds once a group has charged or uncharged
+// 128 pages on a CPU (THRESHOLDS_EVENTS_TARGET). An agent round timed by
+// its interval that samples within it may decide before the event is due.
+func ThresholdEventLagBytes(groups int) float64 {
+	return float64(128 * os.Getpagesize() * runtime.NumCPU() * groups)
+}
 
 // MemoryCgroup is a v1 memory cgroup made for one test.
 type MemoryCgroup struct {
