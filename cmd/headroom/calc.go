@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -144,12 +143,10 @@ func runCalc(cmd *cobra.Command, f *calcFlags) error {
 	}
 	out := cmd.OutOrStdout()
 	if f.json {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
 		if f.shapes == "" {
-			return enc.Encode(results[0])
+			return printJSON(cmd, results[0])
 		}
-		return enc.Encode(results)
+		return printJSON(cmd, results)
 	}
 	printCalc(out, v, results, f.node > 0)
 	return nil

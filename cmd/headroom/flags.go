@@ -1,9 +1,11 @@
 package main
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/headroom-dev/headroom/internal/flagvalue"
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
 
@@ -34,4 +36,12 @@ func (r *rampFlags) register(fl *pflag.FlagSet, worker, overheadUsage string) {
 	fl.DurationVar(&r.runtime, "workload-runtime", r.runtime, "measured phase of each step")
 	fl.Float64Var(&r.overcommit, "overcommit-percent", r.overcommit, "memory overcommit: request = vm-memory × 100 / percent (+ overhead)")
 	fl.Var(&r.overhead, "overhead", overheadUsage)
+}
+
+// printJSON writes v to the command's output as --json prints it:
+// indented, one document.
+func printJSON(cmd *cobra.Command, v any) error {
+	enc := json.NewEncoder(cmd.OutOrStdout())
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -39,9 +38,7 @@ the page (<name>-aggregate.png, ...). --json prints the computed summary.`,
 			}
 			w := cmd.OutOrStdout()
 			if asJSON {
-				enc := json.NewEncoder(w)
-				enc.SetIndent("", "  ")
-				return enc.Encode(report.Summarize(runs))
+				return printJSON(cmd, report.Summarize(runs))
 			}
 			fmt.Fprintf(w, "report: %s\n", out)
 			for _, c := range charts {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -97,9 +96,7 @@ func runSimPaging(cmd *cobra.Command, f *simPagingFlags) error {
 		if k, ok := sample.ReclaimOrderSlope(); ok {
 			out.ReclaimOrder = &k
 		}
-		enc := json.NewEncoder(cmd.OutOrStdout())
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return printJSON(cmd, out)
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "paging, %s scan, %s: %s\n", f.scan.String(), f.window, sample)
 	return nil

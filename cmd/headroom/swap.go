@@ -1,8 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/spf13/cobra"
 
@@ -30,6 +30,7 @@ const zswapOn = "on"
 
 func newSwapUpCommand(statePath *string) *cobra.Command {
 	var file, zram, zswap string
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "up [--file SIZE[,path=P,priority=N]] [--zram SIZE[,algorithm=A,priority=N,writeback=DEV]] [--zswap[=max_pool_percent=N,compressor=C]]",
 		Short: "Set up swap tiers (refuses unsafe sizes before changing anything)",
@@ -71,6 +72,9 @@ func newSwapUpCommand(statePath *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				return printJSON(cmd, swapChange{Made: setup.Made, State: *statePath})
+			}
 			for _, m := range setup.Made {
 				fmt.Fprintf(cmd.OutOrStdout(), "up: %s %s\n", m.Kind, m.Device)
 			}
@@ -79,6 +83,7 @@ func newSwapUpCommand(statePath *string) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
+	f.BoolVar(&asJSON, "json", false, "print what was made as JSON")
 	f.StringVar(&file, "file", "", "a swap file: SIZE[,path=P,priority=N] (default path: a new directory in /var/tmp; priority 10)")
 	f.StringVar(&zram, "zram", "", "a zram device: SIZE[,algorithm=A,priority=N,writeback=DEV] (at most twice RAM; priority 100)")
 	f.StringVar(&zswap, "zswap", "", "turn zswap on: --zswap or --zswap=max_pool_percent=N,compressor=C")
@@ -86,8 +91,16 @@ func newSwapUpCommand(statePath *string) *cobra.Command {
 	return cmd
 }
 
+// swapChange is what `swap up` made or `swap down` removed (--json).
+type swapChange struct {
+	Made    []swaptier.Made `json:"made,omitempty"`
+	Removed []swaptier.Made `json:"removed"`
+	State   string          `json:"state"`
+}
+
 func newSwapDownCommand(statePath *string) *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "down",
 		Short: "Remove the swap tiers `swap up` made, and nothing else",
 		Args:  cobra.NoArgs,
@@ -97,6 +110,9 @@ func newSwapDownCommand(statePath *string) *cobra.Command {
 				return err
 			}
 			if setup == nil {
+				if asJSON {
+					return printJSON(cmd, swapChange{Removed: []swaptier.Made{}, State: *statePath})
+				}
 				fmt.Fprintf(cmd.OutOrStdout(), "nothing to take down: %s records no swap made by headroom\n", *statePath)
 				return nil
 			}
@@ -104,12 +120,18 @@ func newSwapDownCommand(statePath *string) *cobra.Command {
 			if err := setup.Down(); err != nil {
 				return fmt.Errorf("%w (still recorded in %s)", err, *statePath)
 			}
-			for i := len(made) - 1; i >= 0; i-- {
-				fmt.Fprintf(cmd.OutOrStdout(), "down: %s %s\n", made[i].Kind, made[i].Device)
+			slices.Reverse(made) // taken down in the reverse order
+			if asJSON {
+				return printJSON(cmd, swapChange{Removed: made, State: *statePath})
+			}
+			for _, m := range made {
+				fmt.Fprintf(cmd.OutOrStdout(), "down: %s %s\n", m.Kind, m.Device)
 			}
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print what was removed as JSON")
+	return cmd
 }
 
 func newSwapStatusCommand(statePath *string) *cobra.Command {
@@ -124,9 +146,7 @@ func newSwapStatusCommand(statePath *string) *cobra.Command {
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(st)
+				return printJSON(cmd, st)
 			}
 			st.Print(cmd.OutOrStdout())
 			return nil

@@ -407,3 +407,79 @@ func TestSystemSimMachineThis(t *testing.T) {
 		}
 	}
 }
+
+// headroom swap as a user runs it, with --json: up makes a swap file with
+// zram in front, status shows both as headroom's, down removes exactly
+// them, and a second down finds nothing. A failing test still takes down
+// what up made.
+func TestSystemSwapCommandUpStatusDown(t *testing.T) {
+	testenv.RequireNoSwap(t)
+	state := filepath.Join(t.TempDir(), "swap.json")
+	t.Cleanup(func() { runHeadroom(t, "swap", "down", "--state", state) })
+	active := func() map[string]bool {
+		swaps, err := host.ReadSwaps()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]bool{}
+		for _, s := range swaps {
+			out[s.Path] = true
+		}
+		return out
+	}
+	decode := func(r result, v any) {
+		t.Helper()
+		if r.code != 0 {
+			t.Fatalf("exit %d: %s", r.code, r.stderr)
+		}
+		if err := json.Unmarshal([]byte(r.stdout), v); err != nil {
+			t.Fatalf("--json printed no JSON (%v): %q", err, r.stdout)
+		}
+	}
+
+	var up swapChange
+	decode(runHeadroom(t, "swap", "up", "--file", "64Mi", "--zram", "32Mi", "--json", "--state", state), &up)
+	var kinds []string
+	for _, m := range up.Made {
+		kinds = append(kinds, m.Kind)
+		if !active()[m.Device] {
+			t.Errorf("up reported %s %s, which /proc/swaps does not hold", m.Kind, m.Device)
+		}
+	}
+	if !slices.Equal(kinds, []string{host.TierDisk, host.TierZram}) || up.State != state {
+		t.Fatalf("up made %v recorded in %s, want a disk then zram recorded in %s", kinds, up.State, state)
+	}
+
+	var st struct {
+		Tiers []struct {
+			Device         string `json:"device"`
+			MadeByHeadroom bool   `json:"made_by_headroom"`
+		} `json:"tiers"`
+	}
+	decode(runHeadroom(t, "swap", "status", "--json", "--state", state), &st)
+	ours := 0
+	for _, tier := range st.Tiers {
+		if tier.MadeByHeadroom {
+			ours++
+		}
+	}
+	if ours != 2 || len(st.Tiers) != 2 {
+		t.Errorf("status shows %+v: want the two tiers up made, both headroom's", st.Tiers)
+	}
+
+	var down swapChange
+	decode(runHeadroom(t, "swap", "down", "--json", "--state", state), &down)
+	if len(down.Removed) != 2 || down.Removed[0].Device != up.Made[1].Device || down.Removed[1].Device != up.Made[0].Device {
+		t.Errorf("down removed %+v, want what up made in the reverse order: %+v", down.Removed, up.Made)
+	}
+	if left := active(); len(left) != 0 {
+		t.Errorf("swap areas active after down: %v", left)
+	}
+	if _, err := os.Stat(up.Made[0].Device); !os.IsNotExist(err) {
+		t.Errorf("the swap file %s is still there after down (%v)", up.Made[0].Device, err)
+	}
+	decode(runHeadroom(t, "swap", "down", "--json", "--state", state), &down)
+	if len(down.Removed) != 0 {
+		t.Errorf("a second down removed %+v, want nothing", down.Removed)
+	}
+}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -57,9 +56,7 @@ binary as /init. The initramfs is rebuilt when the headroom binary changes
 				return err
 			}
 			if f.json {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(img)
+				return printJSON(cmd, img)
 			}
 			printImage(cmd.OutOrStdout(), img)
 			return nil
