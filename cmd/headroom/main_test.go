@@ -151,6 +151,7 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"agent", "calibrate", "--fraction", "2"}, "--fraction"},
 		{[]string{"agent", "calibrate", "--rounds", "0"}, "--rounds"},
 		{[]string{"sim", "--memory-size", "20Gi"}, "larger than --vm-memory"},
+		{[]string{"sim", "--node-memory", "1280Mi"}, "--vm-memory 16.0 GiB requests 16.2 GiB a VM (--overcommit-percent 100, --overhead 256.0 MiB), more than the node's 1.2 GiB (--node-memory less --system-reserve): not one VM is admitted"},
 		{[]string{"sim", "--swap", "1Ti", "--swap-read-iops", "0"}, "--swap-read-iops"},
 		{[]string{"sim", "--swap-tier", "zcache:1Gi"}, `--swap-tier "zcache:1Gi": unknown tier "zcache"`},
 		{[]string{"density", "--swap", "1Gi", "--swap-tier", "zram:1Gi,ratio=3"}, "ratio= describes a modelled tier (headroom sim)"},

@@ -26,6 +26,9 @@ func FindMaxVMs(run *results.Run, minPerVMFraction, maxSwapUtil float64) string 
 	if maxSwapUtil > 0 {
 		fmt.Fprintf(&b, "; %d also keep swap use within %.0f%%", f.bestSwap, 100*maxSwapUtil)
 	}
+	if last := run.Steps[len(run.Steps)-1].Workers; f.best == last {
+		b.WriteString(" (the ramp's last step: a longer ramp may allow more)")
+	}
 	return b.String()
 }
 
@@ -111,6 +114,11 @@ func FindOvercommit(run *results.Run, minPerVMFraction, maxSwapUtil float64, v c
 	b.WriteString(f.table)
 	last := run.Steps[len(run.Steps)-1].Workers
 	if atLo.VMsFit > good {
+		if good == last { // not an answer: the ramp ended inside the bounds
+			fmt.Fprintf(&b, "overcommit-percent: not found: the ramp's last step, %d VMs, still keeps the bounds, and without overcommit (100%%) KubeVirt %s admits %d VMs of %s; a ramp past %d answers it",
+				last, v.Name, atLo.VMsFit, units.FormatBytes(vm.GuestMemoryBytes), atLo.VMsFit)
+			return b.String(), nil
+		}
 		fmt.Fprintf(&b, "overcommit-percent: none: without overcommit (100%%) KubeVirt %s admits %d VMs of %s, more than the %d that keep the bounds",
 			v.Name, atLo.VMsFit, units.FormatBytes(vm.GuestMemoryBytes), good)
 		return b.String(), nil

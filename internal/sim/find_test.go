@@ -41,6 +41,7 @@ func TestFindMaxVMs(t *testing.T) {
 		{0, 0.3, 0.5, "; 4 also keep swap use within 50%"},
 		{4, 0.3, 0, "max-vms: 3 VMs keep"},
 		{0, 1.01, 0, "max-vms: 0 VMs keep"},
+		{0, 0.1, 0, "max-vms: 5 VMs keep a mean per-VM rate of at least 10% of the one-VM rate (100 pages/s) (the ramp's last step: a longer ramp may allow more)"},
 	} {
 		got := FindMaxVMs(ramp(c.failedAt), c.minFraction, c.maxSwap)
 		last := got[strings.LastIndex(got, "\n")+1:]
@@ -99,5 +100,12 @@ func TestFindOvercommit(t *testing.T) {
 	}
 	if got, _ := FindOvercommit(small, 0.5, 0, v, vm, allocatable); !strings.Contains(got, "overcommit-percent: none") {
 		t.Errorf("one VM keeps the rate on a node that admits 11 at 100%%: %q", got[strings.LastIndex(got, "\n")+1:])
+	}
+	// A ramp that ends inside the bounds, short of what the node admits
+	// without overcommit, answers nothing: "none" would be wrong.
+	short := &results.Run{Steps: run.Steps[:5]}
+	if got, _ := FindOvercommit(short, 0.5, 0, v, vm, allocatable); !strings.Contains(got, "overcommit-percent: not found: the ramp's last step, 5 VMs, still keeps the bounds") ||
+		!strings.Contains(got, "a ramp past 11 answers it") {
+		t.Errorf("a ramp of 5 VMs all keeping the rate, on a node that admits 11 at 100%%: %q", got[strings.LastIndex(got, "\n")+1:])
 	}
 }

@@ -64,6 +64,12 @@ func (v Values) Params(agentFile *sim.AgentParams) (sim.Params, error) {
 	if err := sim.Validate(node, vm); err != nil {
 		return sim.Params{}, namingFlags(err)
 	}
+	// A node that admits not one VM is bad input, not an empty run.
+	if allocatable := node.RAMBytes - node.SystemReserveBytes; vm.RequestBytes > allocatable {
+		return sim.Params{}, fmt.Errorf("--%s %s requests %s a VM (--%s %g, --%s %s), more than the node's %s (--%s less --%s): not one VM is admitted",
+			v.flagOf(&v.VMMemory), units.FormatBytes(vm.MemoryBytes), units.FormatBytes(vm.RequestBytes), v.flagOf(&v.Overcommit), v.Overcommit,
+			v.flagOf(&v.Overhead), units.FormatBytes(vm.HostOverheadBytes), units.FormatBytes(allocatable), v.flagOf(&v.NodeMemory), v.flagOf(&v.SystemReserve))
+	}
 	p := sim.Params{Node: node, VM: vm, Deployments: deployments, RuntimeSeconds: v.Runtime.Seconds(), Seed: v.Seed,
 		StopOnFailure: v.StopOnFailure, Label: fmt.Sprintf("sim %s %s", v.Scan, units.FormatBytes(uint64(v.MemorySize)))}
 	switch {
