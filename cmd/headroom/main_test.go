@@ -134,6 +134,7 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"density", "--overcommit-percent", "50"}, "--overcommit-percent"},
 		{[]string{"density", "--agent"}, "--node-memory"},
 		{[]string{"density", "--node-memory", "1Pi"}, "larger than this machine's RAM"},
+		{[]string{"density", "--node-memory", "256Mi"}, "--vm-memory 512.0 MiB requests 528.0 MiB a worker (--overcommit-percent 100, --overhead 16.0 MiB), more than --node-memory 256.0 MiB: not one worker is admitted"},
 		{[]string{"density", "--swap", "1Pi"}, "does not fit in /var/tmp"},
 		{[]string{"density", "--swap", "1Gi", "--swap-tier", "zram:1Pi"}, "twice this machine's RAM"},
 		{[]string{"density", "--swap", "1Gi", "--swap-tier", "zswap:compressor="}, "--swap-tier"},

@@ -202,6 +202,9 @@ func (p Params) Validate() error {
 		return fmt.Errorf("--memory-size must be positive and at most --vm-memory (%s)", units.FormatBytes(p.VMMemoryBytes))
 	case p.OvercommitPercent < 100:
 		return fmt.Errorf("--overcommit-percent must be at least 100, got %g", p.OvercommitPercent)
+	case p.NodeMemoryBytes > 0 && p.RequestBytes() > p.NodeMemoryBytes: // a run of no steps
+		return fmt.Errorf("--vm-memory %s requests %s a worker (--overcommit-percent %g, --overhead %s), more than --node-memory %s: not one worker is admitted",
+			units.FormatBytes(p.VMMemoryBytes), units.FormatBytes(p.RequestBytes()), p.OvercommitPercent, units.FormatBytes(p.OverheadBytes), units.FormatBytes(p.NodeMemoryBytes))
 	case p.WorkloadRuntime <= 0:
 		return fmt.Errorf("--workload-runtime must be positive")
 	case p.Repeat < 1:

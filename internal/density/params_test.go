@@ -135,6 +135,7 @@ func TestValidate(t *testing.T) {
 		"whole MiB":              func(p *Params) { p.Backend, p.LibvirtTBCacheBytes = "libvirt", 1<<19 },
 		"needs --backend qemu or libvirt, and --agent": func(p *Params) { p.Backend, p.Balloon = "libvirt", "headroom" },
 		"keep 128.0 MiB for":                           func(p *Params) { p.Backend, p.MemorySizeBytes = "libvirt", 448<<20 },
+		"not one worker is admitted":                   func(p *Params) { p.NodeMemoryBytes = 527 << 20 },
 	}
 	for flag, f := range bad {
 		p := valid()
