@@ -20,8 +20,10 @@
 # terms since removed (docs/sim.md gives the command). ADD=1 holds the
 # model with every term off but one ("TERM alone") instead of with every
 # term but one.
-# A scenario's keys the binary does not know are dropped. The cases
-# docs/sim.md cites are in bench/results/sim-fidelity/.
+# Given cases of several days, it also holds each case's measured ramps
+# against the same case's on every other day (how far the machine moves
+# between days). A scenario's keys the binary does not know are dropped.
+# The cases docs/sim.md cites are in bench/results/sim-fidelity/.
 source "$(dirname "$0")/lib.sh"
 (($# > 0)) || { echo "usage: $0 CASE_DIR... | --cases-from RESULTS OUT_DIR" >&2; exit 2; }
 
@@ -155,3 +157,35 @@ for v in "${totals[@]}"; do
   awk -v name="$name" -v a="${t[0]}" -v b="${t[1]}" -v c="${t[2]}" -v d="${t[3]}" -v e="${t[4]}" -v f="${t[5]}" \
     'BEGIN { printf "%-34s in RAM %3d of %3d, plateau %3d of %3d; error in RAM %.3f, plateau %.3f\n", name, a, b, c, d, e / b, f / d }'
 done
+
+# The same case on days apart: each measured ramp of one day against each
+# of another's, the regions from all four ramps' knees. How far the
+# machine itself moves between days, beside the noise floor of minutes.
+python3 - "$@" <<'PY'
+import csv, itertools, os, re, sys
+cases = {}
+for d in sys.argv[1:]:
+    d = d.rstrip("/")
+    if not os.path.isfile(d + "/case"):
+        continue
+    case = open(d + "/case").read()
+    key = tuple(re.search(k + r'=(\S+)', case).group(1) for k in ("scan", "node", "deployments"))
+    knees = [tuple(map(int, k.split("/"))) for k in re.search(r'knees="([^"]*)"', case).group(1).split()]
+    rows = {int(r[0]): [float(x) for x in r[1:]] for r in csv.reader(open(d + "/measured.csv"))}
+    cases.setdefault(os.path.basename(d)[:10], {})[key] = (rows, knees)
+days = sorted(cases)
+if len(days) > 1:
+    print("\nthe same case on days apart (each ramp against each): steps within 15%, in RAM and on the plateau")
+for a, b in itertools.combinations(days, 2):
+    hit, n = {"ram": 0, "plateau": 0}, {"ram": 0, "plateau": 0}
+    for key in sorted(set(cases[a]) & set(cases[b])):
+        (ra, ka), (rb, kb) = cases[a][key], cases[b][key]
+        knee, plateau = min(k for k, _ in ka + kb), max(p for _, p in ka + kb)
+        for w in set(ra) & set(rb):
+            for x, y in itertools.product(ra[w], rb[w]):
+                for region, inside in (("ram", w <= knee), ("plateau", w >= plateau)):
+                    if inside and x > 0 and y > 0:
+                        n[region] += 1
+                        hit[region] += 0.85 <= x / y <= 1.15
+    print("%s against %s: in RAM %d of %d, plateau %d of %d" % (a, b, hit["ram"], n["ram"], hit["plateau"], n["plateau"]))
+PY
