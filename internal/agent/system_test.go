@@ -256,10 +256,10 @@ func TestSystemAgentEvictsLowestPriorityFirst(t *testing.T) {
 		// a system test on a shared machine.
 		if r.Action == policy.ActionEvict && r.Trigger != nil && r.Trigger.Signal == policy.SignalSwapUtilization {
 			t.Logf("%s: threshold event to eviction signal %.3f s (bound from the round before: %.3f s)", r.Workload, r.ThresholdEventSeconds, r.LatencyBoundSeconds)
-			overshoot, beforeEvent := r.Trigger.Value-r.Trigger.Threshold, testenv.ThresholdEventLagBytes(len(priorities))
-			if r.LatencyBoundSeconds <= 0 || r.ThresholdEventSeconds <= 0 && overshoot >= beforeEvent {
+			overshoot := r.Trigger.Value - r.Trigger.Threshold
+			if onTime, lag := testenv.ThresholdRoundOnTime(r.ThresholdEventSeconds, overshoot, len(priorities)); r.LatencyBoundSeconds <= 0 || !onTime {
 				t.Errorf("eviction signal %.3f s after the threshold event, %.3f s after the round before, %.2f MiB past the threshold: want the round the event woke, or one that sampled before the event was due (within %.0f KiB)",
-					r.ThresholdEventSeconds, r.LatencyBoundSeconds, overshoot/(1<<20), beforeEvent/1024)
+					r.ThresholdEventSeconds, r.LatencyBoundSeconds, overshoot/(1<<20), lag/1024)
 			}
 		}
 	}

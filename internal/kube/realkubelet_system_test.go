@@ -780,7 +780,8 @@ func TestSystemRealKubeletAgentEvictsTheBurst(t *testing.T) {
 	if res.usageWakeups <= 0 {
 		t.Errorf("the kernel's usage-threshold event woke no round of the agent (headroom_agent_usage_wakeups_total %g; -1: not read)", res.usageWakeups)
 	}
-	if overshoot, lag := evict.Trigger.Value-evict.Trigger.Threshold, testenv.ThresholdEventLagBytes(3); evict.ThresholdEventSeconds <= 0 && overshoot >= lag {
+	overshoot := evict.Trigger.Value - evict.Trigger.Threshold
+	if onTime, lag := testenv.ThresholdRoundOnTime(evict.ThresholdEventSeconds, overshoot, 3); !onTime {
 		t.Errorf("the eviction's round was not the one the kernel's threshold event woke (threshold_event_seconds %.3f), and sampled %.2f MiB past the threshold (the event is due within %.0f KiB)",
 			evict.ThresholdEventSeconds, overshoot/(1<<20), lag/1024)
 	}

@@ -106,13 +106,16 @@ func swapActive(path string) bool {
 // CgroupV1MemoryRoot is where this machine's v1 memory controller is mounted.
 const CgroupV1MemoryRoot = "/sys/fs/cgroup/memory"
 
-// ThresholdEventLagBytes is how far past a v1 usage threshold a parent's
-// usage can be before the kernel signals it, with groups charging beneath
-// it: the kernel checks thresholds once a group has charged or uncharged
-// 128 pages on a CPU (THRESHOLDS_EVENTS_TARGET). An agent round timed by
-// its interval that samples within it may decide before the event is due.
-func ThresholdEventLagBytes(groups int) float64 {
-	return float64(128 * os.Getpagesize() * runtime.NumCPU() * groups)
+// ThresholdRoundOnTime reports whether an agent round that decided on a
+// v1 usage threshold was the one the kernel's event woke (eventSeconds
+// above 0), or a timed round that sampled the crossing before the event
+// was due: the kernel checks thresholds once a group has charged or
+// uncharged 128 pages on a CPU (THRESHOLDS_EVENTS_TARGET), so with groups
+// charging beneath the threshold's cgroup the usage can be lagBytes past
+// it before the event comes.
+func ThresholdRoundOnTime(eventSeconds, overshootBytes float64, groups int) (onTime bool, lagBytes float64) {
+	lagBytes = float64(128 * os.Getpagesize() * runtime.NumCPU() * groups)
+	return eventSeconds > 0 || overshootBytes < lagBytes, lagBytes
 }
 
 // MemoryCgroup is a v1 memory cgroup made for one test.
