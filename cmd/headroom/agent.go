@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"reflect"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -316,7 +318,65 @@ func resolveAgentConfig(fl *pflag.FlagSet, f *agentFlags, flags []configFlag, fr
 			cf.copy(&cfg, &fromFlags)
 		}
 	}
-	return cfg, cfg.Validate()
+	if err := cfg.Validate(); err != nil {
+		// The check names configuration keys; a user who typed flags is
+		// told which of them set the keys it names.
+		var given []string
+		for _, cf := range flags {
+			if fl.Changed(cf.name) && namesKey(err.Error(), cf.key()) && !strings.Contains(err.Error(), "--"+cf.name) {
+				given = append(given, "--"+cf.name)
+			}
+		}
+		if len(given) > 0 {
+			err = fmt.Errorf("%w (set by %s)", err, strings.Join(given, ", "))
+		}
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// key is the configuration key the flag sets, as --print-config names it
+// (dotted within a section: kubernetes.nodeName), found from the address
+// of the field the flag binds.
+func (f configFlag) key() string {
+	var c agent.Config
+	return fieldKey(reflect.ValueOf(&c).Elem(), reflect.ValueOf(f.field(&c)).Pointer(), "")
+}
+
+func fieldKey(v reflect.Value, addr uintptr, prefix string) string {
+	for i := 0; i < v.NumField(); i++ {
+		field, name := v.Field(i), strings.Split(v.Type().Field(i).Tag.Get("json"), ",")[0]
+		if field.Kind() == reflect.Struct {
+			section := prefix
+			if name != "" { // an inline struct's keys are at its parent's level
+				section += name + "."
+			}
+			if k := fieldKey(field, addr, section); k != "" {
+				return k
+			}
+		} else if field.Addr().Pointer() == addr {
+			return prefix + name
+		}
+	}
+	return ""
+}
+
+// namesKey tells whether msg names key as a word (not inside a longer key).
+func namesKey(msg, key string) bool {
+	word := func(r byte) bool {
+		return r == '_' || r == '.' || 'a' <= r|0x20 && r|0x20 <= 'z' || '0' <= r && r <= '9'
+	}
+	for i := 0; ; i++ {
+		j := strings.Index(msg[i:], key)
+		if j < 0 {
+			return false
+		}
+		start, end := i+j, i+j+len(key)
+		if (start == 0 || !word(msg[start-1])) && (end == len(msg) || !word(msg[end])) {
+			return true
+		}
+		i = start
+	}
 }
 
 type calibrateFlags struct {

@@ -206,6 +206,11 @@ func runDensity(cmd *cobra.Command, f *densityFlags) error {
 	if os.Geteuid() != 0 {
 		return usagef("density needs root: it creates cgroups and swap")
 	}
+	if f.out != "" {
+		if err := makeOutputDir("--out", f.out); err != nil {
+			return err
+		}
+	}
 	if p.Backend == "qemu" || p.Backend == "libvirt" && p.LibvirtTemplate == "" {
 		img, err := buildImage(cmd, &f.image)
 		if err != nil {

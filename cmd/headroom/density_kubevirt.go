@@ -158,6 +158,11 @@ func runKubevirtDensity(cmd *cobra.Command, f *densityFlags) error {
 	if err := p.Validate(); err != nil {
 		return usageError{err}
 	}
+	if f.out != "" {
+		if err := makeOutputDir("--out", f.out); err != nil {
+			return err
+		}
+	}
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = k.kubeconfig
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()

@@ -2,6 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
 	"time"
 
 	"github.com/headroom-dev/headroom/internal/flagvalue"
@@ -44,4 +47,18 @@ func printJSON(cmd *cobra.Command, v any) error {
 	enc := json.NewEncoder(cmd.OutOrStdout())
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// makeOutputDir creates the directory a flag names for a command's output
+// before the command starts work, so a path that cannot be one is bad
+// input (exit 2), not a failure after the run.
+func makeOutputDir(flag, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return usagef("%s %s: %v", flag, dir, err)
+	}
+	return nil
 }

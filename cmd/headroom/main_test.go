@@ -147,6 +147,9 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"swap", "up", "--file", "1Pi"}, "does not fit"},
 		{[]string{"report"}, "requires at least 1 arg"},
 		{[]string{"report", "/nonexistent-run"}, "read results"},
+		{[]string{"sim", "--deployments", "1:2:1", "--out", "/dev/null"}, "--out /dev/null: not a directory"},
+		{[]string{"density", "--out", "/dev/null"}, "--out /dev/null: not a directory"},
+		{[]string{"density", "--backend", "kubevirt", "--out", "/dev/null"}, "--out /dev/null: not a directory"},
 		{[]string{"agent", "--window", "0"}, "averageWindowSizeSeconds"},
 		{[]string{"agent", "--cooldown", "soon"}, `"--cooldown"`},
 		{[]string{"agent", "calibrate", "--fraction", "2"}, "--fraction"},
@@ -665,5 +668,18 @@ func TestSimLikeADensityRun(t *testing.T) {
 	}
 	if r := runHeadroom(t, "sim", "--like", filepath.Join(dir, "none")); r.code != 2 || !strings.Contains(r.stderr, "--like") {
 		t.Errorf("a missing run: exit %d, %q", r.code, r.stderr)
+	}
+}
+
+// An output path that cannot be written is refused before the report is
+// drawn, naming the flag.
+func TestReportUnwritableOutputExitsTwo(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	if r := runHeadroom(t, "sim", "--deployments", "1:2:1", "--out", dir); r.code != 0 {
+		t.Fatalf("sim: exit %d: %s", r.code, r.stderr)
+	}
+	r := runHeadroom(t, "report", dir, "-o", "/dev/null/report.html")
+	if r.code != 2 || r.stderr != "headroom: -o /dev/null: not a directory\n" {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -31,6 +32,9 @@ the page (<name>-aggregate.png, ...). --json prints the computed summary.`,
 			runs, err := report.Load(dirs)
 			if err != nil {
 				return usageError{err}
+			}
+			if err := makeOutputDir("-o", filepath.Dir(out)); err != nil {
+				return err
 			}
 			charts, err := report.Write(runs, out)
 			if err != nil {

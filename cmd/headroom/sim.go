@@ -305,7 +305,7 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 	if dir == "" {
 		dir = filepath.Join("results", time.Now().Format("20060102-150405")+"-sim")
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := makeOutputDir("--out", dir); err != nil {
 		return err
 	}
 	rep := newDensityReporter(cmd.OutOrStdout(), cmd.ErrOrStderr(), f.json)
