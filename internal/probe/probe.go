@@ -124,12 +124,18 @@ func Run(ctx context.Context, o Options) (Result, error) {
 func (o Options) measure(ctx context.Context, r *Result, readBytes uint64) error {
 	rates := func(depth, block int) (read, write float64, readLatUs, writeLatUs float64, err error) {
 		n, d, err := randomIO(ctx, r.ReadPath, unix.O_RDONLY, readBytes, o.Duration, depth, block, false)
+		if err == nil {
+			err = interrupted(ctx)
+		}
 		if err != nil {
 			return 0, 0, 0, 0, err
 		}
 		read, readLatUs = float64(n)/d.Seconds(), latencyMicros(n, d, depth)
 		if o.Dir != "" {
-			if n, d, err = randomIO(ctx, r.WritePath, unix.O_WRONLY, o.ScratchBytes, o.Duration, depth, block, true); err != nil {
+			if n, d, err = randomIO(ctx, r.WritePath, unix.O_WRONLY, o.ScratchBytes, o.Duration, depth, block, true); err == nil {
+				err = interrupted(ctx)
+			}
+			if err != nil {
 				return 0, 0, 0, 0, err
 			}
 			write, writeLatUs = float64(n)/d.Seconds(), latencyMicros(n, d, depth)
@@ -154,6 +160,16 @@ func (o Options) measure(ctx context.Context, r *Result, readBytes uint64) error
 			}
 		}
 		r.Depths = append(r.Depths, dr)
+	}
+	return nil
+}
+
+// interrupted is an error once ctx is done: a test cut short measured a
+// rate over part of its duration, and the next test would measure none, so
+// no figure of an interrupted probe is reported.
+func interrupted(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("probe interrupted: %w", context.Cause(ctx))
 	}
 	return nil
 }

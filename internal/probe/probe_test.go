@@ -2,6 +2,7 @@ package probe
 
 import (
 	"context"
+	"errors"
 	"os"
 	"reflect"
 	"slices"
@@ -119,5 +120,20 @@ func TestMedianOfRounds(t *testing.T) {
 				t.Errorf("the first round's depths were overwritten: %+v", tt.rounds[0].Depths)
 			}
 		})
+	}
+}
+
+// A probe cut short (Ctrl-C) reports no figure: its read rate would be of
+// part of the test and its write rate of none. The scratch file goes.
+func TestRunInterruptedReportsNothing(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	r, err := Run(ctx, Options{Dir: dir, ScratchBytes: 16 << 20, Duration: time.Minute, Jobs: 2})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("interrupted probe: err %v, result %+v", err, r)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("scratch file left behind: %v", left)
 	}
 }
