@@ -32,7 +32,7 @@ for i in $(seq "$workloads"); do
   # Detached (not a job of this script), so killing it prints nothing.
   (setsid sh -c "echo \$\$ > $root/vm-$i/cgroup.procs && exec sleep 3600" </dev/null >/dev/null 2>&1 &)
 done
-"$HEADROOM" agent --scope "$scope" --workloads-dir "$meta" --listen 127.0.0.1:0 ${AGENT_ARGS:-} >"$BENCH_TMP/decisions" 2>"$BENCH_TMP/log" &
+"$HEADROOM" agent --scope "$scope" --workloads-dir "$meta" --listen 127.0.0.1:0 --state-dir "$BENCH_TMP/state" ${AGENT_ARGS:-} >"$BENCH_TMP/decisions" 2>"$BENCH_TMP/log" &
 agent=$!
 cleanup_hooks+=("kill $agent 2>/dev/null; wait $agent 2>/dev/null")
 sleep 3 # let it discover the workloads and settle before measuring

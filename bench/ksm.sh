@@ -124,7 +124,7 @@ if only advisor && [ -f $K/advisor_mode ]; then
 fi
 
 if only governor; then
-"$HEADROOM" agent --scope /headroom-bench-ksm --workloads-dir "$BENCH_TMP" --listen "" --ksm governor \
+"$HEADROOM" agent --scope /headroom-bench-ksm --workloads-dir "$BENCH_TMP" --listen "" --state-dir "$BENCH_TMP/state" --ksm governor \
   > "$BENCH_TMP/agent.jsonl" 2> "$BENCH_TMP/agent.log" &
 agent=$!
 watch governor "$MAX"; kill -TERM $agent; wait $agent || true; ksm_reset

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -117,7 +118,9 @@ func NewWithClock(cfg Config, log *slog.Logger, decisions io.Writer, clock loop.
 	}
 	files.own, a.own = own, own
 	if cfg.StateDir != "" && !cfg.DryRun {
-		if a.journal, a.resumable, err = openJournal(cfg.StateDir, log); err != nil {
+		if a.journal, a.resumable, err = openJournal(cfg.StateDir, log); errors.Is(err, ErrStateDirHeld) {
+			return nil, err
+		} else if err != nil {
 			log.Warn("no eviction journal: a restarted agent will not know of evictions in progress", "err", err)
 		}
 	}
@@ -166,6 +169,11 @@ func (a *Agent) SetPressureReporter(r PressureReporter) { a.pressure = r }
 // a usage threshold crossing.
 const minUsageWakeGap = 20 * time.Millisecond
 
+// StartedMessage is the log message of an agent that has read its
+// configuration and begins its rounds: a process that runs the agent
+// waits for it.
+const StartedMessage = "agent started"
+
 // Run protects the agent, serves HTTP and runs the loop until ctx ends.
 // Then it starts no eviction, lets those in progress go on to their own
 // end for up to shutdownGraceSeconds without forcing any, gives the
@@ -191,7 +199,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			wake = trig.Events()
 		}
 	}
-	a.log.Info("agent started", "scope", a.cfg.Scope, "dry_run", a.cfg.DryRun, "interval_s", a.cfg.IntervalSeconds)
+	a.log.Info(StartedMessage, "scope", a.cfg.Scope, "dry_run", a.cfg.DryRun, "interval_s", a.cfg.IntervalSeconds)
 	ticker := a.clock.NewTicker(seconds(a.cfg.IntervalSeconds))
 	defer ticker.Stop()
 	a.Tick(a.clock.Now(), true)
@@ -235,6 +243,7 @@ func (a *Agent) stop(srv *http.Server) {
 			a.log.Warn("could not restore KSM's settings", "err", err)
 		}
 	}
+	a.journal.close()
 }
 
 // Tick runs one observe → decide → act round at now; rediscover lists the

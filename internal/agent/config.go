@@ -58,7 +58,8 @@ type Config struct {
 	ShutdownGraceSeconds float64 `json:"shutdownGraceSeconds"`
 	// StateDir holds the eviction journal, which a restarted agent reads
 	// to resume evictions in progress ("": none kept). It should outlive
-	// the agent's process, not the boot: a tmpfs such as /run.
+	// the agent's process, not the boot: a tmpfs such as /run. One agent
+	// holds it at a time (a second one on it exits with status 2).
 	StateDir string `json:"stateDir"`
 	// ProcRoot and SysRoot are where /proc and /sys are read; CgroupMount
 	// is the memory cgroup hierarchy's mount ("": found under SysRoot).

@@ -46,7 +46,7 @@ func startAgentProc(t *testing.T, node *testenv.MemoryCgroup, metaDir string, st
 	scope := strings.TrimPrefix(node.Path, testenv.CgroupV1MemoryRoot)
 	a := &agentProc{t: t, stderr: &testenv.Buffer{}}
 	a.cmd = exec.Command(testenv.HeadroomBinary(t), append([]string{"agent", "--scope", scope, "--workloads-dir", metaDir,
-		"--listen", "127.0.0.1:0"}, args...)...)
+		"--listen", "127.0.0.1:0", "--state-dir", t.TempDir()}, args...)...)
 	var out io.Reader = strings.NewReader("")
 	if stdout != nil {
 		a.cmd.Stdout = stdout

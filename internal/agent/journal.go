@@ -8,12 +8,55 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // journalFile is the eviction journal's name in the state directory.
 const journalFile = "evictions.json"
+
+// StateLockFile, in the state directory, is locked (flock) by the agent
+// whose journal it is and holds its PID.
+const StateLockFile = "lock"
+
+// ErrStateDirHeld is returned for a state directory another agent holds.
+var ErrStateDirHeld = errors.New("held by another agent")
+
+// LockStateDir makes the state directory (if missing) and takes it for
+// this process until unlock: two agents on one journal would each
+// overwrite the other's evictions in progress and resume them as their
+// own. A directory another process holds is ErrStateDirHeld, naming its
+// PID.
+func LockStateDir(dir string) (unlock func(), err error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	path := filepath.Join(dir, StateLockFile)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		holder, _ := os.ReadFile(path)
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			pid := strings.TrimSpace(string(holder))
+			if pid == "" {
+				pid = "unknown"
+			}
+			return nil, fmt.Errorf("state directory %s: %w (pid %s); give each agent its own (--state-dir)", dir, ErrStateDirHeld, pid)
+		}
+		return nil, fmt.Errorf("state directory %s: lock: %w", dir, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return func() { f.Close() }, nil
+}
 
 // journal keeps the evictions in progress on disk (written before the
 // request goes out and when it was sent, removed at the outcome), so an
@@ -21,8 +64,9 @@ const journalFile = "evictions.json"
 // rollout, a SIGKILL — resumes that eviction instead of choosing a second
 // victim for the same pressure. A nil journal keeps nothing.
 type journal struct {
-	path string
-	log  *slog.Logger
+	path   string
+	log    *slog.Logger
+	unlock func() // gives the state directory up
 
 	mu      sync.Mutex
 	entries map[string]journalEntry
@@ -43,15 +87,17 @@ type journalEntry struct {
 // openJournal reads the journal in dir (made if missing); the entries it
 // holds are the previous agent's evictions in progress.
 func openJournal(dir string, log *slog.Logger) (*journal, []journalEntry, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, nil, fmt.Errorf("state directory: %w", err)
+	unlock, err := LockStateDir(dir)
+	if err != nil {
+		return nil, nil, err
 	}
-	j := &journal{path: filepath.Join(dir, journalFile), log: log, entries: map[string]journalEntry{}}
+	j := &journal{path: filepath.Join(dir, journalFile), log: log, unlock: unlock, entries: map[string]journalEntry{}}
 	b, err := os.ReadFile(j.path)
 	if errors.Is(err, os.ErrNotExist) {
 		return j, nil, nil
 	}
 	if err != nil {
+		unlock()
 		return nil, nil, fmt.Errorf("read the eviction journal: %w", err)
 	}
 	var entries []journalEntry
@@ -65,6 +111,14 @@ func openJournal(dir string, log *slog.Logger) (*journal, []journalEntry, error)
 		j.entries[e.Workload] = e
 	}
 	return j, entries, nil
+}
+
+// close gives the state directory up for the next agent; the entries
+// stay on disk.
+func (j *journal) close() {
+	if j != nil && j.unlock != nil {
+		j.unlock()
+	}
 }
 
 func (j *journal) put(e journalEntry) {

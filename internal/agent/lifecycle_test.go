@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -255,4 +256,25 @@ func TestRunKeepsToItsClock(t *testing.T) {
 			t.Fatalf("a decision at %s, outside the clock's %s..%s: %+v", r.Time, start, last, r)
 		}
 	}
+}
+
+// One journal, one agent: a second agent on the same state directory is
+// refused, naming the first's PID (it would overwrite the first's
+// evictions in progress and resume them as its own), and takes the
+// directory once the first has stopped.
+func TestStateDirBelongsToOneAgent(t *testing.T) {
+	root := overloadedFixture(t)
+	state := t.TempDir()
+	a, _ := lifecycleAgent(t, root, state, nil)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	_, err := New(a.cfg, quiet, io.Discard)
+	if !errors.Is(err, ErrStateDirHeld) || !strings.Contains(err.Error(), fmt.Sprintf("(pid %d)", os.Getpid())) {
+		t.Fatalf("a second agent on the first's state directory: %v", err)
+	}
+	a.stop(nil)
+	b, err := New(a.cfg, quiet, io.Discard)
+	if err != nil {
+		t.Fatalf("an agent on the state directory of one that stopped: %v", err)
+	}
+	b.stop(nil)
 }

@@ -467,7 +467,7 @@ func TestSystemAgentProtectsItself(t *testing.T) {
 	}
 	scope := strings.TrimPrefix(node.Path, testenv.CgroupV1MemoryRoot)
 	cmd := home.Command(testenv.HeadroomBinary(t), "agent", "--scope", scope, "--workloads-dir", metaDir,
-		"--listen", "", "--oom-score-adj", "321")
+		"--listen", "", "--state-dir", t.TempDir(), "--oom-score-adj", "321")
 	records, done := runAgentCommand(t, cmd)
 
 	// Allowances are decided at the first discovery, after self-protection.

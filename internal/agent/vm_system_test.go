@@ -94,7 +94,8 @@ func vmNode(t *testing.T, swapBytes int64) (node *testenv.MemoryCgroup, metaDir 
 // come; stop ends it and returns them all.
 func startAgent(t *testing.T, node *testenv.MemoryCgroup, metaDir string, args ...string) (<-chan Record, func() []Record) {
 	scope := strings.TrimPrefix(node.Path, testenv.CgroupV1MemoryRoot)
-	cmd := exec.Command(testenv.HeadroomBinary(t), append([]string{"agent", "--scope", scope, "--workloads-dir", metaDir, "--listen", ""}, args...)...)
+	cmd := exec.Command(testenv.HeadroomBinary(t), append([]string{"agent", "--scope", scope, "--workloads-dir", metaDir, "--listen", "",
+		"--state-dir", t.TempDir()}, args...)...)
 	live, done := runAgentCommand(t, cmd)
 	return live, func() []Record {
 		cmd.Process.Signal(syscall.SIGTERM)

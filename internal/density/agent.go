@@ -1,15 +1,19 @@
 package density
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/headroom-dev/headroom/internal/agent"
 	"github.com/headroom-dev/headroom/internal/cgroup"
 	"github.com/headroom-dev/headroom/internal/policy"
 	"github.com/headroom-dev/headroom/internal/results"
@@ -32,15 +36,53 @@ func (h *Harness) workloadName(worker string) string {
 	return worker
 }
 
-// startAgent runs `headroom agent` on the run's node for the whole run;
-// its decisions go to agent.jsonl in the results.
-func (h *Harness) startAgent() (stop func(), err error) {
+// agentStartTimeout bounds the agent's start: its configuration is read
+// and its first round done in well under a second.
+const agentStartTimeout = 30 * time.Second
+
+// runningAgent is the run's agent process.
+type runningAgent struct {
+	exited  chan struct{} // closed when the process has ended
+	waitErr error         // how it ended, once exited is closed
+	lastLog atomic.Value  // string: its last log line
+}
+
+func (a *runningAgent) hasExited() bool {
+	select {
+	case <-a.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// exitReason says why the agent ended, from its last log line.
+func (a *runningAgent) exitReason() string {
+	status := "exit status 0"
+	if a.waitErr != nil {
+		status = a.waitErr.Error()
+	}
+	line, _ := a.lastLog.Load().(string)
+	if line == "" {
+		line = "none"
+	}
+	return fmt.Sprintf("the agent exited (%s); its last log line: %s", status, line)
+}
+
+// startAgent runs `headroom agent` on the run's node for the whole run and
+// returns once it has started; its decisions go to agent.jsonl in the
+// results, its log to agent.log. An agent that exits at its start (a
+// configuration it refuses) is an error naming its last log line.
+func (h *Harness) startAgent() (a *runningAgent, stop func(), err error) {
 	hier, err := cgroup.Find()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	scope := strings.TrimPrefix(h.backend.Scope().Path(), hier.Mount)
-	args := []string{"agent", "--scope", scope, "--listen", ""}
+	// Its own eviction journal: the default is the node agent's, which a
+	// second agent would overwrite (and resume from).
+	stateDir := filepath.Join(h.dir, "agent-state")
+	args := []string{"agent", "--scope", scope, "--listen", "", "--state-dir", stateDir}
 	if p, ok := h.backend.(platformBackend); ok {
 		args = append(args, p.AgentArgs()...)
 	} else {
@@ -48,38 +90,76 @@ func (h *Harness) startAgent() (stop func(), err error) {
 	}
 	out, err := os.Create(filepath.Join(h.dir, results.AgentFile))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	logf, err := os.Create(filepath.Join(h.dir, "agent.log"))
 	if err != nil {
 		out.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	if h.p.Balloon != "" {
 		args = append(args, "--balloon", "--balloon-policy", h.p.Balloon)
 	}
 	cmd := exec.Command(h.p.Executable, args...)
-	cmd.Stdout, cmd.Stderr = out, logf
+	cmd.Stdout = out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		out.Close()
+		logf.Close()
+		return nil, nil, err
+	}
 	if err := cmd.Start(); err != nil {
 		out.Close()
 		logf.Close()
-		return nil, fmt.Errorf("start agent: %w", err)
+		return nil, nil, fmt.Errorf("start agent: %w", err)
 	}
-	h.rep.Note("agent running on %s (pid %d)", scope, cmd.Process.Pid)
-	return func() {
+	a = &runningAgent{exited: make(chan struct{})}
+	started := make(chan struct{})
+	logged := make(chan struct{})
+	go func() {
+		defer close(logged)
+		announced := false
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			fmt.Fprintln(logf, line)
+			a.lastLog.Store(line)
+			if !announced && strings.Contains(line, `msg="`+agent.StartedMessage+`"`) {
+				close(started)
+				announced = true
+			}
+		}
+		io.Copy(logf, stderr) // past a line too long to scan: the agent must never block on its log
+	}()
+	go func() {
+		<-logged // Wait closes the pipe: the log is read to its end first
+		a.waitErr = cmd.Wait()
+		close(a.exited)
+	}()
+	stop = func() {
 		cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
 		select {
-		case <-done:
+		case <-a.exited:
 		case <-time.After(15 * time.Second):
 			cmd.Process.Kill()
-			<-done
+			<-a.exited
 		}
 		out.Close()
 		logf.Close()
-	}, nil
+		os.RemoveAll(stateDir)
+	}
+	select {
+	case <-started:
+	case <-a.exited:
+		stop()
+		return nil, nil, fmt.Errorf("%s (%s)", a.exitReason(), filepath.Join(h.dir, "agent.log"))
+	case <-time.After(agentStartTimeout):
+		stop()
+		return nil, nil, fmt.Errorf("the agent did not start within %s (%s)", agentStartTimeout, filepath.Join(h.dir, "agent.log"))
+	}
+	h.rep.Note("agent running on %s (pid %d)", scope, cmd.Process.Pid)
+	return a, stop, nil
 }
 
 // countStartEvictions names the agent's evictions of a step's workers

@@ -128,9 +128,10 @@ func Run(ctx context.Context, p Params, rep Reporter) (dir string, run *results.
 	stopSampler := h.sampleNode(ctx)
 	defer stopSampler()
 
+	var agentProc *runningAgent
 	if p.Agent {
-		stopAgent, err := h.startAgent()
-		if err != nil {
+		var stopAgent func()
+		if agentProc, stopAgent, err = h.startAgent(); err != nil {
 			return h.dir, run, err
 		}
 		defer stopAgent()
@@ -149,6 +150,13 @@ ramp:
 		}
 		for r := 1; r <= p.Repeat; r++ {
 			if ctx.Err() != nil {
+				break ramp
+			}
+			if agentProc != nil && agentProc.hasExited() {
+				// The run was asked for with the agent: without it, the
+				// next steps would measure another configuration.
+				run.StopReason = agentProc.exitReason()
+				rep.Note("%s", run.StopReason)
 				break ramp
 			}
 			index++

@@ -10,12 +10,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/headroom-dev/headroom/internal/agent"
 	"github.com/headroom-dev/headroom/internal/memload"
 	"github.com/headroom-dev/headroom/internal/results"
 	"github.com/headroom-dev/headroom/internal/swaptier/tierspec"
@@ -68,6 +70,27 @@ func smallNode(t *testing.T) Params {
 		Interval: 500 * time.Millisecond, Out: t.TempDir(), Executable: testenv.HeadroomBinary(t)}
 }
 
+// holdStateDir takes an agent's state directory for the test, as a
+// running agent holds it, and leaves the machine as it was.
+func holdStateDir(t *testing.T, dir string) {
+	t.Helper()
+	_, statErr := os.Stat(dir)
+	_, lockErr := os.Stat(filepath.Join(dir, agent.StateLockFile))
+	unlock, err := agent.LockStateDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		unlock()
+		switch {
+		case os.IsNotExist(statErr):
+			os.RemoveAll(dir)
+		case os.IsNotExist(lockErr):
+			os.Remove(filepath.Join(dir, agent.StateLockFile))
+		}
+	})
+}
+
 // assertRestored checks that the run left no swap or node cgroup behind.
 func assertRestored(t *testing.T) {
 	t.Helper()
@@ -81,6 +104,9 @@ func assertRestored(t *testing.T) {
 func TestSystemShortRampWithAgent(t *testing.T) {
 	p := smallNode(t)
 	p.Agent = true
+	// A node agent runs on this host: the run's agent keeps its own
+	// journal (on the node agent's, it would not start).
+	holdStateDir(t, agent.DefaultConfig().StateDir)
 	dir, run, err := Run(context.Background(), p, testReporter{t: t})
 	assertRestored(t)
 	if err != nil {
@@ -390,4 +416,73 @@ func TestSystemQEMUBalloonReclaimsGuestCache(t *testing.T) {
 	}
 	t.Logf("%d state changes, %d inflations; least memory granted to a VM %d MiB of %d; %.0f pages/s", states, inflations,
 		least>>20, p.VMMemoryBytes>>20, run.Steps[0].AggregatePagesPerSec)
+}
+
+// A run asked for with the agent runs with it: an agent that cannot start
+// fails the run before any step (naming its last log line), and one that
+// dies mid-run ends the ramp after that step, saying so.
+func TestSystemRunEndsWithItsAgent(t *testing.T) {
+	p := smallNode(t)
+	p.Agent = true
+	unlock, err := agent.LockStateDir(filepath.Join(p.Out, "agent-state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, run, err := Run(context.Background(), p, testReporter{t: t})
+	unlock()
+	assertRestored(t)
+	if err == nil || !strings.Contains(err.Error(), "the agent exited (exit status 2)") || !strings.Contains(err.Error(), "held by another agent") {
+		t.Fatalf("a run whose agent could not start: err %v", err)
+	}
+	if run != nil && len(run.Steps) != 0 {
+		t.Fatalf("steps ran without the agent: %+v", run.Steps)
+	}
+
+	p.Out = t.TempDir()
+	killed := false
+	kill := func(step int, pagesPerSec float64) {
+		if killed || step != 1 || pagesPerSec <= 0 {
+			return
+		}
+		killed = true
+		pid := processWithArg(t, filepath.Join(p.Out, "agent-state"))
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Errorf("kill the agent (pid %d): %v", pid, err)
+		}
+	}
+	_, run, err = Run(context.Background(), p, testReporter{t: t, onRate: kill})
+	assertRestored(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !killed || len(run.Steps) != 1 || !strings.HasPrefix(run.StopReason, "the agent exited (signal: killed)") {
+		t.Fatalf("killed %v; %d steps; stop reason %q", killed, len(run.Steps), run.StopReason)
+	}
+}
+
+// processWithArg is the PID of the one process with arg on its command line.
+func processWithArg(t *testing.T, arg string) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if slices.Contains(strings.Split(string(cmdline), "\x00"), arg) {
+			if found != 0 {
+				t.Fatalf("two processes with %s: %d and %d", arg, found, pid)
+			}
+			found = pid
+		}
+	}
+	if found == 0 {
+		t.Fatalf("no process with %s", arg)
+	}
+	return found
 }

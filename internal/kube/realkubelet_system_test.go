@@ -84,11 +84,13 @@ func statusCaps(t testing.TB, pid int, field string) uint64 {
 }
 
 // deployAgent applies deploy/ as users do (kustomize), with extraConfig
-// added to the agent's configuration (deploy/agent.yaml) and two changes:
-// the image, which is local here, and, on a machine whose bounding set
-// lacks CAP_SYS_RESOURCE (this one), that capability, which no container
-// can be given there (runc: "unable to apply caps: operation not
-// permitted"). It returns the capabilities the agent's container must end
+// added to the agent's configuration (deploy/agent.yaml) and three
+// changes: the image, which is local here; the eviction journal's host
+// directory, the test's own (deploy/'s, /run/headroom/agent, is the one a
+// node agent on this host would resume from); and, on a machine whose
+// bounding set lacks CAP_SYS_RESOURCE (this one), that capability, which
+// no container can be given there (runc: "unable to apply caps: operation
+// not permitted"). It returns the capabilities the agent's container must end
 // up with, and when deploy/ was applied.
 func deployAgent(t testing.TB, cp *kubetest.ControlPlane, extraConfig string) (wantCaps uint64, applied time.Time) {
 	t.Helper()
@@ -102,13 +104,21 @@ images:
   - name: ghcr.io/headroom-dev/headroom
     newName: %s
     newTag: %s
-`, name, tag)
+patches:
+  - target: {kind: DaemonSet, name: headroom-agent}
+    patch: |-
+      - op: test
+        path: /spec/template/spec/volumes/4/name
+        value: state
+      - op: replace
+        path: /spec/template/spec/volumes/4/hostPath/path
+        value: %s
+`, name, tag, t.TempDir())
 	wantCaps = 1<<capIPCLock | 1<<capSysResource
 	if boundingCaps(t)&(1<<capSysResource) == 0 {
 		t.Logf("this machine's capability bounding set lacks CAP_SYS_RESOURCE: the agent's container runs without it")
 		wantCaps = 1 << capIPCLock
-		overlay += `patches:
-  - target: {kind: DaemonSet, name: headroom-agent}
+		overlay += `  - target: {kind: DaemonSet, name: headroom-agent}
     patch: |-
       - op: replace
         path: /spec/template/spec/containers/0/securityContext/capabilities/add

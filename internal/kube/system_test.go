@@ -218,13 +218,14 @@ func (c *cluster) createPod(t testing.TB, p *corev1.Pod) time.Time {
 // runningAgent is `headroom agent` in Kubernetes mode, its decisions
 // collected from stdout.
 type runningAgent struct {
-	cmd    *exec.Cmd
-	listen string
-	stderr *testenv.Buffer
-	mu     sync.Mutex
-	recs   []agent.Record
-	event  chan agent.Record
-	done   chan struct{}
+	cmd      *exec.Cmd
+	listen   string
+	stateDir string // its eviction journal's
+	stderr   *testenv.Buffer
+	mu       sync.Mutex
+	recs     []agent.Record
+	event    chan agent.Record
+	done     chan struct{}
 }
 
 func (c *cluster) startAgent(t testing.TB, kubeconfig string, extra ...string) *runningAgent {
@@ -232,11 +233,12 @@ func (c *cluster) startAgent(t testing.TB, kubeconfig string, extra ...string) *
 	port := strconv.Itoa(kubetest.FreePort(t))
 	// The deployed configuration (deploy/agent.yaml), the test's node and
 	// shorter eviction times.
+	stateDir := t.TempDir()
 	args := append([]string{"agent", "--config", filepath.Join(testenv.ModuleRoot(t), "deploy", "agent.yaml"),
-		"--kubernetes-node", nodeName, "--kubeconfig", kubeconfig,
+		"--kubernetes-node", nodeName, "--kubeconfig", kubeconfig, "--state-dir", stateDir,
 		"--kubernetes-cgroup-root", c.layout.Root, "--kubernetes-namespace", agentNS,
 		"--listen", "127.0.0.1:" + port, "--mlock=false", "--eviction-grace", "2s", "--eviction-deadline", "20s"}, extra...)
-	a := &runningAgent{listen: "127.0.0.1:" + port, stderr: &testenv.Buffer{}, event: make(chan agent.Record, 1024), done: make(chan struct{})}
+	a := &runningAgent{listen: "127.0.0.1:" + port, stateDir: stateDir, stderr: &testenv.Buffer{}, event: make(chan agent.Record, 1024), done: make(chan struct{})}
 	a.cmd = exec.Command(testenv.HeadroomBinary(t), args...)
 	a.cmd.Stderr = a.stderr
 	out, err := a.cmd.StdoutPipe()
@@ -1195,6 +1197,14 @@ func TestSystemKubeAPIServerPausedAndAgentStoppedMidEviction(t *testing.T) {
 	})
 	if r := stopped.Outcome.Result; r != policy.EvictionInterrupted && r != policy.EvictedGracefully {
 		t.Errorf("the stop ended %s's eviction as %s, want interrupted (or graceful)", second.Workload, r)
+	}
+	// An interrupted eviction stays in the journal for the next agent:
+	// the test's own (--state-dir), never the node agent's default.
+	if stopped.Outcome.Result == policy.EvictionInterrupted {
+		journal, err := os.ReadFile(filepath.Join(a.stateDir, "evictions.json"))
+		if err != nil || !strings.Contains(string(journal), `"workload":"`+second.Workload+`"`) {
+			t.Errorf("the journal in --state-dir after the stop: %q (%v), want %s in it", journal, err, second.Workload)
+		}
 	}
 	for _, r := range a.records() {
 		if r.Outcome != nil && r.Outcome.Result == policy.EvictedForcibly {

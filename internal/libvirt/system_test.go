@@ -41,7 +41,7 @@ func runAgent(t *testing.T, args ...string) *testenv.Lines[agent.Record] {
 func runAgentPID(t *testing.T, args ...string) (*testenv.Lines[agent.Record], int) {
 	t.Helper()
 	cmd := exec.Command(testenv.HeadroomBinary(t), append([]string{"agent", "--libvirt-uri", libvirttest.URI, "--listen", "",
-		"--mlock=false"}, args...)...)
+		"--mlock=false", "--state-dir", t.TempDir()}, args...)...)
 	stderr := &testenv.Buffer{}
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
