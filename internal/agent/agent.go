@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -100,6 +101,12 @@ func NewWithClock(cfg Config, log *slog.Logger, decisions io.Writer, clock loop.
 	a.rec = &recorder{w: decisions, metrics: a.metrics}
 	files := &cgroupSource{scope: scope, workloadsDir: cfg.WorkloadsDir, ignore: map[string]bool{}, log: log,
 		unusable: func() { a.metrics.readErrors.WithLabelValues("metadata").Inc() }}
+	if fi, err := os.Stat(cfg.WorkloadsDir); cfg.Libvirt.URI == "" && cfg.Kubernetes.NodeName == "" && (err != nil || !fi.IsDir()) {
+		// Not an error (workloads may come before their metadata), but a
+		// mistyped directory would silently give every workload no swap.
+		log.Warn("no workload metadata directory: until it exists every workload has priority 0 and no memory request, so no swap allowance",
+			"workloads_dir", cfg.WorkloadsDir)
+	}
 	for _, name := range cfg.IgnoreCgroups {
 		files.ignore[name] = true
 	}

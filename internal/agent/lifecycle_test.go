@@ -278,3 +278,23 @@ func TestStateDirBelongsToOneAgent(t *testing.T) {
 	}
 	b.stop(nil)
 }
+
+// A workloads directory that does not exist is said at the start: with it
+// mistyped, every workload would silently get no swap allowance.
+func TestMissingWorkloadsDirIsSaid(t *testing.T) {
+	root := overloadedFixture(t)
+	for _, tt := range []struct {
+		dir  string
+		warn bool
+	}{{filepath.Join(root, "no-such-dir"), true}, {t.TempDir(), false}} {
+		cfg := DefaultConfig()
+		cfg.Scope, cfg.WorkloadsDir, cfg.Listen, cfg.CgroupMount, cfg.StateDir = "node", tt.dir, "", root, ""
+		logs := &testenv.Buffer{}
+		if _, err := New(cfg, slog.New(slog.NewTextHandler(logs, nil)), io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(logs.String(), "no workload metadata directory"); got != tt.warn {
+			t.Errorf("workloads dir %s: warned %v, want %v; log:\n%s", tt.dir, got, tt.warn, logs)
+		}
+	}
+}
