@@ -125,7 +125,7 @@ func agentConfigFlags() []configFlag {
 		{"abandon-retry", "time a victim given up on is not chosen again", func(c *agent.Config) any { return (*secondsValue)(&c.AbandonRetrySeconds) }},
 		{"refusal-backoff-max", "cap of a refused workload's back-off (1 s, doubling); the next candidate goes at once", func(c *agent.Config) any { return (*secondsValue)(&c.RefusalBackoffMaxSeconds) }},
 		{"shutdown-grace", "on SIGTERM/SIGINT, wait this long for evictions in progress (never forced; a 2nd signal exits)", func(c *agent.Config) any { return (*secondsValue)(&c.ShutdownGraceSeconds) }},
-		{"state-dir", `directory of the eviction journal a restarted agent resumes from ("": none)`, func(c *agent.Config) any { return &c.StateDir }},
+		{"state-dir", `directory of the eviction journal a restarted agent resumes from, one agent's at a time ("": none)`, func(c *agent.Config) any { return &c.StateDir }},
 		{"proc-root", "where /proc is read (a fixture tree in tests)", func(c *agent.Config) any { return &c.ProcRoot }},
 		{"sys-root", "where /sys is read (a fixture tree in tests)", func(c *agent.Config) any { return &c.SysRoot }},
 		{"cgroup-mount", `mount point of the memory cgroup hierarchy ("": found under --sys-root)`, func(c *agent.Config) any { return &c.CgroupMount }},
