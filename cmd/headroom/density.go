@@ -207,7 +207,7 @@ func runDensity(cmd *cobra.Command, f *densityFlags) error {
 		return usagef("density needs root: it creates cgroups and swap")
 	}
 	if f.out != "" {
-		if err := makeOutputDir("--out", f.out); err != nil {
+		if err := checkOutputDir("--out", f.out); err != nil {
 			return err
 		}
 	}

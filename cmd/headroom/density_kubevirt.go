@@ -159,7 +159,7 @@ func runKubevirtDensity(cmd *cobra.Command, f *densityFlags) error {
 		return usageError{err}
 	}
 	if f.out != "" {
-		if err := makeOutputDir("--out", f.out); err != nil {
+		if err := checkOutputDir("--out", f.out); err != nil {
 			return err
 		}
 	}

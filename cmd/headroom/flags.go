@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/headroom-dev/headroom/internal/flagvalue"
@@ -47,6 +49,27 @@ func printJSON(cmd *cobra.Command, v any) error {
 	enc := json.NewEncoder(cmd.OutOrStdout())
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// checkOutputDir refuses, as bad input, an output directory a command
+// could not create, before the command sets anything up; it creates
+// nothing (a run that fails before its start leaves no directory).
+func checkOutputDir(flag, dir string) error {
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		switch {
+		case err == nil && fi.IsDir():
+			return nil
+		case err == nil && p == filepath.Clean(dir):
+			return usagef("%s %s: not a directory", flag, dir)
+		case err == nil:
+			return usagef("%s %s: %s is not a directory", flag, dir, p)
+		case !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR): // a file on the way is found above
+			return usagef("%s %s: %v", flag, dir, err)
+		case filepath.Dir(p) == p:
+			return nil
+		}
+	}
 }
 
 // makeOutputDir creates the directory a flag names for a command's output

@@ -149,6 +149,7 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"report", "/nonexistent-run"}, "read results"},
 		{[]string{"sim", "--deployments", "1:2:1", "--out", "/dev/null"}, "--out /dev/null: not a directory"},
 		{[]string{"density", "--out", "/dev/null"}, "--out /dev/null: not a directory"},
+		{[]string{"density", "--out", "/dev/null/run"}, "--out /dev/null/run: /dev/null is not a directory"},
 		{[]string{"density", "--backend", "kubevirt", "--out", "/dev/null"}, "--out /dev/null: not a directory"},
 		{[]string{"agent", "--window", "0"}, "averageWindowSizeSeconds"},
 		{[]string{"agent", "--cooldown", "soon"}, `"--cooldown"`},
@@ -681,5 +682,17 @@ func TestReportUnwritableOutputExitsTwo(t *testing.T) {
 	r := runHeadroom(t, "report", dir, "-o", "/dev/null/report.html")
 	if r.code != 2 || r.stderr != "headroom: -o /dev/null: not a directory\n" {
 		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// density's --out is checked before the run sets anything up, and not
+// made: a run that fails before its start (libvirtd down) leaves none.
+func TestCheckOutputDirMakesNothing(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "results", "run")
+	if err := checkOutputDir("--out", dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Dir(dir)); !os.IsNotExist(err) {
+		t.Fatalf("checking --out made %s (%v)", filepath.Dir(dir), err)
 	}
 }
