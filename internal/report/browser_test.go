@@ -84,7 +84,9 @@ func TestReportInChromium(t *testing.T) {
 	}
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1200, 1000), chromedp.Flag("disable-quic", true),
+		// Its singleton socket's directory goes in TMPDIR: the test's, or
+		// every run leaves one in /tmp.
+		chromedp.UserDataDir(t.TempDir()), chromedp.Env("TMPDIR="+t.TempDir()), chromedp.WindowSize(1200, 1000), chromedp.Flag("disable-quic", true),
 		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
 		// The network blocked: every request but the page's own goes to a
 		// proxy that is not there.
