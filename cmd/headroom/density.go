@@ -206,10 +206,8 @@ func runDensity(cmd *cobra.Command, f *densityFlags) error {
 	if os.Geteuid() != 0 {
 		return usagef("density needs root: it creates cgroups and swap")
 	}
-	if f.out != "" {
-		if err := checkOutputDir("--out", f.out); err != nil {
-			return err
-		}
+	if err := checkOutputDir("--out", f.out); err != nil {
+		return err
 	}
 	if p.Backend == "qemu" || p.Backend == "libvirt" && p.LibvirtTemplate == "" {
 		img, err := buildImage(cmd, &f.image)

@@ -158,10 +158,8 @@ func runKubevirtDensity(cmd *cobra.Command, f *densityFlags) error {
 	if err := p.Validate(); err != nil {
 		return usageError{err}
 	}
-	if f.out != "" {
-		if err := checkOutputDir("--out", f.out); err != nil {
-			return err
-		}
+	if err := checkOutputDir("--out", f.out); err != nil {
+		return err
 	}
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = k.kubeconfig

@@ -53,8 +53,12 @@ func printJSON(cmd *cobra.Command, v any) error {
 
 // checkOutputDir refuses, as bad input, an output directory a command
 // could not create, before the command sets anything up; it creates
-// nothing (a run that fails before its start leaves no directory).
+// nothing (a run that fails before its start leaves no directory). ""
+// (the command's default) is not checked.
 func checkOutputDir(flag, dir string) error {
+	if dir == "" {
+		return nil
+	}
 	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
 		fi, err := os.Stat(p)
 		switch {

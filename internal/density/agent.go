@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -42,9 +41,13 @@ const agentStartTimeout = 30 * time.Second
 
 // runningAgent is the run's agent process.
 type runningAgent struct {
-	exited  chan struct{} // closed when the process has ended
-	waitErr error         // how it ended, once exited is closed
-	lastLog atomic.Value  // string: its last log line
+	cmd       *exec.Cmd
+	out, logf *os.File // its decisions and its log, in the results
+	stateDir  string   // its eviction journal's, removed at its stop
+	exited    chan struct{}
+	// Set before exited is closed: how it ended and its last log line.
+	waitErr error
+	lastLog string
 }
 
 func (a *runningAgent) hasExited() bool {
@@ -56,110 +59,103 @@ func (a *runningAgent) hasExited() bool {
 	}
 }
 
-// exitReason says why the agent ended, from its last log line.
+// exitReason says why the agent ended, once it has.
 func (a *runningAgent) exitReason() string {
-	status := "exit status 0"
+	status, line := "exit status 0", a.lastLog
 	if a.waitErr != nil {
 		status = a.waitErr.Error()
 	}
-	line, _ := a.lastLog.Load().(string)
 	if line == "" {
 		line = "none"
 	}
 	return fmt.Sprintf("the agent exited (%s); its last log line: %s", status, line)
 }
 
+// stop ends the agent (SIGTERM, SIGKILL after 15 s) and closes its files.
+func (a *runningAgent) stop() {
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.exited:
+	case <-time.After(15 * time.Second):
+		a.cmd.Process.Kill()
+		<-a.exited
+	}
+	a.out.Close()
+	a.logf.Close()
+	os.RemoveAll(a.stateDir)
+}
+
 // startAgent runs `headroom agent` on the run's node for the whole run and
 // returns once it has started; its decisions go to agent.jsonl in the
 // results, its log to agent.log. An agent that exits at its start (a
 // configuration it refuses) is an error naming its last log line.
-func (h *Harness) startAgent() (a *runningAgent, stop func(), err error) {
+func (h *Harness) startAgent() (*runningAgent, error) {
 	hier, err := cgroup.Find()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	scope := strings.TrimPrefix(h.backend.Scope().Path(), hier.Mount)
 	// Its own eviction journal: the default is the node agent's, which a
 	// second agent would overwrite (and resume from).
-	stateDir := filepath.Join(h.dir, "agent-state")
-	args := []string{"agent", "--scope", scope, "--listen", "", "--state-dir", stateDir}
+	a := &runningAgent{stateDir: filepath.Join(h.dir, "agent-state"), exited: make(chan struct{})}
+	args := []string{"agent", "--scope", scope, "--listen", "", "--state-dir", a.stateDir}
 	if p, ok := h.backend.(platformBackend); ok {
 		args = append(args, p.AgentArgs()...)
 	} else {
 		args = append(args, "--workloads-dir", h.metaDir)
 	}
-	out, err := os.Create(filepath.Join(h.dir, results.AgentFile))
-	if err != nil {
-		return nil, nil, err
-	}
-	logf, err := os.Create(filepath.Join(h.dir, "agent.log"))
-	if err != nil {
-		out.Close()
-		return nil, nil, err
-	}
 	if h.p.Balloon != "" {
 		args = append(args, "--balloon", "--balloon-policy", h.p.Balloon)
 	}
-	cmd := exec.Command(h.p.Executable, args...)
-	cmd.Stdout = out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stderr, err := cmd.StderrPipe()
+	logPath := filepath.Join(h.dir, "agent.log")
+	if a.out, err = os.Create(filepath.Join(h.dir, results.AgentFile)); err != nil {
+		return nil, err
+	}
+	if a.logf, err = os.Create(logPath); err != nil {
+		a.out.Close()
+		return nil, err
+	}
+	a.cmd = exec.Command(h.p.Executable, args...)
+	a.cmd.Stdout = a.out
+	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stderr, err := a.cmd.StderrPipe()
+	if err == nil {
+		err = a.cmd.Start()
+	}
 	if err != nil {
-		out.Close()
-		logf.Close()
-		return nil, nil, err
+		a.out.Close()
+		a.logf.Close()
+		return nil, fmt.Errorf("start agent: %w", err)
 	}
-	if err := cmd.Start(); err != nil {
-		out.Close()
-		logf.Close()
-		return nil, nil, fmt.Errorf("start agent: %w", err)
-	}
-	a = &runningAgent{exited: make(chan struct{})}
 	started := make(chan struct{})
-	logged := make(chan struct{})
 	go func() {
-		defer close(logged)
 		announced := false
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			line := sc.Text()
-			fmt.Fprintln(logf, line)
-			a.lastLog.Store(line)
+			fmt.Fprintln(a.logf, line)
+			a.lastLog = line
 			if !announced && strings.Contains(line, `msg="`+agent.StartedMessage+`"`) {
 				close(started)
 				announced = true
 			}
 		}
-		io.Copy(logf, stderr) // past a line too long to scan: the agent must never block on its log
-	}()
-	go func() {
-		<-logged // Wait closes the pipe: the log is read to its end first
-		a.waitErr = cmd.Wait()
+		io.Copy(a.logf, stderr) // past a line too long to scan: the agent must never block on its log
+		// Wait closes the pipe: the log is read to its end first.
+		a.waitErr = a.cmd.Wait()
 		close(a.exited)
 	}()
-	stop = func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-a.exited:
-		case <-time.After(15 * time.Second):
-			cmd.Process.Kill()
-			<-a.exited
-		}
-		out.Close()
-		logf.Close()
-		os.RemoveAll(stateDir)
-	}
 	select {
 	case <-started:
 	case <-a.exited:
-		stop()
-		return nil, nil, fmt.Errorf("%s (%s)", a.exitReason(), filepath.Join(h.dir, "agent.log"))
+		a.stop()
+		return nil, fmt.Errorf("%s (%s)", a.exitReason(), logPath)
 	case <-time.After(agentStartTimeout):
-		stop()
-		return nil, nil, fmt.Errorf("the agent did not start within %s (%s)", agentStartTimeout, filepath.Join(h.dir, "agent.log"))
+		a.stop()
+		return nil, fmt.Errorf("the agent did not start within %s (%s)", agentStartTimeout, logPath)
 	}
-	h.rep.Note("agent running on %s (pid %d)", scope, cmd.Process.Pid)
-	return a, stop, nil
+	h.rep.Note("agent running on %s (pid %d)", scope, a.cmd.Process.Pid)
+	return a, nil
 }
 
 // countStartEvictions names the agent's evictions of a step's workers

@@ -130,11 +130,10 @@ func Run(ctx context.Context, p Params, rep Reporter) (dir string, run *results.
 
 	var agentProc *runningAgent
 	if p.Agent {
-		var stopAgent func()
-		if agentProc, stopAgent, err = h.startAgent(); err != nil {
+		if agentProc, err = h.startAgent(); err != nil {
 			return h.dir, run, err
 		}
-		defer stopAgent()
+		defer agentProc.stop()
 	}
 
 	nodeMemory := run.Node.MemoryBytes
