@@ -140,10 +140,8 @@ func Run(ctx context.Context, p Params, rep Reporter) (dir string, run *results.
 	index := 0
 ramp:
 	for _, n := range p.Deployments {
-		total := uint64(n) * run.Node.RequestBytes
-		if total > nodeMemory {
-			run.StopReason = fmt.Sprintf("admission refused at %d workers: %d × %s requested = %s exceeds the node's %s",
-				n, n, units.FormatBytes(run.Node.RequestBytes), units.FormatBytes(total), units.FormatBytes(nodeMemory))
+		if refused := results.AdmissionRefused(n, run.Node.RequestBytes, nodeMemory); refused != "" {
+			run.StopReason = refused
 			rep.Note("%s", run.StopReason)
 			break
 		}

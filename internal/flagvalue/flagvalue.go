@@ -116,3 +116,38 @@ func Bind(fl *pflag.FlagSet, ptr any, name, usage string) {
 		panic(fmt.Sprintf("flag --%s: unsupported field type %T", name, p))
 	}
 }
+
+// MaybeBytes is a size that may be left unset: its default is then another
+// flag's ("" to read; "none" unsets it).
+type MaybeBytes struct {
+	Bytes uint64
+	Given bool
+}
+
+func (v *MaybeBytes) String() string {
+	if !v.Given {
+		return ""
+	}
+	return units.FormatBytes(v.Bytes)
+}
+func (v *MaybeBytes) Type() string { return "size" }
+func (v *MaybeBytes) Set(s string) error {
+	if s == "none" {
+		*v = MaybeBytes{}
+		return nil
+	}
+	var b Bytes
+	if err := b.Set(s); err != nil {
+		return err
+	}
+	*v = MaybeBytes{Bytes: uint64(b), Given: true}
+	return nil
+}
+
+// Or is the size, or fallback where none was given.
+func (v MaybeBytes) Or(fallback uint64) uint64 {
+	if v.Given {
+		return v.Bytes
+	}
+	return fallback
+}

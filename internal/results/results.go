@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/headroom-dev/headroom/internal/policy"
+	"github.com/headroom-dev/headroom/internal/units"
 )
 
 // SchemaVersion names the layout; readers refuse other versions.
@@ -79,6 +80,20 @@ type Node struct {
 	SwapReadIOPS float64 `json:"swap_read_iops,omitempty"`
 	// RequestBytes is what the scheduler reserves per worker.
 	RequestBytes uint64 `json:"request_bytes"`
+}
+
+// AdmissionRefused is why a step of workers, each requesting requestBytes,
+// is not admitted to a node of allocatableBytes, as a scheduler would
+// refuse it ("" if it fits): density and the simulator end their ramps
+// there.
+func AdmissionRefused(workers int, requestBytes, allocatableBytes uint64) string {
+	total := uint64(workers) * requestBytes
+	if total <= allocatableBytes {
+		return ""
+	}
+	totalText, allocatableText := units.FormatBytesApart(total, allocatableBytes)
+	return fmt.Sprintf("admission refused at %d workers: %d × %s requested = %s exceeds the node's %s",
+		workers, workers, units.FormatBytes(requestBytes), totalText, allocatableText)
 }
 
 // Step is one ramp step: a number of workers run together.

@@ -271,3 +271,22 @@ func TestWorkersAtRAMSpeed(t *testing.T) {
 		t.Fatalf("WorkersAtRAMSpeed = %v, want %v", got, want)
 	}
 }
+
+// A step is refused where its requests exceed the node, and the figures
+// say by how much even where one decimal would not.
+func TestAdmissionRefused(t *testing.T) {
+	for _, c := range []struct {
+		workers                  int
+		requestBytes, allocBytes uint64
+		want                     string
+	}{
+		{3, 336 << 20, 1320 << 20, ""},
+		{4, 330 << 20, 1320 << 20, ""},
+		{4, 336 << 20, 1320 << 20, "admission refused at 4 workers: 4 × 336.0 MiB requested = 1.31 GiB exceeds the node's 1.29 GiB"},
+		{12, 16 << 30, 184 << 30, "admission refused at 12 workers: 12 × 16.0 GiB requested = 192.0 GiB exceeds the node's 184.0 GiB"},
+	} {
+		if got := AdmissionRefused(c.workers, c.requestBytes, c.allocBytes); got != c.want {
+			t.Errorf("%d × %d B on %d B: %q, want %q", c.workers, c.requestBytes, c.allocBytes, got, c.want)
+		}
+	}
+}

@@ -68,9 +68,8 @@ func Run(ctx context.Context, p Params, done func(results.Step)) (*results.Run, 
 			run.StopReason, run.Interrupted = "interrupted", true
 			break
 		}
-		if total := uint64(n) * p.VM.RequestBytes; total > allocatable {
-			run.StopReason = fmt.Sprintf("admission refused at %d workers: %d × %s requested = %s exceeds the node's %s",
-				n, n, units.FormatBytes(p.VM.RequestBytes), units.FormatBytes(total), units.FormatBytes(allocatable))
+		if refused := results.AdmissionRefused(n, p.VM.RequestBytes, allocatable); refused != "" {
+			run.StopReason = refused
 			break
 		}
 		step, ds := simulateStep(p, n, i+1, dt, clock)

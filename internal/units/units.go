@@ -73,16 +73,39 @@ func ParseBytes(s string) (uint64, error) {
 
 // FormatBytes renders n with a binary unit and up to one decimal: "14.0 GiB".
 func FormatBytes(n uint64) string {
+	return formatBytesIn(n, n, 1)
+}
+
+// formatBytesIn renders n in the binary unit FormatBytes gives scale, with
+// digits decimals.
+func formatBytesIn(n, scale uint64, digits int) string {
 	const unit = 1024
-	if n < unit {
+	if scale < unit {
 		return fmt.Sprintf("%d B", n)
 	}
 	div, exp := uint64(unit), 0
-	for m := n / unit; m >= unit && exp < 4; m /= unit {
+	for m := scale / unit; m >= unit && exp < 4; m /= unit {
 		div *= unit
 		exp++
 	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
+	return fmt.Sprintf("%.*f %ciB", digits, float64(n)/float64(div), "KMGTP"[exp])
+}
+
+// FormatBytesApart renders a and b in one unit with as many decimals as
+// tell them apart, so that a comparison never reads "1.3 GiB exceeds
+// 1.3 GiB"; sizes one decimal already tells apart read as FormatBytes's.
+func FormatBytesApart(a, b uint64) (string, string) {
+	fa, fb := FormatBytes(a), FormatBytes(b)
+	if fa != fb || a == b {
+		return fa, fb
+	}
+	scale := max(a, b)
+	for digits := 1; digits <= 3; digits++ {
+		if fa, fb = formatBytesIn(a, scale, digits), formatBytesIn(b, scale, digits); fa != fb {
+			return fa, fb
+		}
+	}
+	return fmt.Sprintf("%d B", a), fmt.Sprintf("%d B", b)
 }
 
 // RateForm describes the accepted rate syntax, for error messages.

@@ -53,6 +53,23 @@ func TestFormatBytes(t *testing.T) {
 	}
 }
 
+func TestFormatBytesApart(t *testing.T) {
+	for _, c := range []struct {
+		a, b         uint64
+		wantA, wantB string
+	}{
+		{4 * 336 << 20, 1320 << 20, "1.31 GiB", "1.29 GiB"},
+		{3 << 30, 1 << 30, "3.0 GiB", "1.0 GiB"},
+		{1 << 30, 1 << 30, "1.0 GiB", "1.0 GiB"},
+		{1 << 30, 1000 << 20, "1.0 GiB", "1000.0 MiB"},
+		{1<<30 + 1, 1 << 30, "1073741825 B", "1073741824 B"},
+	} {
+		if a, b := FormatBytesApart(c.a, c.b); a != c.wantA || b != c.wantB {
+			t.Errorf("FormatBytesApart(%d, %d) = %q, %q; want %q, %q", c.a, c.b, a, b, c.wantA, c.wantB)
+		}
+	}
+}
+
 func TestParseRate(t *testing.T) {
 	tests := []struct {
 		in      string

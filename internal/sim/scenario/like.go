@@ -22,10 +22,11 @@ const headroomGuestOverheadBytes = 40 << 20
 // Like is a measured density run's parameters as the simulator's, by flag:
 // its ramp, workload, node, swap and agent, and its backend's worker kind
 // and overheads, so that `headroom sim --like RUN_DIR` models the same
-// ramp. What the run does not record (the device's rates, the touch rate)
-// is left to --machine this, a scenario or the flags. A run whose
-// backend's overhead it does not know, or with a compressed tier, is an
-// error saying what to pass.
+// ramp. The run's --overhead is its request's; what its workers hold
+// beyond their memory is the backend's. What the run does not record (the
+// device's rates, the touch rate) is left to --machine this, a scenario
+// or the flags. A run whose backend's overhead it does not know, or with a
+// compressed tier, is an error saying what to pass.
 func Like(run *results.Run) (map[string]string, error) {
 	if run.Kind != "density" {
 		return nil, fmt.Errorf("a %q run: --like takes a measured one (kind density)", run.Kind)
@@ -53,7 +54,7 @@ func Like(run *results.Run) (map[string]string, error) {
 		"deployments": strings.Join(counts, ","), "vm-memory": num("vm_memory_bytes"), "memory-size": num("memory_size_bytes"),
 		"memory-scan": str("memory_scan"), "writes": str("writes"), "rate": str("rate_pages_per_sec"), "content": str("content"),
 		"overcommit-percent": str("overcommit_percent"),
-		"overhead":           num("overhead_bytes"), "seed": str("seed"), "guest-cache": num("guest_cache_bytes"),
+		"overhead":           num("overhead_bytes"), "request-overhead": num("overhead_bytes"), "seed": str("seed"), "guest-cache": num("guest_cache_bytes"),
 		"node-memory": fmt.Sprint(run.Node.MemoryBytes), "swap": fmt.Sprint(run.Node.SwapBytes), "system-reserve": "0",
 	}
 	if rt := str("workload_runtime_seconds"); rt != "" {

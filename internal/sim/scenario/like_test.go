@@ -61,6 +61,11 @@ func TestLikeADensityRun(t *testing.T) {
 		sp.Seed != 7 || sp.Agent == nil || sp.Agent.Policy.MaxAverageSwapInPagesPerSecond != 0 {
 		t.Errorf("the model of the run: %+v", sp)
 	}
+	// It admits what the run admitted: the run's request, not its
+	// workers' 3 MiB beside their memory.
+	if sp.VM.RequestBytes != p.RequestBytes() {
+		t.Errorf("the model requests %d B a worker, the run %d B", sp.VM.RequestBytes, p.RequestBytes())
+	}
 	// A libvirt run of headroom's image is a VM with that image's guest.
 	lv := p
 	lv.Backend, lv.OverheadBytes = "libvirt", 64<<20
@@ -68,7 +73,8 @@ func TestLikeADensityRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m["worker-kind"] != "vm" || m["guest-overhead"] != fmt.Sprint(headroomGuestOverheadBytes) || m["overhead"] != fmt.Sprint(64<<20) {
+	if m["worker-kind"] != "vm" || m["guest-overhead"] != fmt.Sprint(headroomGuestOverheadBytes) || m["overhead"] != fmt.Sprint(64<<20) ||
+		m["request-overhead"] != fmt.Sprint(64<<20) {
 		t.Errorf("a libvirt run: %v", m)
 	}
 	for _, c := range []struct {

@@ -58,7 +58,7 @@ func (v Values) Params(agentFile *sim.AgentParams) (sim.Params, error) {
 	}
 	vm := sim.VMSpec{Process: v.WorkerKind == "process", MemoryBytes: uint64(v.VMMemory), GuestOverheadBytes: uint64(v.GuestOverhead),
 		HostOverheadBytes: uint64(v.Overhead), GuestCacheBytes: uint64(v.GuestCache),
-		RequestBytes: density.RequestBytes(uint64(v.VMMemory), v.Overcommit, uint64(v.Overhead)),
+		RequestBytes: density.RequestBytes(uint64(v.VMMemory), v.Overcommit, v.RequestOverhead.Or(uint64(v.Overhead))),
 		Workload: sim.Workload{SizeBytes: uint64(v.MemorySize), Scan: memload.Scan(v.Scan), WriteFraction: float64(v.Writes),
 			RatePagesPerSec: float64(v.Rate), DupFraction: sim.DupFraction(memload.Content(v.Content))}}
 	if err := sim.Validate(node, vm); err != nil {
@@ -66,9 +66,13 @@ func (v Values) Params(agentFile *sim.AgentParams) (sim.Params, error) {
 	}
 	// A node that admits not one VM is bad input, not an empty run.
 	if allocatable := node.RAMBytes - node.SystemReserveBytes; vm.RequestBytes > allocatable {
+		overheadFlag := v.flagOf(&v.Overhead)
+		if v.RequestOverhead.Given {
+			overheadFlag = v.flagOf(&v.RequestOverhead)
+		}
 		return sim.Params{}, fmt.Errorf("--%s %s requests %s a VM (--%s %g, --%s %s), more than the node's %s (--%s less --%s): not one VM is admitted",
 			v.flagOf(&v.VMMemory), units.FormatBytes(vm.MemoryBytes), units.FormatBytes(vm.RequestBytes), v.flagOf(&v.Overcommit), v.Overcommit,
-			v.flagOf(&v.Overhead), units.FormatBytes(vm.HostOverheadBytes), units.FormatBytes(allocatable), v.flagOf(&v.NodeMemory), v.flagOf(&v.SystemReserve))
+			overheadFlag, units.FormatBytes(v.RequestOverhead.Or(uint64(v.Overhead))), units.FormatBytes(allocatable), v.flagOf(&v.NodeMemory), v.flagOf(&v.SystemReserve))
 	}
 	p := sim.Params{Node: node, VM: vm, Deployments: deployments, RuntimeSeconds: v.Runtime.Seconds(), Seed: v.Seed,
 		StopOnFailure: v.StopOnFailure, Label: fmt.Sprintf("sim %s %s", v.Scan, units.FormatBytes(uint64(v.MemorySize)))}

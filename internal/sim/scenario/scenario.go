@@ -28,18 +28,21 @@ import (
 // needs saying, what the default means).
 type Values struct {
 	// The ramp and the workload, as headroom density takes them.
-	Deployments   string             `flag:"deployments" key:"deployments" unit:"form" group:"ramp" help:"VM counts: start:end:step or a list such as 1,2,4,8"`
-	VMMemory      flagvalue.Bytes    `flag:"vm-memory" model:"VM.MemoryBytes" key:"vm_memory_bytes" unit:"bytes" group:"ramp" help:"declared memory of each VM"`
-	MemorySize    flagvalue.Bytes    `flag:"memory-size" model:"VM.Workload.SizeBytes" key:"memory_size_bytes" unit:"bytes" group:"ramp" help:"each workload's block (at most --vm-memory less --guest-overhead)"`
-	Scan          flagvalue.Scan     `flag:"memory-scan" model:"VM.Workload.Scan" key:"memory_scan" unit:"none|seq|random" group:"ramp" help:"the workload's access pattern"`
-	Writes        flagvalue.Fraction `flag:"writes" model:"VM.Workload.WriteFraction" key:"writes" unit:"share" group:"ramp" help:"share of touches that write, 0 to 1"`
-	Rate          flagvalue.Rate     `flag:"rate" key:"rate_pages_per_sec" unit:"pages/s" group:"ramp" help:"per-VM cap on the workload's pages/s (0: as fast as possible)"`
-	Content       flagvalue.Content  `flag:"content" key:"content" unit:"form" group:"ramp" help:"page content: random, zero, dup=F (mergeable by KSM), compress=R (a tier's ratio)"`
-	Runtime       time.Duration      `flag:"workload-runtime" key:"workload_runtime_seconds" unit:"seconds" group:"ramp" help:"measured phase of each step"`
-	Overcommit    float64            `flag:"overcommit-percent" key:"overcommit_percent" unit:"percent" group:"ramp" help:"memory overcommit: request = vm-memory × 100 / percent (+ overhead)"`
-	Overhead      flagvalue.Bytes    `flag:"overhead" key:"overhead_bytes" unit:"bytes" group:"ramp" help:"host memory per VM beyond its guest RAM (QEMU), also added to its request"`
-	Seed          uint64             `flag:"seed" key:"seed" unit:"count" group:"ramp" help:"seed of the VMs' start times"`
-	StopOnFailure bool               `flag:"stop-on-failure" key:"stop_on_failure" unit:"bool" group:"ramp" help:"stop the ramp at the first failed step (an OOM kill or eviction)"`
+	Deployments string             `flag:"deployments" key:"deployments" unit:"form" group:"ramp" help:"VM counts: start:end:step or a list such as 1,2,4,8"`
+	VMMemory    flagvalue.Bytes    `flag:"vm-memory" model:"VM.MemoryBytes" key:"vm_memory_bytes" unit:"bytes" group:"ramp" help:"declared memory of each VM"`
+	MemorySize  flagvalue.Bytes    `flag:"memory-size" model:"VM.Workload.SizeBytes" key:"memory_size_bytes" unit:"bytes" group:"ramp" help:"each workload's block (at most --vm-memory less --guest-overhead)"`
+	Scan        flagvalue.Scan     `flag:"memory-scan" model:"VM.Workload.Scan" key:"memory_scan" unit:"none|seq|random" group:"ramp" help:"the workload's access pattern"`
+	Writes      flagvalue.Fraction `flag:"writes" model:"VM.Workload.WriteFraction" key:"writes" unit:"share" group:"ramp" help:"share of touches that write, 0 to 1"`
+	Rate        flagvalue.Rate     `flag:"rate" key:"rate_pages_per_sec" unit:"pages/s" group:"ramp" help:"per-VM cap on the workload's pages/s (0: as fast as possible)"`
+	Content     flagvalue.Content  `flag:"content" key:"content" unit:"form" group:"ramp" help:"page content: random, zero, dup=F (mergeable by KSM), compress=R (a tier's ratio)"`
+	Runtime     time.Duration      `flag:"workload-runtime" key:"workload_runtime_seconds" unit:"seconds" group:"ramp" help:"measured phase of each step"`
+	Overcommit  float64            `flag:"overcommit-percent" key:"overcommit_percent" unit:"percent" group:"ramp" help:"memory overcommit: request = vm-memory × 100 / percent (+ overhead)"`
+	Overhead    flagvalue.Bytes    `flag:"overhead" key:"overhead_bytes" unit:"bytes" group:"ramp" help:"host memory per VM beyond its guest RAM (QEMU); also its request's overhead unless --request-overhead"`
+	// A request's overhead is declared and need not be what the host holds:
+	// density's cgroup workers request 16 MiB beyond their memory and hold 3.
+	RequestOverhead flagvalue.MaybeBytes `flag:"request-overhead" key:"request_overhead_bytes" unit:"bytes" group:"ramp" help:"what a VM's request adds to vm-memory × 100 / overcommit-percent (none: --overhead)"`
+	Seed            uint64               `flag:"seed" key:"seed" unit:"count" group:"ramp" help:"seed of the VMs' start times"`
+	StopOnFailure   bool                 `flag:"stop-on-failure" key:"stop_on_failure" unit:"bool" group:"ramp" help:"stop the ramp at the first failed step (an OOM kill or eviction)"`
 
 	// The VM.
 	WorkerKind    string          `flag:"worker-kind" model:"VM.Process" key:"worker_kind" unit:"vm|process" group:"vm" help:"vm: a guest (reads ahead page by page); process: density's cgroup backend (one read a window, no boot)"`
@@ -170,6 +173,12 @@ func (v Values) Record() map[string]any {
 		switch x := f.Interface().(type) {
 		case flagvalue.Bytes:
 			m[p.Key] = uint64(x)
+		case flagvalue.MaybeBytes:
+			if x.Given {
+				m[p.Key] = x.Bytes
+			} else {
+				m[p.Key] = nil
+			}
 		case flagvalue.Rate:
 			m[p.Key] = float64(x)
 		case flagvalue.Fraction:
