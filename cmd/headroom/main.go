@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/headroom-dev/headroom/internal/microvm/guest"
 )
@@ -38,11 +39,64 @@ holds, safely, and measure exactly what that costs.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(flagError)
 	root.AddCommand(newLoadCommand(), newAgentCommand(), newDensityCommand(), newReportCommand(), newVMCommand(), newSwapCommand(), newSimCommand(), newCalcCommand())
 	root.InitDefaultCompletionCmd()
 	refuseUnknownSubcommands(root)
 	return root
+}
+
+// flagError is bad input on the command line. An unknown flag a typo away
+// from one the command has is answered with that one.
+func flagError(c *cobra.Command, err error) error {
+	if name, ok := strings.CutPrefix(err.Error(), "unknown flag: --"); ok {
+		if near := nearestFlag(c.Flags(), name); near != "" {
+			err = fmt.Errorf("%w (did you mean --%s?)", err, near)
+		}
+	}
+	return usageError{err}
+}
+
+// nearestFlag is the visible flag of fl at most two edits from name, if
+// exactly one is nearest.
+func nearestFlag(fl *pflag.FlagSet, name string) string {
+	best, bestEdits, ties := "", 3, 0
+	fl.VisitAll(func(f *pflag.Flag) {
+		if f.Hidden {
+			return
+		}
+		switch d := editDistance(name, f.Name); {
+		case d < bestEdits:
+			best, bestEdits, ties = f.Name, d, 0
+		case d == bestEdits:
+			ties++
+		}
+	})
+	if ties > 0 || bestEdits > len(name)/2 {
+		return ""
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 // refuseUnknownSubcommands makes a word that names none of a group's

@@ -86,7 +86,10 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"load", "--size", "1Pi"}, "larger than this machine's RAM + swap"},
 		{[]string{"load", "--size", "4Gi", "--workers", "4096"}, "--workers 4096"},
 		{[]string{"load", "extra"}, "unknown command"},
-		{[]string{"load", "--bogus"}, "unknown flag"},
+		{[]string{"load", "--bogus"}, "unknown flag: --bogus"},
+		{[]string{"density", "--node-memroy", "1Gi"}, "unknown flag: --node-memroy (did you mean --node-memory?)"},
+		{[]string{"sim", "--swap-read-iop", "5"}, "(did you mean --swap-read-iops?)"},
+		{[]string{"agent", "--intervall", "1s"}, "(did you mean --interval?)"},
 		{[]string{"frobnicate"}, "unknown command"},
 		{[]string{"swap", "frobnicate"}, `unknown command "frobnicate" for "headroom swap"`},
 		{[]string{"vm", "build"}, `unknown command "build" for "headroom vm"`},
@@ -694,5 +697,21 @@ func TestCheckOutputDirMakesNothing(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Dir(dir)); !os.IsNotExist(err) {
 		t.Fatalf("checking --out made %s (%v)", filepath.Dir(dir), err)
+	}
+}
+
+// An unknown flag is answered with the one flag a typo away, never with a
+// guess between two or with a hidden flag.
+func TestNearestFlag(t *testing.T) {
+	fl := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	for _, name := range []string{"swap", "swab", "node-memory", "guest-memory", "seq-a", "seq-b"} {
+		fl.String(name, "", "")
+	}
+	fl.MarkHidden("swab")
+	for name, want := range map[string]string{"swp": "swap", "swabb": "swap", "node-memroy": "node-memory", "uest-memory": "guest-memory",
+		"seq-c": "", "vm-memory": "", "bogus": "", "x": ""} {
+		if got := nearestFlag(fl, name); got != want {
+			t.Errorf("--%s: %q, want %q", name, got, want)
+		}
 	}
 }
