@@ -180,7 +180,7 @@ func readShapes(path string, base calcShape) ([]calcShape, error) {
 			if fs.Lookup(k) == nil {
 				var known []string
 				fs.VisitAll(func(f *pflag.Flag) { known = append(known, f.Name) })
-				return nil, usagef("--shapes %s: entry %d: key %q does not exist; keys: %s", path, i+1, k, strings.Join(known, ", "))
+				return nil, usagef("--shapes %s: entry %d: %s", path, i+1, unknownKey(k, known))
 			}
 			if err := fs.Set(k, fmt.Sprint(e[k])); err != nil {
 				return nil, usagef("--shapes %s: entry %d: %s: %v", path, i+1, k, err)

@@ -3,13 +3,16 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/headroom-dev/headroom/internal/flagvalue"
+	"github.com/headroom-dev/headroom/internal/suggest"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -88,4 +91,13 @@ func makeOutputDir(flag, dir string) error {
 		return usagef("%s %s: %v", flag, dir, err)
 	}
 	return nil
+}
+
+// unknownKey says that a file's key is none of known, the flags' names:
+// the one a typo away, or else all of them.
+func unknownKey(key string, known []string) string {
+	if near := suggest.Nearest(key, known); near != "" {
+		return fmt.Sprintf("key %q does not exist (did you mean %s?)", key, near)
+	}
+	return fmt.Sprintf("key %q does not exist; keys are the flags' names: %s", key, strings.Join(known, ", "))
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/headroom-dev/headroom/internal/microvm/guest"
+	"github.com/headroom-dev/headroom/internal/suggest"
 )
 
 // usageError is bad input: printed as one line, exit status 2.
@@ -57,46 +58,15 @@ func flagError(c *cobra.Command, err error) error {
 	return usageError{err}
 }
 
-// nearestFlag is the visible flag of fl at most two edits from name, if
-// exactly one is nearest.
+// nearestFlag is the visible flag of fl a typo away from name, if one is.
 func nearestFlag(fl *pflag.FlagSet, name string) string {
-	best, bestEdits, ties := "", 3, 0
+	var names []string
 	fl.VisitAll(func(f *pflag.Flag) {
-		if f.Hidden {
-			return
-		}
-		switch d := editDistance(name, f.Name); {
-		case d < bestEdits:
-			best, bestEdits, ties = f.Name, d, 0
-		case d == bestEdits:
-			ties++
+		if !f.Hidden {
+			names = append(names, f.Name)
 		}
 	})
-	if ties > 0 || bestEdits > len(name)/2 {
-		return ""
-	}
-	return best
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
+	return suggest.Nearest(name, names)
 }
 
 // refuseUnknownSubcommands makes a word that names none of a group's

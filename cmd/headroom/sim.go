@@ -126,7 +126,7 @@ func applyScenario(fl *pflag.FlagSet, path string) error {
 					known = append(known, f.Name)
 				}
 			})
-			return usagef("--scenario %s: key %q does not exist; keys are the flags' names: %s", path, k, strings.Join(known, ", "))
+			return usagef("--scenario %s: %s", path, unknownKey(k, known))
 		}
 		if flag.Changed {
 			continue

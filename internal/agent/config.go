@@ -7,13 +7,18 @@ package agent
 import (
 	"fmt"
 	"os"
+	"reflect"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"sigs.k8s.io/yaml"
 
 	"github.com/headroom-dev/headroom/internal/policy"
+	"github.com/headroom-dev/headroom/internal/suggest"
 )
 
 // Config is the agent's configuration: the policy's thresholds plus how the
@@ -135,9 +140,65 @@ func (c *Config) LoadFile(path string) error {
 		return fmt.Errorf("read config: %w", err)
 	}
 	if err := yaml.UnmarshalStrict(b, c); err != nil {
-		return fmt.Errorf("config %s: %w", path, err)
+		return fmt.Errorf("%s: %s", path, configFileError(err))
 	}
 	return nil
+}
+
+var (
+	unknownKey = regexp.MustCompile(`unknown field "([^"]+)"`)
+	wrongType  = regexp.MustCompile(`cannot unmarshal (\w+) into Go struct field (\S+) of type (\S+)`)
+)
+
+// configFileError says what is wrong with a configuration file in its own
+// terms, its keys and YAML's values, where the decoder speaks of JSON and
+// Go types.
+func configFileError(err error) string {
+	msg := err.Error()
+	if m := unknownKey.FindStringSubmatch(msg); m != nil {
+		switch near := suggest.Nearest(m[1], configKeys(reflect.TypeOf(Config{}))); near {
+		case m[1]:
+			return fmt.Sprintf("key %q is not one of its section's (headroom agent --print-config shows where it goes)", m[1])
+		case "":
+		default:
+			return fmt.Sprintf("unknown key %q (did you mean %s?)", m[1], near)
+		}
+		return fmt.Sprintf("unknown key %q (headroom agent --print-config lists the keys)", m[1])
+	}
+	if m := wrongType.FindStringSubmatch(msg); m != nil {
+		want := map[string]string{"float64": "a number", "int": "a whole number", "string": "a string", "bool": "true or false",
+			"[]string": "a list of strings"}[m[3]]
+		if want == "" {
+			want = m[3]
+		}
+		// The field's path names the Go types it passes through (Config,
+		// an embedded policy.Config); the keys are the rest.
+		key := strings.Join(slices.DeleteFunc(strings.Split(m[2], "."), func(s string) bool { return s == "" || unicode.IsUpper(rune(s[0])) }), ".")
+		return fmt.Sprintf("key %s: want %s, got a %s", key, want, m[1])
+	}
+	for _, decoder := range []string{"error converting YAML to JSON: yaml: ", "error unmarshaling JSON: while decoding JSON: json: "} {
+		msg = strings.TrimPrefix(msg, decoder)
+	}
+	return msg
+}
+
+// configKeys are the keys of a configuration of type t, at every depth.
+func configKeys(t reflect.Type) []string {
+	var keys []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" {
+			continue
+		}
+		if name != "" {
+			keys = append(keys, name)
+		}
+		if f.Type.Kind() == reflect.Struct {
+			keys = append(keys, configKeys(f.Type)...)
+		}
+	}
+	return keys
 }
 
 // WaspEnv maps wasp-agent's environment variables to config keys.
