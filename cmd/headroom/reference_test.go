@@ -90,7 +90,7 @@ func treeFiles(dir string) (map[string][]byte, error) {
 }
 
 // TestHelpIsOneLineAFlag: every flag's help is one line, short enough to
-// read in a terminal, and says what the flag is for.
+// read in a terminal, says what the flag is for, and names no value.
 func TestHelpIsOneLineAFlag(t *testing.T) {
 	const maxUsage = 160
 	walkCommands(newRootCommand(), func(c *cobra.Command) {
@@ -102,6 +102,9 @@ func TestHelpIsOneLineAFlag(t *testing.T) {
 				t.Errorf("%s --%s: help is %d characters (over %d): say the rest in the guide", c.CommandPath(), f.Name, len(f.Usage), maxUsage)
 			case f.Usage == "":
 				t.Errorf("%s --%s: no help", c.CommandPath(), f.Name)
+			case strings.Contains(f.Usage, "`"):
+				// pflag shows a backquoted word as the value's name.
+				t.Errorf("%s --%s: help quotes a word in backquotes, which --help shows as the value (--%s %s)", c.CommandPath(), f.Name, f.Name, strings.Split(f.Usage, "`")[1])
 			}
 		})
 	})

@@ -20,7 +20,7 @@ and removes exactly what it made. Faster tiers are used first: zswap
 caches pages on their way to a swap device; zram (priority 100 by
 default) fills before the swap file (priority 10).`,
 	}
-	cmd.PersistentFlags().StringVar(&statePath, "state", swaptier.DefaultStatePath, "where `up` records what it made, for `down` and `status`")
+	cmd.PersistentFlags().StringVar(&statePath, "state", swaptier.DefaultStatePath, "file where swap up records what it made, for swap down and swap status")
 	cmd.AddCommand(newSwapUpCommand(&statePath), newSwapDownCommand(&statePath), newSwapStatusCommand(&statePath))
 	return cmd
 }
