@@ -9,7 +9,9 @@ import (
 	"bufio"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -304,7 +306,15 @@ func (w *bytesBuffer) Write(p []byte) (int, error) { w.b = append(w.b, p...); re
 
 // ReadRun reads a run directory's run.json.
 func ReadRun(dir string) (*Run, error) {
+	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		return nil, fmt.Errorf("%s is a file: give the run's directory (%s)", dir, filepath.Dir(dir))
+	} else if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s: no such directory", dir)
+	}
 	b, err := os.ReadFile(filepath.Join(dir, RunFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s holds no %s: not the results of a run", dir, RunFile)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read results: %w", err)
 	}
