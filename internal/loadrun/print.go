@@ -19,6 +19,8 @@ type printer struct {
 	w    io.Writer
 	json bool
 	rows int
+	// intervalSeconds is the run's reporting interval (0: not known).
+	intervalSeconds float64
 }
 
 func newPrinter(w io.Writer, asJSON bool) *printer { return &printer{w: w, json: asJSON} }
@@ -32,11 +34,12 @@ func (p *printer) emitJSON(v any) {
 }
 
 func (p *printer) header(params memload.Params) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.intervalSeconds = params.IntervalSeconds
 	if p.json {
 		return
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	fmt.Fprintf(p.w, "headroom load: %s, scan %s, stride %d B, writes %g, content %s, rate %s\n",
 		units.FormatBytes(params.SizeBytes), params.Scan, params.StrideBytes, params.WriteFraction,
 		params.Content, rateText(params.RatePagesPerSec))
@@ -61,6 +64,11 @@ func (p *printer) record(r memload.Record) {
 	defer p.mu.Unlock()
 	if p.json {
 		p.emitJSON(r)
+		return
+	}
+	if r.IntervalSeconds < p.intervalSeconds/10 {
+		// The moment between the last tick and the stop: its rate is
+		// noise, and the summary counts its pages.
 		return
 	}
 	if p.rows%20 == 0 {
