@@ -157,29 +157,41 @@ func configFileError(err error) string {
 	msg := err.Error()
 	if m := unknownKey.FindStringSubmatch(msg); m != nil {
 		switch near := suggest.Nearest(m[1], configKeys(reflect.TypeOf(Config{}))); near {
+		case "":
+			return fmt.Sprintf("unknown key %q (headroom agent --print-config lists the keys)", m[1])
 		case m[1]:
 			return fmt.Sprintf("key %q is not one of its section's (headroom agent --print-config shows where it goes)", m[1])
-		case "":
 		default:
 			return fmt.Sprintf("unknown key %q (did you mean %s?)", m[1], near)
 		}
-		return fmt.Sprintf("unknown key %q (headroom agent --print-config lists the keys)", m[1])
 	}
 	if m := wrongType.FindStringSubmatch(msg); m != nil {
-		want := map[string]string{"float64": "a number", "int": "a whole number", "string": "a string", "bool": "true or false",
-			"[]string": "a list of strings"}[m[3]]
-		if want == "" {
-			want = m[3]
-		}
+		want, got := yamlValue(m[3], goValues), yamlValue(m[1], jsonValues)
 		// The field's path names the Go types it passes through (Config,
 		// an embedded policy.Config); the keys are the rest.
 		key := strings.Join(slices.DeleteFunc(strings.Split(m[2], "."), func(s string) bool { return s == "" || unicode.IsUpper(rune(s[0])) }), ".")
-		return fmt.Sprintf("key %s: want %s, got a %s", key, want, m[1])
+		return fmt.Sprintf("key %s: want %s, got %s", key, want, got)
 	}
 	for _, decoder := range []string{"error converting YAML to JSON: yaml: ", "error unmarshaling JSON: while decoding JSON: json: "} {
 		msg = strings.TrimPrefix(msg, decoder)
 	}
 	return msg
+}
+
+// What a Go field holds and what the decoder found, as YAML's values.
+var (
+	goValues   = map[string]string{"float64": "a number", "int": "a whole number", "string": "a string", "bool": "true or false", "[]string": "a list of strings"}
+	jsonValues = map[string]string{"number": "a number", "string": "a string", "bool": "true or false", "array": "a list", "object": "keys and values"}
+)
+
+func yamlValue(kind string, names map[string]string) string {
+	if name, ok := names[kind]; ok {
+		return name
+	}
+	if strings.Contains(kind, ".") { // a section: a struct of the package
+		return "keys and values"
+	}
+	return kind
 }
 
 // configKeys are the keys of a configuration of type t, at every depth.

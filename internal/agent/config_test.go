@@ -20,6 +20,8 @@ func TestConfigFileErrorsSpeakItsTerms(t *testing.T) {
 		{"intervalSeconds: fast\n", "key intervalSeconds: want a number, got a string"},
 		{"maxAverageSwapInPagesPerSecond: x\n", "key maxAverageSwapInPagesPerSecond: want a number, got a string"},
 		{"ignoreCgroups: 5\n", "key ignoreCgroups: want a list of strings, got a number"},
+		{"intervalSeconds: [1, 2]\n", "key intervalSeconds: want a number, got a list"},
+		{"kubernetes: 3\n", "key kubernetes: want keys and values, got a number"},
 		{"a: [1\n", "agent.yaml: line 1: did not find expected"},
 	} {
 		os.WriteFile(file, []byte(c.yaml), 0o644)
