@@ -422,7 +422,9 @@ func runCalibrate(cmd *cobra.Command, f *calibrateFlags) error {
 	if err != nil {
 		return usageError{err}
 	}
-	c, err := probe.Calibrate(cmd.Context(), dev, f.CalibrateOptions)
+	opts := f.CalibrateOptions
+	opts.Progress = progressTo(cmd.ErrOrStderr())
+	c, err := probe.Calibrate(cmd.Context(), dev, opts)
 	if err != nil {
 		return err
 	}

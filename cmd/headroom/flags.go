@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -100,4 +101,10 @@ func unknownKey(key string, known []string) string {
 		return fmt.Sprintf("key %q does not exist (did you mean %s?)", key, near)
 	}
 	return fmt.Sprintf("key %q does not exist; keys are the flags' names: %s", key, strings.Join(known, ", "))
+}
+
+// progressTo writes a long measurement's progress lines to w (stderr:
+// stdout holds the result, and --json's).
+func progressTo(w io.Writer) func(string) {
+	return func(line string) { fmt.Fprintln(w, line) }
 }

@@ -176,7 +176,8 @@ func applyMachine(cmd *cobra.Command, f *simFlags) error {
 		tier = ""
 	}
 	fig, err := machine.Measure(cmd.Context(), machine.Options{Headroom: exe, Scan: memload.Scan(f.Scan),
-		SwapFileDir: tierspec.DefaultFileDir, Duration: 2 * time.Second, Tier: tier, Content: memload.Content(f.Content), Rounds: f.machineRounds})
+		SwapFileDir: tierspec.DefaultFileDir, Duration: 2 * time.Second, Tier: tier, Content: memload.Content(f.Content), Rounds: f.machineRounds,
+		Progress: progressTo(cmd.ErrOrStderr())})
 	if err != nil {
 		return err
 	}

@@ -30,6 +30,8 @@ type CalibrateOptions struct {
 	// Rounds repeats the whole probe and keeps each figure's median
 	// (0 or 1: once).
 	Rounds int
+	// Progress, if set, is told of each round as it starts.
+	Progress func(line string)
 }
 
 // maxCalibrateRounds bounds CalibrateOptions.Rounds: each round is
@@ -68,7 +70,7 @@ type Calibration struct {
 // and written only in WriteTestDir on the same device.
 func Calibrate(ctx context.Context, dev host.SwapDevice, o CalibrateOptions) (Calibration, error) {
 	opts := Options{Duration: o.Duration, Jobs: o.Jobs, ScratchBytes: min(dev.SizeBytes, 256<<20), Depths: o.Depths, LargeBlockBytes: o.LargeBlockBytes,
-		Rounds: o.Rounds}
+		Rounds: o.Rounds, Progress: o.Progress}
 	switch {
 	case o.WriteTestDir != "":
 		opts.Dir = o.WriteTestDir

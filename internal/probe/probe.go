@@ -80,6 +80,8 @@ type Options struct {
 	// figure's median: a shared disk's rate at one depth moves by 10-30%
 	// between tests seconds apart.
 	Rounds int
+	// Progress, if set, is told of each round as it starts.
+	Progress func(line string)
 }
 
 // Run measures random reads, then (with a scratch file) random writes, at
@@ -110,12 +112,45 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	rounds := make([]Result, max(o.Rounds, 1))
 	for i := range rounds {
+		if o.Progress != nil {
+			o.Progress(fmt.Sprintf("probing %s: 4 KiB random %s, about %s (round %d of %d)", readPath, o.tests(), o.roundTime(), i+1, len(rounds)))
+		}
 		rounds[i] = r
 		if err := o.measure(ctx, &rounds[i], readBytes); err != nil {
 			return r, err
 		}
 	}
 	return medianOfRounds(rounds), nil
+}
+
+// tests names what a round measures.
+func (o Options) tests() string {
+	what := "reads"
+	if o.Dir != "" {
+		what = "reads and writes"
+	}
+	if len(o.Depths) > 0 {
+		return fmt.Sprintf("%s at queue depths %d to %d", what, min(o.Jobs, slices.Min(o.Depths)), max(o.Jobs, slices.Max(o.Depths)))
+	}
+	return fmt.Sprintf("%s at queue depth %d", what, o.Jobs)
+}
+
+// roundTime is how long a round's tests take: one of Duration at Jobs,
+// at the large block and at each further depth, for reads and for writes.
+func (o Options) roundTime() time.Duration {
+	tests := 1
+	if o.LargeBlockBytes > 0 {
+		tests++
+	}
+	for _, d := range o.Depths {
+		if d != o.Jobs {
+			tests++
+		}
+	}
+	if o.Dir != "" {
+		tests *= 2
+	}
+	return time.Duration(tests) * o.Duration
 }
 
 // measure fills one round's figures into r: reads, and writes with a

@@ -6,6 +6,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -135,5 +136,22 @@ func TestRunInterruptedReportsNothing(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(dir); len(left) != 0 {
 		t.Fatalf("scratch file left behind: %v", left)
+	}
+}
+
+// A long probe says what each round measures and for how long, as it
+// starts.
+func TestRunTellsEachRound(t *testing.T) {
+	dir := t.TempDir()
+	var lines []string
+	_, err := Run(context.Background(), Options{Dir: dir, ScratchBytes: 16 << 20, Duration: 20 * time.Millisecond, Jobs: 2, Depths: []int{1, 8},
+		LargeBlockBytes: 64 << 10, Rounds: 2, Progress: func(l string) { lines = append(lines, l) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each round: 4 KiB at depth 2, the large block, depths 1 and 8; reads and writes.
+	if len(lines) != 2 || !strings.Contains(lines[0], "4 KiB random reads and writes at queue depths 1 to 8, about 160ms (round 1 of 2)") ||
+		!strings.HasSuffix(lines[1], "(round 2 of 2)") {
+		t.Errorf("progress: %q", lines)
 	}
 }

@@ -125,6 +125,15 @@ type Options struct {
 	// Rounds is how often each figure is measured (0:
 	// DefaultRounds); the figures are the medians.
 	Rounds int
+	// Progress, if set, is told of each measurement as it starts.
+	Progress func(line string)
+}
+
+// progress tells o.Progress, if set.
+func (o Options) progress(format string, args ...any) {
+	if o.Progress != nil {
+		o.Progress(fmt.Sprintf(format, args...))
+	}
 }
 
 // rounds is o.Rounds, or DefaultRounds when unset.
@@ -164,14 +173,14 @@ func Measure(ctx context.Context, o Options) (Figures, error) {
 	var res probe.Result
 	if dev, err := probe.PickSwapDevice(""); err == nil {
 		c, err := probe.Calibrate(ctx, dev, probe.CalibrateOptions{Duration: o.Duration, Jobs: probeJobs, Fraction: 1, Depths: probeDepths,
-			LargeBlockBytes: probeLargeBlockBytes, Rounds: o.rounds()})
+			LargeBlockBytes: probeLargeBlockBytes, Rounds: o.rounds(), Progress: o.Progress})
 		if err != nil {
 			return f, fmt.Errorf("probe swap %s: %w", dev.Path, err)
 		}
 		res, f.SwapDevice, f.SwapSizeBytes = c.Probe, dev.Path, dev.SizeBytes
 	} else {
 		res, err = probe.Run(ctx, probe.Options{Dir: o.SwapFileDir, ScratchBytes: 256 << 20, Duration: o.Duration, Jobs: probeJobs, Depths: probeDepths,
-			LargeBlockBytes: probeLargeBlockBytes, Rounds: o.rounds()})
+			LargeBlockBytes: probeLargeBlockBytes, Rounds: o.rounds(), Progress: o.Progress})
 		if err != nil {
 			return f, fmt.Errorf("probe %s: %w", o.SwapFileDir, err)
 		}
@@ -181,6 +190,7 @@ func Measure(ctx context.Context, o Options) (Figures, error) {
 	f.ReadBytesPerSec = transferRate(res.ReadIOPS, res.LargeReadIOPS, res.LargeBlockBytes)
 	f.WriteBytesPerSec = transferRate(res.WriteIOPS, res.LargeWriteIOPS, res.LargeBlockBytes)
 	if o.Tier != "" {
+		o.progress("measuring %s's compression of --content %s", o.Tier, o.Content)
 		// Without it the model takes the ratio the content names.
 		if err := f.measureTierCompression(o); err != nil {
 			f.TierNote = "not measured: " + err.Error()
@@ -226,9 +236,10 @@ func transferRate(smallIOPS, largeIOPS float64, largeBytes int) float64 {
 // each count's medians (and the CPU's spread).
 func (f *Figures) measurePaging(ctx context.Context, o Options) error {
 	runs := make([][]PagingSample, len(pagingWorkersPerCore))
-	for range o.rounds() {
+	for round := range o.rounds() {
 		for i, perCore := range pagingWorkersPerCore {
 			workers := perCore * f.CPUs
+			o.progress("paging: %d workers over swap under a memory cgroup, %s of paging (round %d of %d)", workers, 2*o.Duration, round+1, o.rounds())
 			sample, err := MeasurePaging(ctx, o.Headroom, o.Scan, workers, 2*o.Duration)
 			if errors.Is(err, ErrPagingNeedsRoot) {
 				return err

@@ -49,7 +49,9 @@ func measureTouchRate(ctx context.Context, o Options, f *Figures) error {
 	}
 	var runs []touchRun
 	var turns []turnRound
-	for range o.rounds() {
+	for r := range o.rounds() {
+		o.progress("touch rate: headroom load, a worker a core over %s to %s, then workers taking turns (round %d of %d)",
+			units.FormatBytes(sizes[0]), units.FormatBytes(sizes[len(sizes)-1]), r+1, o.rounds())
 		round := turnRound{PagesPerSec: map[int]float64{}}
 		for _, size := range sizes {
 			all, err := loadSummary(ctx, o, cpus, size)
