@@ -131,6 +131,9 @@ func NewWithClock(cfg Config, log *slog.Logger, decisions io.Writer, clock loop.
 			log.Warn("no eviction journal: a restarted agent will not know of evictions in progress", "err", err)
 		}
 	}
+	if swaps, err := roots.ReadSwaps(); err == nil && len(swaps) == 0 {
+		log.Warn("no swap is active: until one is, no workload swaps and only the working set against RAM can call for an eviction")
+	}
 	a.node = newHostNode(a.obs, a.resumeListed)
 	ev := newEvictions(DefaultEvictor{Grace: seconds(cfg.EvictionGraceSeconds), Poll: 50 * time.Millisecond, Clock: clock},
 		clock, log, a.journal, seconds(cfg.EvictionDeadlineSeconds-1))

@@ -298,3 +298,28 @@ func TestMissingWorkloadsDirIsSaid(t *testing.T) {
 		}
 	}
 }
+
+// An agent started where no swap is active says so once: its swap
+// allowances do nothing until swap is on.
+func TestNoSwapIsSaid(t *testing.T) {
+	root := overloadedFixture(t)
+	for _, tt := range []struct {
+		swaps string
+		warn  bool
+	}{
+		{"Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n", true},
+		{"Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n/var/tmp/swapfile file\t\t1048572\t\t0\t\t-2\n", false},
+	} {
+		proc := t.TempDir()
+		os.WriteFile(filepath.Join(proc, "swaps"), []byte(tt.swaps), 0o644)
+		cfg := DefaultConfig()
+		cfg.Scope, cfg.WorkloadsDir, cfg.Listen, cfg.CgroupMount, cfg.StateDir, cfg.ProcRoot = "node", t.TempDir(), "", root, "", proc
+		logs := &testenv.Buffer{}
+		if _, err := New(cfg, slog.New(slog.NewTextHandler(logs, nil)), io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(logs.String(), "no swap is active"); got != tt.warn {
+			t.Errorf("swaps %q: warned %v, want %v; log:\n%s", tt.swaps, got, tt.warn, logs)
+		}
+	}
+}
