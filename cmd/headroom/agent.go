@@ -186,8 +186,11 @@ func (f configFlag) copy(dst, src *agent.Config) {
 // bytesFloatValue is a configuration key in bytes, set as a size ("16Mi").
 type bytesFloatValue float64
 
-func (v *bytesFloatValue) String() string { return units.FormatBytes(uint64(*v)) }
-func (v *bytesFloatValue) Type() string   { return "size" }
+func (v *bytesFloatValue) String() string {
+	b := flagvalue.Bytes(*v)
+	return b.String()
+}
+func (v *bytesFloatValue) Type() string { return "size" }
 func (v *bytesFloatValue) Set(s string) error {
 	n, err := units.ParseBytes(s)
 	if err != nil {

@@ -89,7 +89,7 @@ func newLoadFlags(pageBytes uint64) *loadFlags {
 func (f *loadFlags) register(fl *pflag.FlagSet) {
 	fl.Var(&f.size, "size", "anonymous memory to allocate and populate (e.g. 512Mi, 14Gi, 1G)")
 	fl.Var(&f.scan, "scan", "access pattern: seq (page by page, wrapping), random (uniform), none (populate, then hold)")
-	fl.Var(&f.stride, "stride", "bytes between touches (default: the page size)")
+	fl.Var(&f.stride, "stride", "bytes between touches (the page size: every page once a pass)")
 	fl.Var(&f.writes, "writes", "fraction of touches that write one byte, in [0,1]; the rest read one byte")
 	fl.Var(&f.rate, "rate", "cap on touches per second, e.g. 50k or 1M (0: as fast as possible)")
 	fl.DurationVar(&f.duration, "duration", 0, "length of the measured phase, e.g. 180s (0: until --iterations or Ctrl-C)")

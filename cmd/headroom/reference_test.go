@@ -94,6 +94,12 @@ func treeFiles(dir string) (map[string][]byte, error) {
 func TestHelpIsOneLineAFlag(t *testing.T) {
 	const maxUsage = 160
 	walkCommands(newRootCommand(), func(c *cobra.Command) {
+		// pflag adds "(default X)" unless X reads as zero ("0", "", false).
+		for _, line := range strings.Split(c.LocalFlags().FlagUsages(), "\n") {
+			if strings.Count(line, "(default") > 1 {
+				t.Errorf("%s: a default said twice: %s", c.CommandPath(), strings.TrimSpace(line))
+			}
+		}
 		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
 			switch {
 			case strings.Contains(f.Usage, "\n"):

@@ -14,8 +14,15 @@ import (
 
 type Bytes uint64
 
-func (v *Bytes) String() string { return units.FormatBytes(uint64(*v)) }
-func (v *Bytes) Type() string   { return "size" }
+// String is the size, or "0" for none: pflag leaves a default of "0" out
+// of the help ("(default 0 B)" beside "0: none").
+func (v *Bytes) String() string {
+	if *v == 0 {
+		return "0"
+	}
+	return units.FormatBytes(uint64(*v))
+}
+func (v *Bytes) Type() string { return "size" }
 func (v *Bytes) Set(s string) error {
 	n, err := units.ParseBytes(s)
 	if err != nil {
