@@ -188,6 +188,9 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"sim", "--ksm", "governor"}, "--ksm needs --agent"},
 		{[]string{"sim", "--agent", "--ksm", "fast"}, "want off, governor or advisor"},
 		{[]string{"sim", "--scenario", "testdata/sim-unknown-key.yaml"}, `key "swap-iops" does not exist; keys are the flags' names: `},
+		// Said before --machine this measures for minutes (one line: no progress).
+		{[]string{"sim", "--machine", "this", "--vm-memory", "320Mi", "--memory-size", "512Mi"}, "--memory-size 512.0 MiB plus --guest-overhead 1.0 GiB is larger than --vm-memory 320.0 MiB"},
+		{[]string{"sim", "--machine", "this", "--balloon"}, "--balloon needs --agent"},
 		{[]string{"sim", "--scenario", "testdata/sim-misspelt-key.yaml"}, `key "vm-memroy" does not exist (did you mean vm-memory?)`},
 		{[]string{"sim", "--scenario", "testdata/sim-bad-value.yaml"}, "node-memory"},
 		{[]string{"sim", "--scenario", "/nonexistent.yaml"}, "--scenario"},
@@ -642,6 +645,21 @@ func TestSimSizedNodeHasNoDefaultReserve(t *testing.T) {
 	r = runHeadroom(t, "sim", "--deployments", "1", "--workload-runtime", "2s", "--json", "--out", filepath.Join(dir, "default"))
 	if r.code != 0 || reserveOf(r) != 8<<30 {
 		t.Errorf("the default node: exit %d, %s: want its 8 GiB reserve", r.code, r.stderr)
+	}
+}
+
+// A process has no guest: --worker-kind process holds no guest memory
+// beside its block unless --guest-overhead is given.
+func TestSimProcessHasNoGuestOverhead(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"sim", "--worker-kind", "process", "--node-memory", "2Gi", "--vm-memory", "320Mi", "--memory-size", "256Mi", "--deployments", "1", "--json"}
+	r := runHeadroom(t, append(args, "--out", filepath.Join(dir, "a"))...)
+	if r.code != 0 || !strings.Contains(r.stdout, `"guest_overhead_bytes":0,`) {
+		t.Fatalf("exit %d: %s%.300s", r.code, r.stderr, r.stdout)
+	}
+	r = runHeadroom(t, append(args, "--guest-overhead", "32Mi", "--out", filepath.Join(dir, "b"))...)
+	if r.code != 0 || !strings.Contains(r.stdout, fmt.Sprintf(`"guest_overhead_bytes":%d,`, 32<<20)) {
+		t.Fatalf("given: exit %d: %s%.300s", r.code, r.stderr, r.stdout)
 	}
 }
 

@@ -258,11 +258,19 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 			return usagef("--save-machine %s: its directory does not exist", f.saveMachine)
 		}
 	}
+	fl := cmd.Flags()
+	// A process has no guest: no guest memory beside its block unless given.
+	if f.WorkerKind == "process" && !fl.Changed("guest-overhead") {
+		f.GuestOverhead = 0
+	}
 	switch f.machine {
 	case "":
 	case "this":
 		if f.machineRounds < 1 {
 			return usagef("--machine-rounds %d: want a count of at least 1", f.machineRounds)
+		}
+		if err := f.Values.CheckBeforeMeasuring(f.AgentConfig != ""); err != nil {
+			return usageError{err}
 		}
 		if err := applyMachine(cmd, f); err != nil {
 			return err
@@ -270,7 +278,6 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 	default:
 		return usagef("--machine %q: want this", f.machine)
 	}
-	fl := cmd.Flags()
 	// A reserve is a figure of the host it was read on: a node sized on
 	// the command line, in the scenario or by --machine this gets none
 	// unless one is given.

@@ -110,10 +110,14 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			return r, fmt.Errorf("probe: queue depth %d: want at least 1", depth)
 		}
 	}
+	target := readPath
+	if o.Dir != "" {
+		target = "a scratch file in " + o.Dir
+	}
 	rounds := make([]Result, max(o.Rounds, 1))
 	for i := range rounds {
 		if o.Progress != nil {
-			o.Progress(fmt.Sprintf("probing %s: 4 KiB random %s, about %s (round %d of %d)", readPath, o.tests(), o.roundTime(), i+1, len(rounds)))
+			o.Progress(fmt.Sprintf("probing %s: 4 KiB random %s, about %s (round %d of %d)", target, o.tests(), o.roundTime(), i+1, len(rounds)))
 		}
 		rounds[i] = r
 		if err := o.measure(ctx, &rounds[i], readBytes); err != nil {

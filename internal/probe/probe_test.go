@@ -150,7 +150,7 @@ func TestRunTellsEachRound(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Each round: 4 KiB at depth 2, the large block, depths 1 and 8; reads and writes.
-	if len(lines) != 2 || !strings.Contains(lines[0], "4 KiB random reads and writes at queue depths 1 to 8, about 160ms (round 1 of 2)") ||
+	if len(lines) != 2 || lines[0] != "probing a scratch file in "+dir+": 4 KiB random reads and writes at queue depths 1 to 8, about 160ms (round 1 of 2)" ||
 		!strings.HasSuffix(lines[1], "(round 2 of 2)") {
 		t.Errorf("progress: %q", lines)
 	}

@@ -218,9 +218,16 @@ type Workload struct {
 	DupFraction float64
 }
 
-// Validate checks a node and a VM against each other, naming the field
-// (Node.X, VM.X; a front end names its own flag for it).
+// Validate checks a node and a VM, naming the field (Node.X, VM.X; a
+// front end names its own flag for it).
 func Validate(n Node, v VMSpec) error {
+	if err := validateNode(n); err != nil {
+		return err
+	}
+	return ValidateVM(v)
+}
+
+func validateNode(n Node) error {
 	switch {
 	case n.RAMBytes == 0:
 		return fmt.Errorf("Node.RAMBytes must be positive")
@@ -248,6 +255,14 @@ func Validate(n Node, v VMSpec) error {
 		return fmt.Errorf("Node.Tier zswap needs a swap device (Node.Swap.SizeBytes): its pages hold the device's slots")
 	case n.PageCluster < 0 || n.PageCluster > 10:
 		return fmt.Errorf("page cluster %d: want 0..10", n.PageCluster)
+	}
+	return nil
+}
+
+// ValidateVM checks a VM's parts against each other: what no node's
+// figures change.
+func ValidateVM(v VMSpec) error {
+	switch {
 	case v.Workload.SizeBytes == 0:
 		return fmt.Errorf("VM.Workload.SizeBytes must be positive")
 	case v.Workload.SizeBytes+v.GuestOverheadBytes > v.MemoryBytes:

@@ -56,11 +56,7 @@ func (v Values) Params(agentFile *sim.AgentParams) (sim.Params, error) {
 			return sim.Params{}, namingFlags(fmt.Errorf("--%s %w", v.flagOf(f.value), err))
 		}
 	}
-	vm := sim.VMSpec{Process: v.WorkerKind == "process", MemoryBytes: uint64(v.VMMemory), GuestOverheadBytes: uint64(v.GuestOverhead),
-		HostOverheadBytes: uint64(v.Overhead), GuestCacheBytes: uint64(v.GuestCache),
-		RequestBytes: density.RequestBytes(uint64(v.VMMemory), v.Overcommit, v.RequestOverhead.Or(uint64(v.Overhead))),
-		Workload: sim.Workload{SizeBytes: uint64(v.MemorySize), Scan: memload.Scan(v.Scan), WriteFraction: float64(v.Writes),
-			RatePagesPerSec: float64(v.Rate), DupFraction: sim.DupFraction(memload.Content(v.Content))}}
+	vm := v.vmSpec()
 	if err := sim.Validate(node, vm); err != nil {
 		return sim.Params{}, namingFlags(err)
 	}
@@ -97,6 +93,28 @@ func (v Values) Params(agentFile *sim.AgentParams) (sim.Params, error) {
 		p.Agent = &a
 	}
 	return p, nil
+}
+
+// vmSpec is the VM the values describe.
+func (v Values) vmSpec() sim.VMSpec {
+	return sim.VMSpec{Process: v.WorkerKind == "process", MemoryBytes: uint64(v.VMMemory), GuestOverheadBytes: uint64(v.GuestOverhead),
+		HostOverheadBytes: uint64(v.Overhead), GuestCacheBytes: uint64(v.GuestCache),
+		RequestBytes: density.RequestBytes(uint64(v.VMMemory), v.Overcommit, v.RequestOverhead.Or(uint64(v.Overhead))),
+		Workload: sim.Workload{SizeBytes: uint64(v.MemorySize), Scan: memload.Scan(v.Scan), WriteFraction: float64(v.Writes),
+			RatePagesPerSec: float64(v.Rate), DupFraction: sim.DupFraction(memload.Content(v.Content))}}
+}
+
+// CheckBeforeMeasuring is the part of Params' checks no measured figure
+// changes (the flags against each other, the VM's parts): what is wrong
+// there is said before minutes of --machine this, not after.
+func (v Values) CheckBeforeMeasuring(withAgentFile bool) error {
+	if err := v.Validate(withAgentFile); err != nil {
+		return err
+	}
+	if err := sim.ValidateVM(v.vmSpec()); err != nil {
+		return namingFlags(err)
+	}
+	return nil
 }
 
 // Validate checks the values against each other where the model cannot:

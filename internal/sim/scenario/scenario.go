@@ -46,7 +46,7 @@ type Values struct {
 
 	// The VM.
 	WorkerKind    string          `flag:"worker-kind" model:"VM.Process" key:"worker_kind" unit:"vm|process" group:"vm" help:"vm: a guest (reads ahead page by page); process: density's cgroup backend (one read a window, no boot)"`
-	GuestOverhead flagvalue.Bytes `flag:"guest-overhead" model:"VM.GuestOverheadBytes" key:"guest_overhead_bytes" unit:"bytes" group:"vm" help:"guest memory besides the workload that stays resident (kernel, caches)"`
+	GuestOverhead flagvalue.Bytes `flag:"guest-overhead" model:"VM.GuestOverheadBytes" key:"guest_overhead_bytes" unit:"bytes" group:"vm" help:"guest memory besides the workload that stays resident (kernel, caches); none for --worker-kind process unless given"`
 	GuestCache    flagvalue.Bytes `flag:"guest-cache" model:"VM.GuestCacheBytes" key:"guest_cache_bytes" unit:"bytes" group:"vm" help:"idle page cache each guest fills at boot: host reclaim swaps it first, a balloon takes it back free"`
 
 	// The node.
