@@ -40,7 +40,7 @@ type Values struct {
 	Overhead    flagvalue.Bytes    `flag:"overhead" key:"overhead_bytes" unit:"bytes" group:"ramp" help:"host memory per VM beyond its guest RAM (QEMU); also its request's overhead unless --request-overhead"`
 	// A request's overhead is declared and need not be what the host holds:
 	// density's cgroup workers request 16 MiB beyond their memory and hold 3.
-	RequestOverhead flagvalue.MaybeBytes `flag:"request-overhead" key:"request_overhead_bytes" unit:"bytes" group:"ramp" help:"what a VM's request adds to vm-memory × 100 / overcommit-percent (none: --overhead)"`
+	RequestOverhead flagvalue.MaybeBytes `flag:"request-overhead" key:"request_overhead_bytes" unit:"bytes" group:"ramp" help:"what a request adds to vm-memory × 100 / overcommit-percent (none: --overhead; unused by --find overcommit-percent)"`
 	Seed            uint64               `flag:"seed" key:"seed" unit:"count" group:"ramp" help:"seed of the VMs' start times"`
 	StopOnFailure   bool                 `flag:"stop-on-failure" key:"stop_on_failure" unit:"bool" group:"ramp" help:"stop the ramp at the first failed step (an OOM kill or eviction)"`
 
