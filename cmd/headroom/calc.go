@@ -178,9 +178,7 @@ func readShapes(path string, base calcShape) ([]calcShape, error) {
 		sort.Strings(keys)
 		for _, k := range keys {
 			if fs.Lookup(k) == nil {
-				var known []string
-				fs.VisitAll(func(f *pflag.Flag) { known = append(known, f.Name) })
-				return nil, usagef("--shapes %s: entry %d: %s", path, i+1, unknownKey(k, known))
+				return nil, usagef("--shapes %s: entry %d: %s", path, i+1, unknownKey(k, flagNames(fs)))
 			}
 			if err := fs.Set(k, fmt.Sprint(e[k])); err != nil {
 				return nil, usagef("--shapes %s: entry %d: %s: %v", path, i+1, k, err)

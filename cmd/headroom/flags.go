@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -92,6 +93,17 @@ func makeOutputDir(flag, dir string) error {
 		return usagef("%s %s: %v", flag, dir, err)
 	}
 	return nil
+}
+
+// flagNames are the names of fl's visible flags, but for except.
+func flagNames(fl *pflag.FlagSet, except ...string) []string {
+	var names []string
+	fl.VisitAll(func(f *pflag.Flag) {
+		if !f.Hidden && !slices.Contains(except, f.Name) {
+			names = append(names, f.Name)
+		}
+	})
+	return names
 }
 
 // unknownKey says that a file's key is none of known, the flags' names:

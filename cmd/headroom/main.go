@@ -60,13 +60,7 @@ func flagError(c *cobra.Command, err error) error {
 
 // nearestFlag is the visible flag of fl a typo away from name, if one is.
 func nearestFlag(fl *pflag.FlagSet, name string) string {
-	var names []string
-	fl.VisitAll(func(f *pflag.Flag) {
-		if !f.Hidden {
-			names = append(names, f.Name)
-		}
-	})
-	return suggest.Nearest(name, names)
+	return suggest.Nearest(name, flagNames(fl))
 }
 
 // refuseUnknownSubcommands makes a word that names none of a group's

@@ -120,13 +120,7 @@ func applyScenario(fl *pflag.FlagSet, path string) error {
 	for _, k := range keys {
 		flag := fl.Lookup(k)
 		if flag == nil || k == "scenario" {
-			var known []string
-			fl.VisitAll(func(f *pflag.Flag) {
-				if f.Name != "scenario" && f.Name != "help" {
-					known = append(known, f.Name)
-				}
-			})
-			return usagef("--scenario %s: %s", path, unknownKey(k, known))
+			return usagef("--scenario %s: %s", path, unknownKey(k, flagNames(fl, "scenario", "help")))
 		}
 		if flag.Changed {
 			continue

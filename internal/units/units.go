@@ -100,7 +100,7 @@ func FormatBytesApart(a, b uint64) (string, string) {
 		return fa, fb
 	}
 	scale := max(a, b)
-	for digits := 1; digits <= 3; digits++ {
+	for digits := 2; digits <= 3; digits++ { // one is FormatBytes's, equal
 		if fa, fb = formatBytesIn(a, scale, digits), formatBytesIn(b, scale, digits); fa != fb {
 			return fa, fb
 		}
