@@ -177,6 +177,8 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"sim", "--swap-depths", "4:1/1,2:1/1"}, "--swap-depths"},
 		{[]string{"sim", "--find", "min-cost"}, "--find"},
 		{[]string{"sim", "--find", "overcommit-percent", "--kubevirt-version", "v9"}, "--kubevirt-version \"v9\": want one of v1.6, v1.7, v1.8"},
+		{[]string{"sim", "--find", "overcommit-percent", "--overcommit-percent", "200"}, "--overcommit-percent is not used by --find overcommit-percent"},
+		{[]string{"sim", "--find", "overcommit-percent", "--request-overhead", "1Gi"}, "--request-overhead is not used by --find overcommit-percent"},
 		{[]string{"sim", "--like", "/nonexistent"}, "--like"},
 		{[]string{"sim", "--machine", "this", "--machine-rounds", "0"}, "--machine-rounds 0: want a count of at least 1"},
 		{[]string{"sim", "--balloon"}, "--balloon needs --agent"},

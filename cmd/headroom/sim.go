@@ -45,7 +45,9 @@ measured run on one chart.
 least --min-per-vm-fraction of the one-VM rate (and, with
 --max-swap-utilization, whose swap use stays under that share of the
 swap); --find overcommit-percent the largest KubeVirt memoryOvercommit
-whose admitted VM count (the virt-launcher's own request) does.
+whose admitted VM count (the virt-launcher's own request) does. Its ramp
+admits every count, each step's VMs holding the request that count's
+overcommit gives them (what --agent's swap allowances follow).
 
 --machine this measures this machine first: its RAM, cores, the touch rate
 of one headroom load worker a core over blocks of 64 MiB, 256 MiB and 1
@@ -234,6 +236,15 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 	if !(f.minPerVM > 0 && f.minPerVM <= 1) || f.maxSwapUtil < 0 || f.maxSwapUtil > 1 {
 		return usagef("--min-per-vm-fraction must be in (0,1] and --max-swap-utilization in [0,1]")
 	}
+	// What the user typed, before a scenario or --like fills flags: the
+	// search sets the overcommit itself and admits by KubeVirt's request.
+	if f.find == findOvercommit {
+		for _, name := range []string{"overcommit-percent", "request-overhead"} {
+			if cmd.Flags().Changed(name) {
+				return usagef("--%s is not used by --find %s: it searches the overcommit, and KubeVirt's request (headroom calc) admits; leave --%[1]s out", name, findOvercommit)
+			}
+		}
+	}
 	if f.scenarioFile != "" {
 		if err := applyScenario(cmd.Flags(), f.scenarioFile); err != nil {
 			return err
@@ -299,9 +310,16 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 	if f.find != "" {
 		p.StopOnFailure = false
 	}
+	// The VM KubeVirt sizes for --find overcommit-percent.
+	kubevirtVM := calc.Shape{GuestMemoryBytes: p.VM.MemoryBytes, CPUs: 1}
+	allocatable := p.Node.RAMBytes - p.Node.SystemReserveBytes
 	if f.find == findOvercommit {
-		// Every count runs: KubeVirt's request, not the ramp's, admits.
+		// Every count runs: KubeVirt's request, not the ramp's, admits,
+		// and each count's VMs hold the request that admits them.
 		p.VM.RequestBytes = 0
+		if p.StepRequestBytes, err = sim.KubeVirtRequests(kubevirt, kubevirtVM, allocatable, p.Deployments); err != nil {
+			return usageError{err}
+		}
 	}
 	dir := f.out
 	if dir == "" {
@@ -347,8 +365,7 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 	case findMaxVMs:
 		fmt.Fprintln(cmd.OutOrStdout(), sim.FindMaxVMs(run, f.minPerVM, f.maxSwapUtil))
 	case findOvercommit:
-		answer, err := sim.FindOvercommit(run, f.minPerVM, f.maxSwapUtil, kubevirt,
-			calc.Shape{GuestMemoryBytes: p.VM.MemoryBytes, CPUs: 1}, p.Node.RAMBytes-p.Node.SystemReserveBytes)
+		answer, err := sim.FindOvercommit(run, f.minPerVM, f.maxSwapUtil, kubevirt, kubevirtVM, allocatable)
 		if err != nil {
 			return usageError{err}
 		}

@@ -51,7 +51,7 @@ type simAgent struct {
 	next     float64
 }
 
-func newSimAgent(p Params, start time.Time) *simAgent {
+func newSimAgent(p Params, requestBytes uint64, start time.Time) *simAgent {
 	if p.Agent == nil {
 		return nil
 	}
@@ -59,7 +59,7 @@ func newSimAgent(p Params, start time.Time) *simAgent {
 	if interval <= 0 {
 		interval = DefaultAgentIntervalSeconds
 	}
-	n := &simNode{request: p.VM.RequestBytes, limit: p.VM.MemoryBytes + p.VM.HostOverheadBytes, start: start, ksm: p.Agent.Policy.KSMMode}
+	n := &simNode{request: requestBytes, limit: p.VM.MemoryBytes + p.VM.HostOverheadBytes, start: start, ksm: p.Agent.Policy.KSMMode}
 	act := &simActuators{node: n, leaving: map[*vmState]leaving{}}
 	rec := &simRecorder{}
 	cfg := loop.Config{Policy: p.Agent.Policy, DiscoverySeconds: p.Agent.DiscoverySeconds, WorkloadStatsSeconds: p.Agent.WorkloadStatsSeconds}

@@ -94,19 +94,7 @@ func FindOvercommit(run *results.Run, minPerVMFraction, maxSwapUtil float64, v c
 	if maxSwapUtil > 0 {
 		good = f.bestSwap
 	}
-	admits := func(percent int) (calc.Fit, error) {
-		s := vm
-		s.OvercommitPercent = percent
-		r, err := calc.Compute(v, s)
-		if err != nil {
-			return calc.Fit{}, err
-		}
-		return calc.FitOnNode(r, calc.Node{MemoryBytes: allocatableBytes})
-	}
-	// The admitted count never falls as the percentage rises: the
-	// largest percentage admitting no more than good VMs, by bisection.
-	lo, hi := 100, MaxOvercommitPercent
-	atLo, err := admits(lo)
+	atLo, err := admitted(v, vm, allocatableBytes, 100)
 	if err != nil {
 		return "", err
 	}
@@ -123,24 +111,10 @@ func FindOvercommit(run *results.Run, minPerVMFraction, maxSwapUtil float64, v c
 			v.Name, atLo.VMsFit, units.FormatBytes(vm.GuestMemoryBytes), good)
 		return b.String(), nil
 	}
-	if atHi, err := admits(hi); err != nil {
+	lo, fit, err := largestOvercommitAdmitting(v, vm, allocatableBytes, good)
+	if err != nil {
 		return "", err
-	} else if atHi.VMsFit <= good {
-		lo = hi
 	}
-	for hi-lo > 1 {
-		mid := (lo + hi) / 2
-		fit, err := admits(mid)
-		if err != nil {
-			return "", err
-		}
-		if fit.VMsFit <= good {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	fit, _ := admits(lo)
 	fmt.Fprintf(&b, "overcommit-percent: %d%% admits %d VMs of %s (KubeVirt %s: %s requested each, %s allocatable); %d keep a mean per-VM rate of at least %.0f%% of the one-VM rate",
 		lo, fit.VMsFit, units.FormatBytes(vm.GuestMemoryBytes), v.Name, units.FormatBytes(uint64(fit.PodMemoryRequestBytes)),
 		units.FormatBytes(allocatableBytes), good, 100*minPerVMFraction)
@@ -151,4 +125,65 @@ func FindOvercommit(run *results.Run, minPerVMFraction, maxSwapUtil float64, v c
 		fmt.Fprintf(&b, " (the ramp's last step: a longer ramp may allow more)")
 	}
 	return b.String(), nil
+}
+
+// admitted is how many VMs of shape vm KubeVirt's request admits on
+// allocatableBytes at an overcommit of percent.
+func admitted(v calc.Version, vm calc.Shape, allocatableBytes uint64, percent int) (calc.Fit, error) {
+	vm.OvercommitPercent = percent
+	r, err := calc.Compute(v, vm)
+	if err != nil {
+		return calc.Fit{}, err
+	}
+	return calc.FitOnNode(r, calc.Node{MemoryBytes: allocatableBytes})
+}
+
+// largestOvercommitAdmitting is the largest overcommit percentage (100 to
+// MaxOvercommitPercent) admitting no more than n VMs, and what it admits;
+// 100 where even that admits more.
+func largestOvercommitAdmitting(v calc.Version, vm calc.Shape, allocatableBytes uint64, n int) (int, calc.Fit, error) {
+	// The admitted count never falls as the percentage rises: bisection.
+	lo, hi := 100, MaxOvercommitPercent
+	atHi, err := admitted(v, vm, allocatableBytes, hi)
+	if err != nil {
+		return 0, calc.Fit{}, err
+	}
+	if atHi.VMsFit <= n {
+		return hi, atHi, nil
+	}
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		fit, err := admitted(v, vm, allocatableBytes, mid)
+		if err != nil {
+			return 0, calc.Fit{}, err
+		}
+		if fit.VMsFit <= n {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	fit, err := admitted(v, vm, allocatableBytes, lo)
+	return lo, fit, err
+}
+
+// KubeVirtRequests is, for each VM count, the memory request each VM
+// holds when KubeVirt runs that many: its virt-launcher's request at the
+// largest overcommit admitting no more than the count (the overcommit
+// FindOvercommit would answer with it), at 100% where even that admits
+// more. A ramp that searches the overcommit admits every count, and its
+// agent gives each VM the swap allowance of that request.
+func KubeVirtRequests(v calc.Version, vm calc.Shape, allocatableBytes uint64, counts []int) (map[int]uint64, error) {
+	requests := make(map[int]uint64, len(counts))
+	for _, n := range counts {
+		if _, ok := requests[n]; ok {
+			continue
+		}
+		_, fit, err := largestOvercommitAdmitting(v, vm, allocatableBytes, n)
+		if err != nil {
+			return nil, err
+		}
+		requests[n] = uint64(fit.PodMemoryRequestBytes)
+	}
+	return requests, nil
 }

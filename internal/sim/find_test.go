@@ -1,11 +1,14 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/headroom-dev/headroom/internal/calc"
+	"github.com/headroom-dev/headroom/internal/memload/loadspec"
+	"github.com/headroom-dev/headroom/internal/policy"
 	"github.com/headroom-dev/headroom/internal/results"
 )
 
@@ -107,5 +110,82 @@ func TestFindOvercommit(t *testing.T) {
 	if got, _ := FindOvercommit(short, 0.5, 0, v, vm, allocatable); !strings.Contains(got, "overcommit-percent: not found: the ramp's last step, 5 VMs, still keeps the bounds") ||
 		!strings.Contains(got, "a ramp past 11 answers it") {
 		t.Errorf("a ramp of 5 VMs all keeping the rate, on a node that admits 11 at 100%%: %q", got[strings.LastIndex(got, "\n")+1:])
+	}
+}
+
+// Each count's request is the one of the largest overcommit admitting no
+// more than that count: one percent more admits more VMs (or the search's
+// bound was reached), and below the count 100% already admits, 100%'s.
+func TestKubeVirtRequests(t *testing.T) {
+	v := calc.Versions[calc.DefaultVersion]
+	vm := calc.Shape{GuestMemoryBytes: 16 << 30, CPUs: 1}
+	const allocatable = 182 << 30
+	counts := []int{1, 10, 11, 12, 16, 40, 100, 5000}
+	requests, err := KubeVirtRequests(v, vm, allocatable, counts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	atFull, err := admitted(v, vm, allocatable, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range counts {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			got := requests[n]
+			percent, fit, err := largestOvercommitAdmitting(v, vm, allocatable, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != uint64(fit.PodMemoryRequestBytes) || got == 0 {
+				t.Fatalf("request %d B, want %d B (the request at %d%%)", got, fit.PodMemoryRequestBytes, percent)
+			}
+			if n < atFull.VMsFit {
+				if percent != 100 || fit.VMsFit != atFull.VMsFit {
+					t.Fatalf("%d VMs, fewer than 100%% admits (%d): %d%% admitting %d, want 100%%", n, atFull.VMsFit, percent, fit.VMsFit)
+				}
+				return
+			}
+			if fit.VMsFit > n {
+				t.Fatalf("%d%% admits %d VMs, more than %d", percent, fit.VMsFit, n)
+			}
+			if percent < MaxOvercommitPercent {
+				if next, _ := admitted(v, vm, allocatable, percent+1); next.VMsFit <= n {
+					t.Fatalf("%d%% admits %d VMs, no more than %d: %d%% is not the largest", percent+1, next.VMsFit, n, percent)
+				}
+			}
+		})
+	}
+	if requests[16] >= requests[12] || requests[12] > requests[11] {
+		t.Errorf("requests for 11, 12, 16 VMs: %d, %d, %d B; want them falling as the count rises", requests[11], requests[12], requests[16])
+	}
+}
+
+// A ramp searching the overcommit admits every count without a request,
+// but its agent sees each count's KubeVirt request: past RAM the VMs get
+// swap allowances and swap, where with no request they got none and the
+// kernel killed one.
+func TestOvercommitSearchGivesTheAgentEachCountsRequest(t *testing.T) {
+	p := paper(loadspec.ScanRandom, []int{16})
+	p.Node.Swap.SizeBytes = 64 << 30
+	p.VM.RequestBytes = 0
+	p.Agent = withAgent(policy.DefaultConfig())
+	v := calc.Versions[calc.DefaultVersion]
+	requests, err := KubeVirtRequests(v, calc.Shape{GuestMemoryBytes: p.VM.MemoryBytes, CPUs: 1}, p.Node.RAMBytes-p.Node.SystemReserveBytes, p.Deployments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.StepRequestBytes = requests
+	run, decisions, err := Run(context.Background(), p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := run.Steps[0]
+	if s.SwapUsedBytes == 0 || s.OOMKills != 0 {
+		t.Fatalf("16 VMs with KubeVirt's request %d B each: %d B swap used, %d OOM kills; want swap and no OOM kill", requests[16], s.SwapUsedBytes, s.OOMKills)
+	}
+	for _, d := range decisions {
+		if d.Action == policy.ActionSetSwap && d.Swap != nil && d.Swap.SwapBytes == 0 {
+			t.Fatalf("allowance of 0 for %s: %s", d.Workload, d.Reason)
+		}
 	}
 }

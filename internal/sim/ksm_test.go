@@ -193,7 +193,7 @@ func ksmBench(t *testing.T, ksmdPastSeconds float64, setting policy.KSMSetting, 
 	running(n, 1)
 	var agent *simAgent
 	if cfg != nil {
-		agent = newSimAgent(Params{Agent: withAgent(*cfg), VM: vm}, time.Unix(0, 0))
+		agent = newSimAgent(Params{Agent: withAgent(*cfg), VM: vm}, vm.RequestBytes, time.Unix(0, 0))
 	} else {
 		n.ksm.set(setting)
 	}

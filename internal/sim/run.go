@@ -22,7 +22,20 @@ type Params struct {
 	StopOnFailure bool
 	// Agent runs the agent's own loop on the simulated node (nil: none).
 	Agent *AgentParams
-	Label string
+	// StepRequestBytes, for a step's VM count it holds, is the request
+	// each of the step's VMs has in place of VM.RequestBytes, which still
+	// admits (KubeVirtRequests: a ramp searching the overcommit admits
+	// every count, each at the request that overcommit gives it).
+	StepRequestBytes map[int]uint64
+	Label            string
+}
+
+// requestBytes is the request each VM of a step of n VMs holds.
+func (p Params) requestBytes(n int) uint64 {
+	if r, ok := p.StepRequestBytes[n]; ok {
+		return r
+	}
+	return p.VM.RequestBytes
 }
 
 // DefaultTickSeconds is the model's default time step.
@@ -98,7 +111,7 @@ func simTime(start time.Time, seconds float64) time.Time {
 // simulated clock.
 func simulateStep(p Params, n, index int, dt float64, start time.Time) (results.Step, []policy.Decision) {
 	s := newNode(p.Node, p.VM, n, dt, p.Seed+uint64(index)*7919)
-	a := newSimAgent(p, start)
+	a := newSimAgent(p, p.requestBytes(n), start)
 	step := results.Step{Index: index, Workers: n, Repeat: 1, Started: start}
 	t, measureFrom := 0.0, -1.0
 	var before counters
