@@ -698,6 +698,23 @@ func TestSimLikeADensityRun(t *testing.T) {
 	if r := runHeadroom(t, "sim", "--like", filepath.Join(dir, "none")); r.code != 2 || !strings.Contains(r.stderr, "--like") {
 		t.Errorf("a missing run: exit %d, %q", r.code, r.stderr)
 	}
+	// A KubeVirt run does not say its guests' overheads: --like names the
+	// flags it needs, and runs once they are given.
+	kubevirt := filepath.Join(dir, "kubevirt")
+	p.Backend = "kubevirt"
+	os.MkdirAll(kubevirt, 0o755)
+	if err := results.WriteRun(kubevirt, &results.Run{Schema: results.SchemaVersion, Kind: "density", Params: p.AsMap(),
+		Machine: results.Machine{CPUs: 2}, Node: results.Node{MemoryBytes: 1 << 30, SwapBytes: 3 << 30}}); err != nil {
+		t.Fatal(err)
+	}
+	r = runHeadroom(t, "sim", "--like", kubevirt, "--guest-overhead", "40Mi", "--out", filepath.Join(dir, "sim-kubevirt-half"))
+	if want := "pass --overhead\n"; r.code != 2 || !strings.HasSuffix(r.stderr, want) {
+		t.Errorf("a kubevirt run given --guest-overhead alone: exit %d, %q; want 2 and %q", r.code, r.stderr, want)
+	}
+	r = runHeadroom(t, "sim", "--like", kubevirt, "--guest-overhead", "40Mi", "--overhead", "200Mi", "--deployments", "1", "--json", "--out", filepath.Join(dir, "sim-kubevirt"))
+	if r.code != 0 || !strings.Contains(r.stdout, `"worker_kind":"vm"`) {
+		t.Errorf("a kubevirt run given its overheads: exit %d, %s; want a run of VMs", r.code, r.stderr)
+	}
 }
 
 // An output path that cannot be written is refused before the report is

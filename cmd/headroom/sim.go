@@ -144,9 +144,20 @@ func applyLike(fl *pflag.FlagSet, dir string) error {
 	if err != nil {
 		return usagef("--like: %v", err)
 	}
-	values, err := scenario.Like(run)
+	values, unsaid, err := scenario.Like(run)
 	if err != nil {
 		return usagef("--like %s: %v", dir, err)
+	}
+	for _, u := range unsaid {
+		var missing []string
+		for _, name := range u.Flags {
+			if !fl.Changed(name) {
+				missing = append(missing, "--"+name)
+			}
+		}
+		if len(missing) > 0 {
+			return usagef("--like %s: %s; pass %s", dir, u.Why, strings.Join(missing, ", "))
+		}
 	}
 	for name, value := range values {
 		if fl.Changed(name) {

@@ -25,11 +25,12 @@ const headroomGuestOverheadBytes = 40 << 20
 // ramp. The run's --overhead is its request's; what its workers hold
 // beyond their memory is the backend's. What the run does not record (the
 // device's rates, the touch rate) is left to --machine this, a scenario
-// or the flags. A run whose backend's overhead it does not know, or with a
-// compressed tier, is an error saying what to pass.
-func Like(run *results.Run) (map[string]string, error) {
+// or the flags. What the run does not say and no default stands in for (a
+// backend's overheads it does not know, a compressed tier's set-up) is
+// returned as Unsaid: the flags the user gives beside --like.
+func Like(run *results.Run) (map[string]string, []Unsaid, error) {
 	if run.Kind != "density" {
-		return nil, fmt.Errorf("a %q run: --like takes a measured one (kind density)", run.Kind)
+		return nil, nil, fmt.Errorf("a %q run: --like takes a measured one (kind density)", run.Kind)
 	}
 	p := run.Params
 	str := func(key string) string {
@@ -63,6 +64,8 @@ func Like(run *results.Run) (map[string]string, error) {
 	if run.Machine.CPUs > 0 {
 		m["cpus"] = fmt.Sprint(run.Machine.CPUs)
 	}
+	var unsaid []Unsaid
+	guestUnknown := []string{"guest-overhead", "overhead"}
 	switch b := str("backend"); b {
 	case "cgroup":
 		m["worker-kind"], m["guest-overhead"], m["overhead"] = "process", "0", fmt.Sprint(processOverheadBytes)
@@ -70,17 +73,26 @@ func Like(run *results.Run) (map[string]string, error) {
 	case "qemu":
 		m["worker-kind"], m["guest-overhead"] = "vm", fmt.Sprint(headroomGuestOverheadBytes)
 	case "libvirt":
-		if tmpl := str("libvirt_template"); tmpl != "" {
-			return nil, fmt.Errorf("a libvirt run of the template %s: its guest's resident memory is the template's own; pass --worker-kind vm, --guest-overhead and --overhead", tmpl)
-		}
 		m["worker-kind"], m["guest-overhead"] = "vm", fmt.Sprint(headroomGuestOverheadBytes)
+		if tmpl := str("libvirt_template"); tmpl != "" {
+			unsaid = append(unsaid, Unsaid{Flags: guestUnknown,
+				Why: fmt.Sprintf("a libvirt run of the template %s: its guest's resident memory and its QEMU's beyond guest RAM are the template's own", tmpl)})
+		}
 	case "kubevirt":
-		return nil, fmt.Errorf("a kubevirt run: its guests are the cluster's images; pass --worker-kind vm, --guest-overhead and --overhead (the virt-launcher pod's)")
+		m["worker-kind"] = "vm"
+		unsaid = append(unsaid, Unsaid{Flags: guestUnknown,
+			Why: "a kubevirt run: its guests are the cluster's images, and what their virt-launcher pods hold beyond guest RAM is the cluster's"})
 	default:
-		return nil, fmt.Errorf("backend %q: --like knows the cgroup, qemu and libvirt backends' overheads; pass --worker-kind, --guest-overhead and --overhead", b)
+		unsaid = append(unsaid, Unsaid{Flags: append([]string{"worker-kind"}, guestUnknown...),
+			Why: fmt.Sprintf("backend %q: --like knows the cgroup, qemu and libvirt backends' overheads", b)})
 	}
 	if p["zram"] != nil || p["zswap"] != nil {
-		return nil, fmt.Errorf("the run had a compressed tier: pass --swap-tier as it was set up")
+		unsaid = append(unsaid, Unsaid{Flags: []string{"swap-tier"}, Why: "the run had a compressed tier: give it as it was set up"})
+	}
+	for _, u := range unsaid {
+		for _, name := range u.Flags {
+			delete(m, name) // the user's to give
+		}
 	}
 	if a, _ := p["agent"].(bool); a {
 		// density's agent runs with the swap-rate thresholds off.
@@ -94,5 +106,12 @@ func Like(run *results.Run) (map[string]string, error) {
 			delete(m, k)
 		}
 	}
-	return m, nil
+	return m, unsaid, nil
+}
+
+// Unsaid is what a run does not say that its simulation needs: the flags
+// (by name) the user gives beside --like, and why.
+type Unsaid struct {
+	Flags []string
+	Why   string
 }

@@ -38,9 +38,9 @@ func TestLikeADensityRun(t *testing.T) {
 	p := density.Params{Backend: "cgroup", Deployments: []int{1, 2, 3, 4}, VMMemoryBytes: 512 << 20, MemorySizeBytes: 256 << 20,
 		Scan: memload.ScanRandom, WriteFraction: 1, Content: memload.Content{Kind: memload.ContentRandom}, WorkloadRuntime: 20 * time.Second,
 		OvercommitPercent: 100, OverheadBytes: 16 << 20, NodeMemoryBytes: 1 << 30, Seed: 7, Agent: true}
-	m, err := Like(densityRun(t, p))
-	if err != nil {
-		t.Fatal(err)
+	m, unsaid, err := Like(densityRun(t, p))
+	if err != nil || len(unsaid) != 0 {
+		t.Fatal(err, unsaid)
 	}
 	v := Default()
 	fl := pflag.NewFlagSet("sim", pflag.ContinueOnError)
@@ -69,32 +69,42 @@ func TestLikeADensityRun(t *testing.T) {
 	// A libvirt run of headroom's image is a VM with that image's guest.
 	lv := p
 	lv.Backend, lv.OverheadBytes = "libvirt", 64<<20
-	m, err = Like(densityRun(t, lv))
-	if err != nil {
-		t.Fatal(err)
+	m, unsaid, err = Like(densityRun(t, lv))
+	if err != nil || len(unsaid) != 0 {
+		t.Fatal(err, unsaid)
 	}
 	if m["worker-kind"] != "vm" || m["guest-overhead"] != fmt.Sprint(headroomGuestOverheadBytes) || m["overhead"] != fmt.Sprint(64<<20) ||
 		m["request-overhead"] != fmt.Sprint(64<<20) {
 		t.Errorf("a libvirt run: %v", m)
 	}
+	// What a run does not say is the user's to give: named, and left out
+	// of the values.
 	for _, c := range []struct {
-		p    func(*density.Params)
-		want string
+		p     func(*density.Params)
+		flags []string
+		why   string
 	}{
-		{func(p *density.Params) { p.Backend, p.LibvirtTemplate = "libvirt", "/etc/mine.xml" }, "template /etc/mine.xml"},
-		{func(p *density.Params) { p.Backend = "kubevirt" }, "--guest-overhead"},
-		{func(p *density.Params) { p.Backend = "other" }, "--guest-overhead"},
-		{func(p *density.Params) { p.Zram = &tierspec.ZramSpec{SizeBytes: 1 << 30} }, "--swap-tier"},
+		{func(p *density.Params) { p.Backend, p.LibvirtTemplate = "libvirt", "/etc/mine.xml" }, []string{"guest-overhead", "overhead"}, "template /etc/mine.xml"},
+		{func(p *density.Params) { p.Backend = "kubevirt" }, []string{"guest-overhead", "overhead"}, "a kubevirt run"},
+		{func(p *density.Params) { p.Backend = "other" }, []string{"worker-kind", "guest-overhead", "overhead"}, `backend "other"`},
+		{func(p *density.Params) { p.Zram = &tierspec.ZramSpec{SizeBytes: 1 << 30} }, []string{"swap-tier"}, "compressed tier"},
 	} {
 		q := p
 		c.p(&q)
-		if _, err := Like(densityRun(t, q)); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("want an error naming %s, got %v", c.want, err)
+		m, unsaid, err := Like(densityRun(t, q))
+		if err != nil || len(unsaid) != 1 || fmt.Sprint(unsaid[0].Flags) != fmt.Sprint(c.flags) || !strings.Contains(unsaid[0].Why, c.why) {
+			t.Errorf("want %v unsaid because of %s, got %+v (%v)", c.flags, c.why, unsaid, err)
+			continue
+		}
+		for _, name := range c.flags {
+			if v, ok := m[name]; ok {
+				t.Errorf("%s: --%s %s in the values, the user's to give", c.why, name, v)
+			}
 		}
 	}
 	run := densityRun(t, p)
 	run.Kind = "sim"
-	if _, err := Like(run); err == nil {
+	if _, _, err := Like(run); err == nil {
 		t.Error("a simulated run: no error")
 	}
 }
