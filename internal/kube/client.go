@@ -32,7 +32,7 @@ func RESTConfig(kubeconfig string) (*rest.Config, error) {
 	if kubeconfig == "" {
 		c, err := rest.InClusterConfig()
 		if err != nil {
-			return nil, fmt.Errorf("kubernetes: not in a pod (%v); pass a kubeconfig", err)
+			return nil, fmt.Errorf("kubernetes: not in a pod (%v); give a kubeconfig file (--kubeconfig, kubernetes.kubeconfig)", err)
 		}
 		return c, nil
 	}

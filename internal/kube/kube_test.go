@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -263,5 +264,16 @@ func TestEvictionMayHaveArrived(t *testing.T) {
 		if got := mayHaveArrived(tt.err); got != tt.want {
 			t.Errorf("%s (%v): %v, want %v", tt.name, tt.err, got, tt.want)
 		}
+	}
+}
+
+// Outside a pod and without a kubeconfig, the error names the flag and
+// the key that give one.
+func TestRESTConfigOutsideAPodNamesTheKubeconfig(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	t.Setenv("KUBERNETES_SERVICE_PORT", "")
+	_, err := RESTConfig("")
+	if err == nil || !strings.Contains(err.Error(), "--kubeconfig") || !strings.Contains(err.Error(), "kubernetes.kubeconfig") {
+		t.Fatalf("got %v; want one naming --kubeconfig and kubernetes.kubeconfig", err)
 	}
 }
