@@ -730,6 +730,34 @@ func TestReportUnwritableOutputExitsTwo(t *testing.T) {
 	}
 }
 
+// report --json alone prints the summary and writes no page into the
+// working directory; with -o it writes the page as well.
+func TestReportJSONWritesThePageOnlyWithOutput(t *testing.T) {
+	dir := t.TempDir()
+	run := filepath.Join(dir, "run")
+	if r := runHeadroom(t, "sim", "--deployments", "1:2:1", "--out", run); r.code != 0 {
+		t.Fatalf("sim: exit %d: %s", r.code, r.stderr)
+	}
+	cwd := filepath.Join(dir, "cwd")
+	os.Mkdir(cwd, 0o755)
+	cmd := headroom("report", run, "--json")
+	cmd.Dir = cwd
+	out, err := cmd.Output()
+	if err != nil || !strings.Contains(string(out), `"knee_workers"`) {
+		t.Fatalf("report --json: %v, %s", err, out)
+	}
+	if left, _ := os.ReadDir(cwd); len(left) != 0 {
+		t.Errorf("report --json wrote %d files into the working directory, first %s", len(left), left[0].Name())
+	}
+	page := filepath.Join(dir, "page", "r.html")
+	if r := runHeadroom(t, "report", run, "--json", "-o", page); r.code != 0 || !strings.Contains(r.stdout, `"knee_workers"`) {
+		t.Fatalf("report --json -o: exit %d: %s", r.code, r.stderr)
+	}
+	if _, err := os.Stat(page); err != nil {
+		t.Errorf("report --json -o %s: %v", page, err)
+	}
+}
+
 // density's --out is checked before the run sets anything up, and not
 // made: a run that fails before its start (libvirtd down) leaves none.
 func TestCheckOutputDirMakesNothing(t *testing.T) {

@@ -24,7 +24,8 @@ latency p50/p95/p99; and why each ramp stopped. Point to read a value, click a
 legend entry to toggle a series, drag to zoom the x axis, click a worker count
 to open that step's timelines (pages/s per worker, swap traffic, PSI, balloons).
 Several runs overlay on the same axes. PNG files of the charts are written beside
-the page (<name>-aggregate.png, ...). --json prints the computed summary.`,
+the page (<name>-aggregate.png, ...). --json prints the computed summary, and
+writes the page and PNGs only when -o is given.`,
 		Example: `  headroom report results/20261121-120000-density -o report.html
   headroom report results/seq results/random --json`,
 		Args: cobra.MinimumNArgs(1),
@@ -32,6 +33,12 @@ the page (<name>-aggregate.png, ...). --json prints the computed summary.`,
 			runs, err := report.Load(dirs)
 			if err != nil {
 				return usageError{err}
+			}
+			// --json alone is a reader after the summary: the page and its
+			// PNGs are written where -o says, never into the working
+			// directory unasked.
+			if asJSON && !cmd.Flags().Changed("output") {
+				return printJSON(cmd, report.Summarize(runs))
 			}
 			if err := makeOutputDir("-o", filepath.Dir(out)); err != nil {
 				return err
@@ -52,6 +59,6 @@ the page (<name>-aggregate.png, ...). --json prints the computed summary.`,
 		},
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", "report.html", "HTML file to write (PNGs go beside it)")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the computed summary as JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the computed summary as JSON (the page too only with -o)")
 	return cmd
 }
