@@ -8,9 +8,11 @@
 # turn, and with all of them off, and holds each model against each
 # measured ramp alone, as the two ramps are held against each other (the
 # noise floor): the steps within 15% and the mean |ln(model/measured)|,
-# in RAM (to the knee) and on the plateau (from its start). A term is
-# kept where the model without it misses by more than the two ramps miss
-# each other and the model with it misses less, on every day's cases.
+# in RAM (to the knee) and on the plateau (from its start). Its last
+# lines are each term's verdict by docs/sim.md's rule: a term stays where,
+# in one region on at least two days, the model without it matches fewer
+# steps than the day's measured ramps match each other, and the term
+# closes at least half of that gap.
 # Usage: bench/sim-corrections.sh CASE_DIR... (no root; seconds a case),
 # or bench/sim-corrections.sh --cases-from RESULTS OUT_DIR to make case
 # directories of a `REPEATS=2 RESULTS=dir bench/sim-fidelity.sh` run.
@@ -40,6 +42,8 @@ if [ "$1" = --cases-from ]; then
     m1="$2/measured-$name" m2="$2/measured-$name-r2"
     [ -f "$sim/machine.yaml" ] && [ -f "$m1/steps.csv" ] && [ -f "$m2/steps.csv" ] || continue
     c="$3/$(date -r "$sim/machine.yaml" +%F)-$name"
+    # A day's case is measured once: another run that day goes elsewhere.
+    [ ! -e "$c" ] || { echo "$c exists: give another OUT_DIR" >&2; exit 2; }
     mkdir -p "$c"
     cp "$sim/machine.yaml" "$c/"
     join -t, <(tail -n +2 "$m1/steps.csv" | cut -d, -f2,6 | sort -t, -k1,1) <(tail -n +2 "$m2/steps.csv" | cut -d, -f2,6 | sort -t, -k1,1) |
@@ -85,7 +89,7 @@ noise() {
     END { printf "%d %d %d %d %.3f %.3f\n", hit["ram"], n["ram"], hit["plateau"], n["plateau"], e["ram"] / n["ram"], e["plateau"] / n["plateau"] }' "$1/measured.csv"
 }
 
-declare -A total
+declare -A total days
 knees_exact=0 knees_total=0
 tally() { # VARIANT FIGURES
   local a
@@ -110,7 +114,10 @@ for c in "$@"; do
     --deployments "$deployments" --workload-runtime 8s --memory-scan "$scan" --stop-on-failure=false
     --worker-kind process --system-reserve 0 --guest-overhead 0 --overhead 3Mi)
   f=$(noise "$c")
+  day=$(basename "$c") day=${day:0:10}
+  days[$day]=1
   tally "noise floor" "$f"
+  tally "$day|noise floor" "$f"
   printf '%-34s %-28s %s\n' "$(basename "$c")" "noise floor (run vs run)" "$f"
   variants=("as measured")
   ((${#corrections[@]} > 0)) && variants+=("all fitted off" "${corrections[@]}")
@@ -141,6 +148,7 @@ for c in "$@"; do
     name=$v
     [[ $v == *=* ]] && name="${v%%=*} $( [ -n "${ADD:-}" ] && echo alone || echo off)"
     tally "$name" "$f"
+    tally "$day|$name" "$f"
     printf '%-34s %-28s %s\n' "" "$name" "$f"
   done
   rm -f "$c/.knees"
@@ -157,6 +165,40 @@ for v in "${totals[@]}"; do
   awk -v name="$name" -v a="${t[0]}" -v b="${t[1]}" -v c="${t[2]}" -v d="${t[3]}" -v e="${t[4]}" -v f="${t[5]}" \
     'BEGIN { printf "%-34s in RAM %3d of %3d, plateau %3d of %3d; error in RAM %.3f, plateau %.3f\n", name, a, b, c, d, e / b, f / d }'
 done
+
+# verdict TERM: docs/sim.md's rule, from the day's totals. Without the
+# term is the model with every term off (ADD=1: "TERM alone" against it)
+# or with every term but it (against "as measured"). A day and region
+# qualify where the model without the term matches a smaller share of
+# steps than the ramps match each other, and the term gains at least half
+# of that shortfall; the term stays where one region qualifies on two or
+# more days.
+verdict() {
+  local term=$1 with without day region kept=removed list=() line
+  if [ -n "${ADD:-}" ]; then with="$term alone" without="all fitted off"; else with="as measured" without="$term off"; fi
+  for region in 0 2; do
+    local qualified=()
+    for day in $(printf '%s\n' "${!days[@]}" | sort); do
+      awk -v f="${total[$day|noise floor]}" -v o="${total[$day|$without]}" -v w="${total[$day|$with]}" -v r="$region" 'BEGIN {
+          split(f, a, " "); split(o, b, " "); split(w, c, " ")
+          i = r + 1; j = r + 2
+          if (a[j] == 0 || b[j] == 0 || c[j] == 0) exit 1
+          floor = a[i] / a[j]; off = b[i] / b[j]; on = c[i] / c[j]
+          exit !(off < floor && on - off >= (floor - off) / 2)
+        }' && qualified+=("$day")
+    done
+    line="$( ((region == 0)) && echo "in RAM" || echo plateau): ${qualified[*]:-none}"
+    list+=("$line")
+    ((${#qualified[@]} >= 2)) && kept=kept
+  done
+  printf '%-34s %-7s (%s; %s)\n' "$term" "$kept" "${list[0]}" "${list[1]}"
+}
+
+if ((${#corrections[@]} > 0)) && ((${#days[@]} > 0)); then
+  echo
+  echo "verdict: a term stays where, in RAM or on the plateau on at least two days, the model without it matches fewer steps than the ramps match each other and the term gains at least half of that (the days where it does)"
+  for x in "${corrections[@]}"; do verdict "${x%%=*}"; done
+fi
 
 # The same case on days apart: each measured ramp of one day against each
 # of another's, the regions from all four ramps' knees. How far the
