@@ -44,7 +44,7 @@ func protectSelf(cfg Config, own []cgroup.Group, log *slog.Logger) {
 func mlockFix(err error, limitBytes uint64) string {
 	switch {
 	case errors.Is(err, unix.EPERM):
-		return "grant the agent CAP_IPC_LOCK (deploy/daemonset.yaml does), or run it as root"
+		return "grant the agent CAP_IPC_LOCK (deploy/daemonset.yaml does)"
 	case errors.Is(err, unix.ENOMEM) && limitBytes != unix.RLIM_INFINITY:
 		return fmt.Sprintf("RLIMIT_MEMLOCK is %s, less than the agent holds: grant it CAP_IPC_LOCK, or raise the limit (LimitMEMLOCK=infinity in a systemd unit, ulimit -l unlimited)",
 			units.FormatBytes(limitBytes))
@@ -57,7 +57,7 @@ func mlockFix(err error, limitBytes uint64) string {
 // needs CAP_SYS_RESOURCE.
 func oomScoreFix(err error) string {
 	if errors.Is(err, fs.ErrPermission) {
-		return "lowering oom_score_adj needs CAP_SYS_RESOURCE (deploy/daemonset.yaml grants it), or root"
+		return "lowering oom_score_adj needs CAP_SYS_RESOURCE (deploy/daemonset.yaml grants it; root without it, as in some containers, is refused too)"
 	}
 	return ""
 }
