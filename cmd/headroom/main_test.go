@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -36,8 +37,11 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func headroom(args ...string) *exec.Cmd {
-	cmd := exec.Command(os.Args[0], args...)
+func headroom(args ...string) *exec.Cmd { return headroomAt(os.Args[0], args...) }
+
+// headroomAt runs headroom from the test binary at path (a copy).
+func headroomAt(path string, args ...string) *exec.Cmd {
+	cmd := exec.Command(path, args...)
 	cmd.Env = append(os.Environ(), "HEADROOM_TEST_MAIN=1")
 	return cmd
 }
@@ -727,6 +731,50 @@ func TestReportUnwritableOutputExitsTwo(t *testing.T) {
 	r := runHeadroom(t, "report", dir, "-o", "/dev/null/report.html")
 	if r.code != 2 || r.stderr != "headroom: -o /dev/null: not a directory\n" {
 		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// The commands that change the machine need root, and say so in one line
+// before they touch anything or promise a run (as nobody when the test
+// runs as root).
+func TestRootCommandsRefuseAUser(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "swap.json")
+	self := os.Args[0]
+	if os.Geteuid() == 0 {
+		// nobody runs a copy of this binary where it may read it.
+		self = filepath.Join(dir, "headroom.test")
+		b, err := os.ReadFile(os.Args[0])
+		if err != nil || os.WriteFile(self, b, 0o755) != nil || os.Chmod(filepath.Dir(dir), 0o755) != nil {
+			t.Fatalf("copy the test binary for nobody: %v", err)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"swap", "up", "--file", "64Mi", "--state", state}, "headroom: swap up needs root"},
+		{[]string{"swap", "down", "--state", state}, "headroom: swap down needs root"},
+		{[]string{"sim", "paging", "--workers", "2"}, "headroom: sim paging needs root"},
+		{[]string{"density", "--deployments", "1", "--out", filepath.Join(dir, "run")}, "headroom: density needs root"},
+	} {
+		cmd := headroomAt(self, c.args...)
+		if os.Geteuid() == 0 {
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.HasPrefix(stderr.String(), c.want) || strings.Count(stderr.String(), "\n") != 1 {
+			t.Errorf("%v as a user: %v, %q; want exit 2 and one line %q", c.args, err, stderr.String(), c.want)
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.Name() != "headroom.test" {
+			t.Errorf("a refused command left %s in %s", e.Name(), dir)
+		}
 	}
 }
 

@@ -62,6 +62,9 @@ func runSimPaging(cmd *cobra.Command, f *simPagingFlags) error {
 	if f.window < time.Second {
 		return usagef("--window %s: want at least 1s", f.window)
 	}
+	if os.Geteuid() != 0 {
+		return usagef("sim paging %v", machine.ErrPagingNeedsRoot)
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"slices"
 
 	"github.com/spf13/cobra"
@@ -65,6 +66,9 @@ func newSwapUpCommand(statePath *string) *cobra.Command {
 				}
 				spec.Zswap = &z
 			}
+			if os.Geteuid() != 0 {
+				return usagef("swap up needs root: it turns swap devices and zswap on")
+			}
 			setup, err := swaptier.Up(spec, *statePath)
 			if swaptier.IsInputError(err) {
 				return usageError{err}
@@ -105,6 +109,9 @@ func newSwapDownCommand(statePath *string) *cobra.Command {
 		Short: "Remove the swap tiers `swap up` made, and nothing else",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if os.Geteuid() != 0 {
+				return usagef("swap down needs root: it turns swap devices and zswap off")
+			}
 			setup, err := swaptier.LoadState(*statePath)
 			if err != nil {
 				return err

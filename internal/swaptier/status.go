@@ -24,6 +24,9 @@ type Status struct {
 	Tiers []TierStatus `json:"tiers"`
 	// RAMBytes is what the compressed tiers take from RAM.
 	RAMBytes uint64 `json:"ram_bytes"`
+	// StateError says why the state file could not be read (a user
+	// without root, say): then which tiers headroom made is unknown.
+	StateError string `json:"state_error,omitempty"`
 }
 
 // ReadStatus reads the tiers and marks those the state file records.
@@ -32,11 +35,12 @@ func ReadStatus(statePath string) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
+	// The tiers are the host's to show whatever the record says.
+	st := Status{Tiers: []TierStatus{}}
 	setup, err := LoadState(statePath)
 	if err != nil {
-		return Status{}, err
+		st.StateError = fmt.Sprintf("which tiers headroom made is unknown: %v", err)
 	}
-	var st Status
 	for _, t := range sortTiers(tiers) {
 		ts := TierStatus{SwapTier: t, CompressionRatio: t.CompressionRatio()}
 		if setup != nil {
@@ -78,8 +82,11 @@ func (st Status) Print(w io.Writer) {
 			}
 		}
 		made := "no"
-		if t.MadeByHeadroom {
+		switch {
+		case t.MadeByHeadroom:
 			made = "yes"
+		case st.StateError != "":
+			made = "?"
 		}
 		alg := t.Algorithm
 		if alg == "" {
@@ -90,4 +97,7 @@ func (st Status) Print(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "compressed tiers take %s of RAM\n", units.FormatBytes(st.RAMBytes))
+	if st.StateError != "" {
+		fmt.Fprintln(w, st.StateError)
+	}
 }

@@ -143,3 +143,18 @@ func FuzzParseZram(f *testing.F) {
 		}
 	})
 }
+
+// A state file that cannot be read (a user without root) hides no tier:
+// status shows them all, with who made them unknown and the reason said.
+func TestStatusWithAnUnreadableRecord(t *testing.T) {
+	st, err := ReadStatus("/proc/self/status/swap.json") // not a directory
+	if err != nil || !strings.Contains(st.StateError, "which tiers headroom made is unknown") || st.Tiers == nil {
+		t.Fatalf("status %+v, %v; want the tiers and the record's error", st, err)
+	}
+	st.Tiers = []TierStatus{{SwapTier: host.SwapTier{Kind: host.TierDisk, Device: "/var/tmp/s", Priority: 10, SizeBytes: 1 << 30}}}
+	var b strings.Builder
+	st.Print(&b)
+	if out := b.String(); !strings.Contains(out, "  ?\n") || !strings.Contains(out, st.StateError) {
+		t.Errorf("printed %q; want ? under made by headroom and the record's error", out)
+	}
+}
