@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -235,6 +236,10 @@ func transferRate(smallIOPS, largeIOPS float64, largeBytes int) float64 {
 // o.rounds() times at each count of pagingWorkersPerCore and keeps
 // each count's medians (and the CPU's spread).
 func (f *Figures) measurePaging(ctx context.Context, o Options) error {
+	if os.Geteuid() != 0 {
+		o.progress("paging: skipped, it %s", ErrPagingNeedsRoot)
+		return ErrPagingNeedsRoot
+	}
 	runs := make([][]PagingSample, len(pagingWorkersPerCore))
 	for round := range o.rounds() {
 		for i, perCore := range pagingWorkersPerCore {
