@@ -17,8 +17,9 @@ import (
 
 // DefaultVMOverheadBytes is the default per-VM request overhead of the qemu
 // backend: the host memory a micro-VM's QEMU holds beyond the guest RAM it
-// backs (heap, the 32 MiB TCG translation cache, device buffers), measured
-// here at 41-46 MiB per TCG guest (docs/validation/benchmarks.md, "Micro-VMs"), rounded up.
+// backs (heap, the TCG translation cache, device buffers), measured here
+// at 35-37 MiB per TCG guest (docs/validation/benchmarks.md, "Micro-VMs"),
+// rounded up with room for another QEMU or accelerator.
 const DefaultVMOverheadBytes = 64 << 20
 
 // GuestFootprintBytes is guest memory that is not the workload's: the

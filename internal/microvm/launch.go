@@ -254,10 +254,18 @@ func (vm *VM) start(ctx context.Context) error {
 	return nil
 }
 
-// qemuArgs is the QEMU command line. The machine is `pc` booted by qboot
+// TCGTranslationCacheMiB is the translation cache of a TCG guest (QEMU's
+// tb-size; libvirt's tb-cache). The whole cache ends up resident: at 32 MiB
+// a micro-VM's QEMU held 54-63 MiB beyond guest RAM, at 16 MiB 35-37 (a
+// libvirt domain 59-63 against 40-44), for about 0.25 CPU-s more to boot
+// and no change in the workload's touch rate in RAM or paging in the guest
+// (docs/guide/vm.md). KVM has no translation cache.
+const TCGTranslationCacheMiB = 16
+
+// qemuArgs is the QEMU command line. The machine is `q35` booted by qboot
 // (QEMU's minimal firmware) straight into the PVH entry of the
-// uncompressed kernel: see docs/validation/benchmarks.md "Micro-VMs" for the measurements behind
-// each choice.
+// uncompressed kernel: docs/guide/vm.md has the measurements behind each
+// choice.
 func (vm *VM) qemuArgs(initrd string) []string {
 	c := vm.cfg
 	nports := 3
@@ -273,9 +281,7 @@ func (vm *VM) qemuArgs(initrd string) []string {
 	}
 	accel := string(vm.accel)
 	if vm.accel == AccelTCG {
-		// A smaller translation cache than the default saves host memory
-		// per VM at no measurable cost for the workload's small loop.
-		accel += ",tb-size=32"
+		accel += ",tb-size=" + strconv.Itoa(TCGTranslationCacheMiB)
 	}
 	args := []string{
 		"-name", c.Name,
