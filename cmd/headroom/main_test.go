@@ -754,6 +754,8 @@ func TestRootCommandsRefuseAUser(t *testing.T) {
 		want string
 	}{
 		{[]string{"swap", "up", "--file", "64Mi", "--state", state}, "headroom: swap up needs root"},
+		// What the machine cannot take is said before root is asked for.
+		{[]string{"swap", "up", "--zram", "1Pi", "--state", state}, "headroom: zram of 1.0 PiB is more than twice this machine's RAM"},
 		{[]string{"swap", "down", "--state", state}, "headroom: swap down needs root"},
 		{[]string{"sim", "paging", "--workers", "2"}, "headroom: sim paging needs root"},
 		{[]string{"density", "--deployments", "1", "--out", filepath.Join(dir, "run")}, "headroom: density needs root"},
@@ -803,6 +805,10 @@ func TestReportJSONWritesThePageOnlyWithOutput(t *testing.T) {
 	}
 	if _, err := os.Stat(page); err != nil {
 		t.Errorf("report --json -o %s: %v", page, err)
+	}
+	// One run given twice is refused: it would hide under itself.
+	if r := runHeadroom(t, "report", run, run+"/", "--json"); r.code != 2 || !strings.Contains(r.stderr, "give each run once") {
+		t.Errorf("report RUN RUN/: exit %d, %q; want 2 and the run named", r.code, r.stderr)
 	}
 }
 

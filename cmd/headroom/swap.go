@@ -66,6 +66,14 @@ func newSwapUpCommand(statePath *string) *cobra.Command {
 				}
 				spec.Zswap = &z
 			}
+			// What this machine cannot take is said to anyone; only then root.
+			m, err := swaptier.ThisMachine()
+			if err != nil {
+				return err
+			}
+			if err := swaptier.Check(spec, m); err != nil {
+				return usageError{err}
+			}
 			if os.Geteuid() != 0 {
 				return usagef("swap up needs root: it turns swap devices and zswap on")
 			}

@@ -71,7 +71,15 @@ type Run struct {
 // Load reads result directories.
 func Load(dirs []string) ([]Run, error) {
 	var out []Run
+	seen := map[string]string{}
 	for _, d := range dirs {
+		// One run drawn twice would hide under itself on every chart.
+		if abs, err := filepath.Abs(d); err == nil {
+			if first, ok := seen[abs]; ok {
+				return nil, fmt.Errorf("%s is %s again: give each run once", d, first)
+			}
+			seen[abs] = d
+		}
 		r, err := results.ReadRun(d)
 		if err != nil {
 			return nil, err
