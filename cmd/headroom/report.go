@@ -37,25 +37,24 @@ writes the page and PNGs only when -o is given.`,
 			// --json alone is a reader after the summary: the page and its
 			// PNGs are written where -o says, never into the working
 			// directory unasked.
-			if asJSON && !cmd.Flags().Changed("output") {
-				return printJSON(cmd, report.Summarize(runs))
+			if !asJSON || cmd.Flags().Changed("output") {
+				if err := makeOutputDir("-o", filepath.Dir(out)); err != nil {
+					return err
+				}
+				charts, err := report.Write(runs, out)
+				if err != nil {
+					return err
+				}
+				if !asJSON {
+					w := cmd.OutOrStdout()
+					fmt.Fprintf(w, "report: %s\n", out)
+					for _, c := range charts {
+						fmt.Fprintf(w, "chart: %s\n", c.PNG)
+					}
+					return nil
+				}
 			}
-			if err := makeOutputDir("-o", filepath.Dir(out)); err != nil {
-				return err
-			}
-			charts, err := report.Write(runs, out)
-			if err != nil {
-				return err
-			}
-			w := cmd.OutOrStdout()
-			if asJSON {
-				return printJSON(cmd, report.Summarize(runs))
-			}
-			fmt.Fprintf(w, "report: %s\n", out)
-			for _, c := range charts {
-				fmt.Fprintf(w, "chart: %s\n", c.PNG)
-			}
-			return nil
+			return printJSON(cmd, report.Summarize(runs))
 		},
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", "report.html", "HTML file to write (PNGs go beside it)")

@@ -62,8 +62,8 @@ func runSimPaging(cmd *cobra.Command, f *simPagingFlags) error {
 	if f.window < time.Second {
 		return usagef("--window %s: want at least 1s", f.window)
 	}
-	if os.Geteuid() != 0 {
-		return usagef("sim paging %v", machine.ErrPagingNeedsRoot)
+	if err := machine.CanMeasurePaging(); err != nil {
+		return usagef("sim paging %v", err)
 	}
 	exe, err := os.Executable()
 	if err != nil {

@@ -88,19 +88,24 @@ func (s *Setup) add(m Made) error {
 // density run undoes its own swap). If a step fails, what was made is
 // undone and the error returned.
 func Up(spec tierspec.Spec, statePath string) (*Setup, error) {
-	if statePath != "" {
-		if prev, err := LoadState(statePath); err != nil {
-			return nil, err
-		} else if prev != nil && len(prev.Made) > 0 {
-			return nil, inputErrorf("headroom already set up swap (%s): `headroom swap down` first", statePath)
-		}
-	}
+	// What this machine cannot take is said to anyone; only then root,
+	// which the record (root's) and every change need.
 	m, err := ThisMachine()
 	if err != nil {
 		return nil, err
 	}
 	if err := Check(spec, m); err != nil {
 		return nil, err
+	}
+	if os.Geteuid() != 0 {
+		return nil, inputErrorf("swap up needs root: it turns swap devices and zswap on")
+	}
+	if statePath != "" {
+		if prev, err := LoadState(statePath); err != nil {
+			return nil, err
+		} else if prev != nil && len(prev.Made) > 0 {
+			return nil, inputErrorf("headroom already set up swap (%s): `headroom swap down` first", statePath)
+		}
 	}
 	s := &Setup{statePath: statePath}
 	fail := func(err error) (*Setup, error) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -236,9 +235,9 @@ func transferRate(smallIOPS, largeIOPS float64, largeBytes int) float64 {
 // o.rounds() times at each count of pagingWorkersPerCore and keeps
 // each count's medians (and the CPU's spread).
 func (f *Figures) measurePaging(ctx context.Context, o Options) error {
-	if os.Geteuid() != 0 {
-		o.progress("paging: skipped, it %s", ErrPagingNeedsRoot)
-		return ErrPagingNeedsRoot
+	if err := CanMeasurePaging(); err != nil {
+		o.progress("paging: skipped, it %s", err)
+		return err
 	}
 	runs := make([][]PagingSample, len(pagingWorkersPerCore))
 	for round := range o.rounds() {

@@ -79,6 +79,15 @@ func pagingWorkerBytes(workers int, ramBytes, swapFreeBytes uint64) uint64 {
 // with no swap active, a swap file.
 var ErrPagingNeedsRoot = errors.New("needs root (a memory cgroup and swap)")
 
+// CanMeasurePaging is ErrPagingNeedsRoot for a user without root, else nil:
+// asked before a paging run is announced.
+func CanMeasurePaging() error {
+	if os.Geteuid() != 0 {
+		return ErrPagingNeedsRoot
+	}
+	return nil
+}
+
 // ErrSwapActive: a half-full paging run needs a swap file of its own size,
 // and a swap area is already active.
 var ErrSwapActive = errors.New("a swap area is active")
@@ -237,8 +246,8 @@ type probeSwap struct {
 
 // readProbeSwap reads this machine's swap and memory; a probe needs root.
 func readProbeSwap() (probeSwap, error) {
-	if os.Geteuid() != 0 {
-		return probeSwap{}, ErrPagingNeedsRoot
+	if err := CanMeasurePaging(); err != nil {
+		return probeSwap{}, err
 	}
 	swaps, err := host.ReadSwaps()
 	if err != nil {
