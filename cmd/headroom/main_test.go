@@ -152,7 +152,7 @@ func TestBadInputIsOneLineAndExitTwo(t *testing.T) {
 		{[]string{"swap", "up", "--zram", "1Gi", "--zswap"}, "twice"},
 		{[]string{"swap", "up", "--zswap=pool=3"}, "--zswap"},
 		{[]string{"swap", "up", "--file", "1Pi"}, "does not fit"},
-		{[]string{"report"}, "requires at least 1 arg"},
+		{[]string{"report"}, "report needs a result directory: headroom report RUN_DIR..."},
 		{[]string{"report", "/nonexistent-run"}, "/nonexistent-run: no such directory"},
 		{[]string{"report", "testdata"}, "testdata holds no run.json: not the results of a run"},
 		{[]string{"report", "testdata/sim-unknown-key.yaml"}, "testdata/sim-unknown-key.yaml is a file: give the run's directory (testdata)"},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 
@@ -28,7 +29,12 @@ the page (<name>-aggregate.png, ...). --json prints the computed summary, and
 writes the page and PNGs only when -o is given.`,
 		Example: `  headroom report results/20261121-120000-density -o report.html
   headroom report results/seq results/random --json`,
-		Args: cobra.MinimumNArgs(1),
+		Args: func(_ *cobra.Command, dirs []string) error {
+			if len(dirs) == 0 {
+				return usageError{errors.New("report needs a result directory: headroom report RUN_DIR... (from headroom density or headroom sim)")}
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, dirs []string) error {
 			runs, err := report.Load(dirs)
 			if err != nil {
