@@ -7,7 +7,8 @@
 # every term against all days' cases: its last lines are each term's
 # verdict by docs/sim.md's rule. The run's log is OUT/DAY-run.txt and the
 # comparison OUT/DAY-corrections-faee645.txt. Needs root; about an hour.
-# A day is measured once: it stops if OUT already holds that day's cases.
+# A day is measured once: it stops if OUT already holds that day's cases
+# (a run that failed left only its log, and may be run again).
 source "$(dirname "$0")/lib.sh"
 [ "$(id -u)" = 0 ] || { echo "sim-new-day.sh needs root" >&2; exit 2; }
 OUT=${OUT:-bench/results/sim-fidelity}
@@ -18,7 +19,7 @@ TERMS=(touch-turn-blocks=1 swap-mixed-capacity=1 swap-mixed-capacity-half-full= 
   touch-alone-speedup=0 touch-beside-paging=0 paging-steal=0 readahead-used=1 readahead-order=0 reclaim-order=0
   reclaim-order-steady=0 reclaim-burst=0 fill-out=0)
 day=$(date +%F)
-if compgen -G "$OUT/$day-*" > /dev/null; then
+if compgen -G "$OUT/$day-*/" > /dev/null; then
   echo "$OUT already holds $day's cases: measure another day, or give another OUT" >&2
   exit 2
 fi
