@@ -199,7 +199,7 @@ func TestDiscoverSkipsIgnoredAndOwnCgroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.obs.source.(*cgroupSource).own = []cgroup.Group{inner}
-	a.node.Discover(time.Now())
+	a.node.Discover(time.Now(), true)
 	var names []string
 	for name := range a.node.groups {
 		names = append(names, name)
@@ -207,6 +207,56 @@ func TestDiscoverSkipsIgnoredAndOwnCgroups(t *testing.T) {
 	sort.Strings(names)
 	if want := []string{"agent-homely", "vm-a"}; !reflect.DeepEqual(names, want) {
 		t.Fatalf("workloads %v, want %v", names, want)
+	}
+}
+
+// announcingSource is the default source with a change notifier, as the
+// Kubernetes and libvirt sources have.
+type announcingSource struct {
+	Source
+	changed chan struct{}
+}
+
+func (s announcingSource) Changed() <-chan struct{} { return s.changed }
+
+// A group removed and made again under its old path is a new workload. A
+// source without a notifier is checked at every listing; one with a
+// notifier at the listings it asks for, the periodic listing trusting it.
+func TestDiscoverFindsAGroupMadeAgain(t *testing.T) {
+	for _, announces := range []bool{false, true} {
+		_, root := fixtureScope(t, "inactive_file 0\n")
+		a, _, _ := newFixtureAgent(t, root)
+		if announces {
+			a.obs.source = announcingSource{Source: a.obs.source, changed: make(chan struct{})}
+		}
+		now := time.Now()
+		a.node.Discover(now, true)
+		before := a.node.workloads["vm-a"].Instance
+		// The new group is an existing directory renamed into place: its
+		// inode differs from the removed one's on any file system.
+		vm := filepath.Join(root, "node", "vm-a")
+		made := filepath.Join(root, "vm-a-new")
+		if err := os.CopyFS(made, os.DirFS(vm)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.RemoveAll(vm); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(made, vm); err != nil {
+			t.Fatal(err)
+		}
+		a.node.Discover(now.Add(5*time.Second), false)
+		periodic := a.node.workloads["vm-a"].Instance
+		a.node.Discover(now.Add(6*time.Second), true)
+		asked := a.node.workloads["vm-a"].Instance
+		switch {
+		case before == 0 || asked == before:
+			t.Errorf("announces %v: instance %d before, %d after the source's change: the group made again was not found", announces, before, asked)
+		case !announces && periodic == before:
+			t.Errorf("a source without a notifier: the periodic listing missed the group made again")
+		case announces && periodic != before:
+			t.Errorf("a source with a notifier: the periodic listing stat'ed every group")
+		}
 	}
 }
 

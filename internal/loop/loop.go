@@ -18,8 +18,9 @@ import (
 // Node is what a round observes.
 type Node interface {
 	// Discover lists the workloads again; one that is new is read in full
-	// at once.
-	Discover(now time.Time)
+	// at once. changed says the source reported a change; otherwise the
+	// discovery interval came round.
+	Discover(now time.Time, changed bool)
 	// Refresh re-reads every workload's stats; full also re-reads what
 	// changes rarely (limits), as before a ranking.
 	Refresh(now time.Time, full bool)
@@ -169,7 +170,7 @@ func (l *Loop) TickOnEvent(now, eventAt time.Time) policy.Snapshot {
 // snapshot the round decided on.
 func (l *Loop) Tick(now time.Time, rediscover bool) policy.Snapshot {
 	if rediscover || now.Sub(l.lastDiscovery) >= seconds(l.cfg.DiscoverySeconds) {
-		l.node.Discover(now)
+		l.node.Discover(now, rediscover)
 		l.lastDiscovery = now
 	}
 	// Evictions that ended before the sample is read: the sample then

@@ -93,9 +93,9 @@ type simNode struct {
 }
 
 // The model is read whole every round: listing and refreshing cost nothing.
-func (n *simNode) Discover(time.Time)      {}
-func (n *simNode) Parked() []policy.Parked { return nil } // the simulator parks nothing
-func (n *simNode) Refresh(time.Time, bool) {}
+func (n *simNode) Discover(time.Time, bool) {}
+func (n *simNode) Parked() []policy.Parked  { return nil } // the simulator parks nothing
+func (n *simNode) Refresh(time.Time, bool)  {}
 
 func (n *simNode) Sample(now time.Time) policy.Sample {
 	s := n.s
