@@ -18,9 +18,9 @@ import (
 // Node is what a round observes.
 type Node interface {
 	// Discover lists the workloads again; one that is new is read in full
-	// at once. changed says the source reported a change; otherwise the
-	// discovery interval came round.
-	Discover(now time.Time, changed bool)
+	// at once. sourceChanged says the source reported a change (Tick's
+	// rediscover); otherwise the discovery interval came round.
+	Discover(now time.Time, sourceChanged bool)
 	// Refresh re-reads every workload's stats; full also re-reads what
 	// changes rarely (limits), as before a ranking.
 	Refresh(now time.Time, full bool)
