@@ -20,7 +20,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -230,44 +229,6 @@ func OpenAt(v Version, mount, scope string) (Group, error) {
 	return &v2Group{path: p}, nil
 }
 
-// readControlFile reads a cgroup control file with plain system calls:
-// os.ReadFile also stats the file and registers it with the runtime's
-// poller, which doubles the cost of the agent's periodic reads of every
-// workload (hundreds of pods) for nothing.
-func readControlFile(path string) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	defer unix.Close(fd)
-	buf := make([]byte, 0, 4096)
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, &os.PathError{Op: "read", Path: path, Err: err}
-		}
-		if n == 0 {
-			return buf, nil
-		}
-		buf = buf[:len(buf)+n]
-	}
-}
-
-// readUint reads a one-number file; "max" (v2) is Unlimited.
-func readUint(path string) (uint64, error) {
-	b, err := readControlFile(path)
-	if err != nil {
-		return 0, err
-	}
-	return ParseLimit(b)
-}
-
 // ParseLimit parses a single-value control file: a decimal number or "max".
 // v1's "unlimited" (PAGE_COUNTER_MAX pages, about 2^63) is mapped to
 // Unlimited as well.
@@ -344,28 +305,18 @@ func readUsage(usageFile, swapFile string, swapIsTotal bool, statFile, inactiveK
 	if swapIsTotal {
 		u.SwapBytes = subtract(second, u.UsageBytes)
 	}
-	b, err := readControlFile(statFile)
+	inactive, err := readFile(statFile, func(b []byte) (uint64, error) {
+		v, err := StatValue(b, inactiveKey)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", statFile, err)
+		}
+		return v, nil
+	})
 	if err != nil {
 		return Usage{}, err
 	}
-	inactive, err := StatValue(b, inactiveKey)
-	if err != nil {
-		return Usage{}, fmt.Errorf("%s: %w", statFile, err)
-	}
 	u.WorkingSetBytes = subtract(u.UsageBytes, inactive)
 	return u, nil
-}
-
-func readKeyValues(path string) (map[string]uint64, error) {
-	b, err := readControlFile(path)
-	if err != nil {
-		return nil, err
-	}
-	kv, err := ParseKeyValues(b)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return kv, nil
 }
 
 func writeValue(path string, v uint64) error {
@@ -377,37 +328,6 @@ func writeValue(path string, v uint64) error {
 		return fmt.Errorf("write %s to %s: %w", s, path, err)
 	}
 	return nil
-}
-
-func readProcs(dir string) ([]int, error) {
-	b, err := readControlFile(filepath.Join(dir, "cgroup.procs"))
-	if err != nil {
-		return nil, err
-	}
-	var pids []int
-	for _, f := range strings.Fields(string(b)) {
-		pid, err := strconv.Atoi(f)
-		if err != nil {
-			return nil, fmt.Errorf("parse %s/cgroup.procs: %q", dir, f)
-		}
-		pids = append(pids, pid)
-	}
-	return pids, nil
-}
-
-func childDirs(dir string) ([]string, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, e := range entries {
-		if e.IsDir() {
-			out = append(out, filepath.Join(dir, e.Name()))
-		}
-	}
-	sort.Strings(out)
-	return out, nil
 }
 
 // ID is the group's identity: its directory's inode, which cgroup v2 uses
@@ -430,11 +350,8 @@ func killTree(dir string) error { return signalTree(dir, syscall.SIGKILL) }
 
 func signalTree(dir string, sig syscall.Signal) error {
 	var firstErr error
-	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil || !d.IsDir() {
-			return nil
-		}
-		pids, err := readProcs(p)
+	walkGroups(dir, func(dirfd int, dir string) {
+		pids, err := appendProcs(nil, dirfd, dir)
 		if err != nil && firstErr == nil {
 			firstErr = err
 		}
@@ -443,7 +360,6 @@ func signalTree(dir string, sig syscall.Signal) error {
 				firstErr = err
 			}
 		}
-		return nil
 	})
 	return firstErr
 }
@@ -497,12 +413,7 @@ func WaitEmpty(ctx context.Context, g Group, poll time.Duration) bool {
 // has no event for a cgroup becoming empty).
 func Remove(g Group, timeout time.Duration) error {
 	var dirs []string
-	filepath.WalkDir(g.Path(), func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			dirs = append(dirs, p)
-		}
-		return nil
-	})
+	walkGroups(g.Path(), func(_ int, dir string) { dirs = append(dirs, dir) })
 	killTree(g.Path())
 	deadline := time.Now().Add(timeout)
 	for i := len(dirs) - 1; i >= 0; i-- {
@@ -529,37 +440,4 @@ func Remove(g Group, timeout time.Duration) error {
 func Command(dir, name string, args ...string) *exec.Cmd {
 	script := `echo $$ > "$0/cgroup.procs" && exec "$@"`
 	return exec.Command("/bin/sh", append([]string{"-c", script, dir, name}, args...)...)
-}
-
-// CountProcesses counts the processes in g and all its descendant groups:
-// libvirt on cgroup v2 keeps QEMU in machine-qemu-N.scope/libvirt/emulator
-// and vcpuN, KubeVirt pods in container scopes, so a workload's own
-// cgroup.procs is often empty.
-func CountProcesses(g Group) (int, error) {
-	pids, err := TreeProcs(g)
-	return len(pids), err
-}
-
-// TreeProcs lists the processes in g and all its descendant groups.
-func TreeProcs(g Group) ([]int, error) {
-	var all []int
-	var firstErr error
-	filepath.WalkDir(g.Path(), func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			if firstErr == nil {
-				firstErr = err
-			}
-			return nil
-		}
-		if !d.IsDir() {
-			return nil
-		}
-		pids, err := readProcs(p)
-		if err != nil && !errors.Is(err, os.ErrNotExist) && firstErr == nil {
-			firstErr = err
-		}
-		all = append(all, pids...)
-		return nil
-	})
-	return all, firstErr
 }
