@@ -107,17 +107,25 @@ func (n *hostNode) Sample(now time.Time) policy.Sample { return n.obs.sample(now
 // (its goroutine reads them every round; taking them costs no I/O): the
 // balloon controller follows a guest's growth from one second to the next.
 func (n *hostNode) Workloads(now time.Time) []policy.Workload {
-	out := make([]policy.Workload, 0, len(n.names))
-	for _, name := range n.names {
-		if g := n.groups[name]; n.obs.recapped(name, g) {
+	// Only the few workloads whose swap was found uncapped are checked
+	// here, and guests only when there are VMs: a round with hundreds of
+	// pods looks up each once.
+	for name := range n.obs.uncapped {
+		if g, ok := n.groups[name]; ok && n.obs.recapped(name, g) {
 			n.workloads[name], n.meta[name] = n.obs.workload(now, name, g, true)
 		}
+	}
+	withGuests := n.obs.balloons != nil || len(n.obs.vms) > 0
+	out := make([]policy.Workload, len(n.names))
+	for i, name := range n.names {
 		w := n.workloads[name]
-		if b := n.obs.balloon(name); b != nil {
-			w.Guest = b.Guest(now)
-			n.workloads[name] = w
+		if withGuests {
+			if b := n.obs.balloon(name); b != nil {
+				w.Guest = b.Guest(now)
+				n.workloads[name] = w
+			}
 		}
-		out = append(out, w)
+		out[i] = w
 	}
 	return out
 }

@@ -27,6 +27,8 @@ import (
 
 	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
+
+	"github.com/headroom-dev/headroom/internal/pseudofile"
 )
 
 // Unlimited is the value of a limit that is not set.
@@ -305,7 +307,7 @@ func readUsage(usageFile, swapFile string, swapIsTotal bool, statFile, inactiveK
 	if swapIsTotal {
 		u.SwapBytes = subtract(second, u.UsageBytes)
 	}
-	inactive, err := readFile(statFile, func(b []byte) (uint64, error) {
+	inactive, err := pseudofile.Parse(statFile, func(b []byte) (uint64, error) {
 		v, err := StatValue(b, inactiveKey)
 		if err != nil {
 			return 0, fmt.Errorf("%s: %w", statFile, err)

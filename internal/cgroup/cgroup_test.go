@@ -8,7 +8,7 @@ import (
 )
 
 // writeTree creates files from a map of relative path to content.
-func writeTree(t *testing.T, root string, files map[string]string) {
+func writeTree(t testing.TB, root string, files map[string]string) {
 	t.Helper()
 	for name, content := range files {
 		p := filepath.Join(root, name)

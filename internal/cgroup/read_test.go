@@ -144,15 +144,7 @@ func BenchmarkCountProcesses(b *testing.B) {
 		files[group+"/cgroup.procs"] = ""
 	}
 	files["pod/pause/cgroup.procs"], files["pod/app/cgroup.procs"] = "100\n", "200\n201\n"
-	for name, content := range files {
-		p := filepath.Join(root, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			b.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
+	writeTree(b, root, files)
 	g := &v1Group{path: filepath.Join(root, "pod")}
 	b.Run("walkGroups", func(b *testing.B) {
 		b.ReportAllocs()

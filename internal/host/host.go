@@ -4,16 +4,16 @@
 package host
 
 import (
-	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
-	"io"
-	"os"
+	"math"
 	"path/filepath"
 	"strconv"
-	"strings"
 
 	"github.com/prometheus/procfs"
+
+	"github.com/headroom-dev/headroom/internal/pseudofile"
 )
 
 // Memory is the node's RAM and swap in bytes.
@@ -77,11 +77,11 @@ func ReadVMStat() (VMStat, error) { return DefaultRoots.ReadVMStat() }
 
 // ReadVMStat reads vmstat under r.
 func (r Roots) ReadVMStat() (VMStat, error) {
-	b, err := os.ReadFile(r.proc("vmstat"))
+	v, err := pseudofile.Parse(r.proc("vmstat"), ParseVMStat)
 	if err != nil {
 		return VMStat{}, fmt.Errorf("read %s: %w", r.proc("vmstat"), err)
 	}
-	return ParseVMStat(b)
+	return v, nil
 }
 
 // ParseVMStat parses vmstat's "name value" lines; all three counters must
@@ -135,18 +135,33 @@ func ReadSwaps() ([]SwapDevice, error) { return DefaultRoots.ReadSwaps() }
 
 // ReadSwaps reads swaps under r.
 func (r Roots) ReadSwaps() ([]SwapDevice, error) {
-	fs, err := procfs.NewFS(r.Proc)
+	swaps, err := pseudofile.Parse(r.proc("swaps"), ParseSwaps)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", r.proc("swaps"), err)
 	}
-	swaps, err := fs.Swaps()
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", r.proc("swaps"), err)
-	}
-	out := make([]SwapDevice, 0, len(swaps))
-	for _, s := range swaps {
-		out = append(out, SwapDevice{Path: s.Filename, Type: s.Type, SizeBytes: uint64(s.Size) * 1024,
-			UsedBytes: uint64(s.Used) * 1024, Priority: s.Priority})
+	return swaps, nil
+}
+
+// ParseSwaps parses /proc/swaps: a header line, then "filename type size
+// used priority" with sizes in KiB. (procfs parses it only from the file,
+// which the agent reads every round.)
+func ParseSwaps(b []byte) ([]SwapDevice, error) {
+	var out []SwapDevice
+	for i, line := range bytes.Split(b, []byte{'\n'}) {
+		fields := bytes.Fields(line)
+		if i == 0 || len(fields) == 0 {
+			continue // the header
+		}
+		if len(fields) != 5 {
+			return nil, fmt.Errorf("parse swaps: %q: want filename, type, size, used and priority", line)
+		}
+		size, err1 := strconv.ParseUint(string(fields[2]), 10, 64)
+		used, err2 := strconv.ParseUint(string(fields[3]), 10, 64)
+		prio, err3 := strconv.Atoi(string(fields[4]))
+		if err := errors.Join(err1, err2, err3); err != nil || size > math.MaxUint64>>10 || used > size {
+			return nil, fmt.Errorf("parse swaps: %q: size, used or priority is not a number, or used exceeds size", line)
+		}
+		out = append(out, SwapDevice{Path: string(fields[0]), Type: string(fields[1]), SizeBytes: size << 10, UsedBytes: used << 10, Priority: prio})
 	}
 	return out, nil
 }
@@ -166,51 +181,46 @@ func (r Roots) MemoryPressureFile() string { return r.proc("pressure", "memory")
 // ReadPSIFile reads a pressure file: /proc/pressure/* or a cgroup v2
 // memory.pressure.
 func ReadPSIFile(path string) (PSI, error) {
-	f, err := os.Open(path)
+	p, err := pseudofile.Parse(path, ParsePSI)
 	if err != nil {
 		return PSI{}, fmt.Errorf("read %s: %w", path, err)
 	}
-	defer f.Close()
-	return ParsePSI(f)
+	return p, nil
 }
 
 // ParsePSI parses a pressure file (/proc/pressure/memory or a cgroup v2
 // memory.pressure): lines "some|full avg10=.. avg60=.. avg300=.. total=N".
 // Only the cumulative totals are kept; averages are computed from their
 // differences over the agent's own window.
-func ParsePSI(r io.Reader) (PSI, error) {
+func ParsePSI(b []byte) (PSI, error) {
 	var p PSI
 	seen := 0
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
+	for line := range bytes.Lines(b) {
+		fields := bytes.Fields(line)
 		if len(fields) == 0 {
 			continue
 		}
 		var dst *uint64
-		switch fields[0] {
+		switch string(fields[0]) {
 		case "some":
 			dst = &p.SomeMicros
 		case "full":
 			dst = &p.FullMicros
 		default:
-			return PSI{}, fmt.Errorf("parse pressure: unexpected line %q", sc.Text())
+			return PSI{}, fmt.Errorf("parse pressure: unexpected line %q", bytes.TrimSpace(line))
 		}
-		total := ""
+		var total []byte
 		for _, f := range fields[1:] {
-			if v, ok := strings.CutPrefix(f, "total="); ok {
+			if v, ok := bytes.CutPrefix(f, []byte("total=")); ok {
 				total = v
 			}
 		}
-		n, err := strconv.ParseUint(total, 10, 64)
+		n, err := strconv.ParseUint(string(total), 10, 64)
 		if err != nil {
 			return PSI{}, fmt.Errorf("parse pressure %s total: %q", fields[0], total)
 		}
 		*dst = n
 		seen++
-	}
-	if err := sc.Err(); err != nil {
-		return PSI{}, fmt.Errorf("parse pressure: %w", err)
 	}
 	if seen == 0 {
 		return PSI{}, fmt.Errorf("parse pressure: no some/full lines")

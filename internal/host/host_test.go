@@ -31,12 +31,12 @@ func TestParseVMStat(t *testing.T) {
 
 func TestParsePSI(t *testing.T) {
 	in := "some avg10=1.00 avg60=0.50 avg300=0.10 total=12345\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=678\n"
-	p, err := ParsePSI(strings.NewReader(in))
+	p, err := ParsePSI([]byte(in))
 	if err != nil || p != (PSI{SomeMicros: 12345, FullMicros: 678}) {
 		t.Fatalf("ParsePSI = %+v, %v", p, err)
 	}
 	for _, bad := range []string{"", "some avg10=1\n", "partial total=3\n", "some total=-1\n"} {
-		if _, err := ParsePSI(strings.NewReader(bad)); err == nil {
+		if _, err := ParsePSI([]byte(bad)); err == nil {
 			t.Errorf("ParsePSI(%q) accepted", bad)
 		}
 	}
@@ -75,7 +75,7 @@ func FuzzParsePSI(f *testing.F) {
 	f.Add("some total=5")
 	f.Add("full total=\n")
 	f.Fuzz(func(t *testing.T, s string) {
-		if _, err := ParsePSI(strings.NewReader(s)); err == nil && !strings.Contains(s, "total=") {
+		if _, err := ParsePSI([]byte(s)); err == nil && !strings.Contains(s, "total=") {
 			t.Fatalf("accepted %q without a total", s)
 		}
 	})
@@ -337,4 +337,47 @@ func TestThreadSchedstatsShowTheBusiestThreadsWait(t *testing.T) {
 	if _, err := ThreadSchedstats(1 << 30); err == nil {
 		t.Error("no error for a process that does not exist")
 	}
+}
+
+func TestParseSwaps(t *testing.T) {
+	in := "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n" +
+		"/dev/zram0                              partition\t1048572\t\t2048\t\t100\n" +
+		"/var/tmp/headroom-swap                  file\t\t524284\t\t0\t\t-2\n"
+	got, err := ParseSwaps([]byte(in))
+	want := []SwapDevice{
+		{Path: "/dev/zram0", Type: "partition", SizeBytes: 1048572 << 10, UsedBytes: 2048 << 10, Priority: 100},
+		{Path: "/var/tmp/headroom-swap", Type: "file", SizeBytes: 524284 << 10, UsedBytes: 0, Priority: -2},
+	}
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("ParseSwaps = %+v, %v; want %+v", got, err, want)
+	}
+	if got, err := ParseSwaps([]byte("Filename Type Size Used Priority\n")); err != nil || len(got) != 0 {
+		t.Errorf("ParseSwaps(header only) = %+v, %v; want none", got, err)
+	}
+	for _, bad := range []string{
+		"h\n/dev/sda2 partition 10 2\n",      // a field missing
+		"h\n/dev/sda2 partition ten 2 -1\n",  // size not a number
+		"h\n/dev/sda2 partition 10 20 -1\n",  // more used than the size
+		"h\n/dev/sda2 partition 10 2 high\n", // priority not a number
+	} {
+		if got, err := ParseSwaps([]byte(bad)); err == nil {
+			t.Errorf("ParseSwaps(%q) = %+v, accepted", bad, got)
+		}
+	}
+}
+
+func FuzzParseSwaps(f *testing.F) {
+	f.Add([]byte("Filename Type Size Used Priority\n/dev/zram0 partition 1048572 0 100\n"))
+	f.Add([]byte("h\n/x file 18014398509481983 1 -5"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		swaps, err := ParseSwaps(b)
+		if err != nil {
+			return
+		}
+		for _, s := range swaps {
+			if s.UsedBytes > s.SizeBytes || s.SizeBytes%1024 != 0 || s.Path == "" {
+				t.Fatalf("ParseSwaps(%q) gave %+v", b, s)
+			}
+		}
+	})
 }

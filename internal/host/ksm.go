@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/headroom-dev/headroom/internal/pseudofile"
 )
 
 // KSMDir is where the kernel's same-page merging is controlled and counted.
@@ -76,13 +78,15 @@ func ReadKSMDir(dir string) (KSM, error) {
 }
 
 func readSysUint(path string, dst *uint64) error {
-	b, err := os.ReadFile(path)
+	n, err := pseudofile.Parse(path, func(b []byte) (uint64, error) {
+		n, err := strconv.ParseUint(string(bytes.TrimSpace(b)), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("parse %s: %w", path, err)
+		}
+		return n, nil
+	})
 	if err != nil {
 		return err
-	}
-	n, err := strconv.ParseUint(string(bytes.TrimSpace(b)), 10, 64)
-	if err != nil {
-		return fmt.Errorf("parse %s: %w", path, err)
 	}
 	*dst = n
 	return nil

@@ -1,14 +1,14 @@
 package host
 
 import (
-	"bytes"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/prometheus/procfs"
+
+	"github.com/headroom-dev/headroom/internal/pseudofile"
 )
 
 // Swap tier kinds (SwapTier.Kind).
@@ -77,16 +77,18 @@ func ReadZram(dev string) (ZramStat, string, error) { return DefaultRoots.ReadZr
 // ReadZram reads a zram device's statistics under r.
 func (r Roots) ReadZram(dev string) (ZramStat, string, error) {
 	sys := r.sys("block", filepath.Base(dev))
-	b, err := os.ReadFile(filepath.Join(sys, "mm_stat"))
+	st, err := pseudofile.Parse(filepath.Join(sys, "mm_stat"), func(b []byte) (ZramStat, error) {
+		st, err := ParseZramMMStat(b)
+		if err != nil {
+			return st, fmt.Errorf("%s: %w", dev, err)
+		}
+		return st, nil
+	})
 	if err != nil {
 		return ZramStat{}, "", err
 	}
-	st, err := ParseZramMMStat(b)
-	if err != nil {
-		return ZramStat{}, "", fmt.Errorf("%s: %w", dev, err)
-	}
-	alg, _ := os.ReadFile(filepath.Join(sys, "comp_algorithm"))
-	return st, SelectedOption(string(alg)), nil
+	alg, _ := pseudofile.ReadString(filepath.Join(sys, "comp_algorithm"))
+	return st, SelectedOption(alg), nil
 }
 
 // IsZram reports whether a swap area is a zram device.
@@ -109,19 +111,19 @@ func ReadZswapParams() (Zswap, error) { return DefaultRoots.ReadZswapParams() }
 func (r Roots) ReadZswapParams() (Zswap, error) {
 	var z Zswap
 	dir := r.sys("module", "zswap", "parameters")
-	b, err := os.ReadFile(filepath.Join(dir, "enabled"))
+	enabled, err := pseudofile.ReadString(filepath.Join(dir, "enabled"))
 	if err != nil {
 		return z, err
 	}
-	z.Enabled = bytes.HasPrefix(bytes.TrimSpace(b), []byte("Y"))
+	z.Enabled = strings.HasPrefix(strings.TrimSpace(enabled), "Y")
 	if err := readSysUint(filepath.Join(dir, "max_pool_percent"), &z.MaxPoolPercent); err != nil {
 		return z, err
 	}
-	c, err := os.ReadFile(filepath.Join(dir, "compressor"))
+	c, err := pseudofile.ReadString(filepath.Join(dir, "compressor"))
 	if err != nil {
 		return z, err
 	}
-	z.Compressor = strings.TrimSpace(string(c))
+	z.Compressor = strings.TrimSpace(c)
 	return z, nil
 }
 
