@@ -11,8 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"github.com/prometheus/procfs"
-
 	"github.com/headroom-dev/headroom/internal/pseudofile"
 )
 
@@ -47,18 +45,45 @@ func ReadMemory() (Memory, error) { return DefaultRoots.ReadMemory() }
 
 // ReadMemory reads meminfo under r.
 func (r Roots) ReadMemory() (Memory, error) {
-	fs, err := procfs.NewFS(r.Proc)
+	m, err := pseudofile.Parse(r.proc("meminfo"), ParseMeminfo)
 	if err != nil {
 		return Memory{}, fmt.Errorf("read %s: %w", r.proc("meminfo"), err)
 	}
-	mi, err := fs.Meminfo()
-	if err != nil {
-		return Memory{}, fmt.Errorf("read %s: %w", r.proc("meminfo"), err)
+	return m, nil
+}
+
+// ParseMeminfo parses the four lines of /proc/meminfo the agent uses,
+// "Key: N kB". (procfs parses every line, into pointers, and only from the
+// file: the agent reads it at each listing.)
+func ParseMeminfo(b []byte) (Memory, error) {
+	var m Memory
+	fields := []struct {
+		key string
+		dst *uint64
+	}{{"MemTotal:", &m.TotalBytes}, {"MemAvailable:", &m.AvailableBytes}, {"SwapTotal:", &m.SwapTotalBytes}, {"SwapFree:", &m.SwapFreeBytes}}
+	var found uint // a bit per field
+	for line := range bytes.Lines(b) {
+		key, rest, ok := bytes.Cut(line, []byte{' '})
+		if !ok {
+			continue
+		}
+		for i, f := range fields {
+			if string(key) != f.key {
+				continue
+			}
+			value, unit, _ := bytes.Cut(bytes.TrimSpace(rest), []byte{' '})
+			n, err := strconv.ParseUint(string(value), 10, 64)
+			if err != nil || string(unit) != "kB" || n > math.MaxUint64>>10 {
+				return Memory{}, fmt.Errorf("parse meminfo: %q", bytes.TrimSpace(line))
+			}
+			*f.dst = n << 10
+			found |= 1 << i
+		}
 	}
-	if mi.MemTotalBytes == nil || mi.MemAvailableBytes == nil || mi.SwapTotalBytes == nil || mi.SwapFreeBytes == nil {
-		return Memory{}, fmt.Errorf("read %s: MemTotal, MemAvailable, SwapTotal or SwapFree missing", r.proc("meminfo"))
+	if found != 1<<len(fields)-1 {
+		return Memory{}, fmt.Errorf("parse meminfo: MemTotal, MemAvailable, SwapTotal or SwapFree missing")
 	}
-	return Memory{*mi.MemTotalBytes, *mi.MemAvailableBytes, *mi.SwapTotalBytes, *mi.SwapFreeBytes}, nil
+	return m, nil
 }
 
 // VMStat holds the /proc/vmstat counters the agent uses. They are

@@ -381,3 +381,33 @@ func FuzzParseSwaps(f *testing.F) {
 		}
 	})
 }
+
+func TestParseMeminfo(t *testing.T) {
+	in := "MemTotal:       24683952 kB\nMemFree:        21317428 kB\nMemAvailable:   23813548 kB\nSwapCached:            0 kB\nSwapTotal:        524284 kB\nSwapFree:         524284 kB\nHugePages_Total:       0\n"
+	got, err := ParseMeminfo([]byte(in))
+	want := Memory{TotalBytes: 24683952 << 10, AvailableBytes: 23813548 << 10, SwapTotalBytes: 524284 << 10, SwapFreeBytes: 524284 << 10}
+	if err != nil || got != want {
+		t.Fatalf("ParseMeminfo = %+v, %v; want %+v", got, err, want)
+	}
+	for _, bad := range []string{
+		"MemTotal: 1 kB\nMemAvailable: 1 kB\nSwapTotal: 0 kB\n",                                 // SwapFree missing
+		"MemTotal: 1 kB\nMemTotal: 1 kB\nMemAvailable: 1 kB\nSwapTotal: 0 kB\n",                 // a key twice, one missing
+		"MemTotal: x kB\nMemAvailable: 1 kB\nSwapTotal: 0 kB\nSwapFree: 0 kB\n",                 // not a number
+		"MemTotal: 1 MB\nMemAvailable: 1 kB\nSwapTotal: 0 kB\nSwapFree: 0 kB\n",                 // another unit
+		"MemTotal: 18014398509481984 kB\nMemAvailable: 1 kB\nSwapTotal: 0 kB\nSwapFree: 0 kB\n", // beyond 2^64 bytes
+	} {
+		if got, err := ParseMeminfo([]byte(bad)); err == nil {
+			t.Errorf("ParseMeminfo(%q) = %+v, accepted", bad, got)
+		}
+	}
+}
+
+func FuzzParseMeminfo(f *testing.F) {
+	f.Add([]byte("MemTotal: 2 kB\nMemAvailable: 1 kB\nSwapTotal: 0 kB\nSwapFree: 0 kB\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := ParseMeminfo(b)
+		if err == nil && (m.TotalBytes%1024 != 0 || !bytes.Contains(b, []byte("SwapFree:"))) {
+			t.Fatalf("ParseMeminfo(%q) = %+v", b, m)
+		}
+	})
+}

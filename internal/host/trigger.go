@@ -16,6 +16,7 @@ import (
 type PSITrigger struct {
 	f      *os.File
 	events chan time.Time
+	done   chan struct{}
 }
 
 // NewPSITrigger arms a trigger on path (e.g. /proc/pressure/memory or a
@@ -40,7 +41,7 @@ func NewPSITrigger(ctx context.Context, path, kind string, stall, window time.Du
 		f.Close()
 		return nil, fmt.Errorf("arm PSI trigger %q on %s: %w", spec, path, err)
 	}
-	t := &PSITrigger{f: f, events: make(chan time.Time, 1)}
+	t := &PSITrigger{f: f, events: make(chan time.Time, 1), done: make(chan struct{})}
 	go t.watch(ctx)
 	return t, nil
 }
@@ -49,16 +50,35 @@ func NewPSITrigger(ctx context.Context, path, kind string, stall, window time.Du
 // one has not been received yet.
 func (t *PSITrigger) Events() <-chan time.Time { return t.events }
 
+// Done is closed once the trigger is disarmed: its context ended (or the
+// file failed).
+func (t *PSITrigger) Done() <-chan struct{} { return t.done }
+
+// watch blocks in poll until the trigger fires, or ctx ends and closes the
+// pipe's write end. (A poll timeout to notice ctx woke the watcher, and the
+// Go runtime with it, twice a second: a tenth of an idle agent's CPU on a
+// machine whose wakeups are slow.)
 func (t *PSITrigger) watch(ctx context.Context) {
+	defer close(t.done)
 	defer t.f.Close()
-	fds := []unix.PollFd{{Fd: int32(t.f.Fd()), Events: unix.POLLPRI}}
-	for ctx.Err() == nil {
-		// A bounded timeout lets the watcher notice ctx's end.
-		n, err := unix.Poll(fds, 500)
+	var pipe [2]int
+	if err := unix.Pipe2(pipe[:], unix.O_CLOEXEC); err != nil {
+		return // no events: the agent's rounds still sample PSI
+	}
+	ended := context.AfterFunc(ctx, func() { unix.Close(pipe[1]) })
+	defer func() {
+		if ended() { // ctx has not ended: the write end is still ours
+			unix.Close(pipe[1])
+		}
+		unix.Close(pipe[0])
+	}()
+	fds := []unix.PollFd{{Fd: int32(t.f.Fd()), Events: unix.POLLPRI}, {Fd: int32(pipe[0]), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, -1)
 		if err == unix.EINTR || n == 0 {
 			continue
 		}
-		if err != nil || fds[0].Revents&unix.POLLERR != 0 {
+		if err != nil || fds[0].Revents&unix.POLLERR != 0 || fds[1].Revents != 0 {
 			return
 		}
 		if fds[0].Revents&unix.POLLPRI != 0 {
