@@ -175,10 +175,17 @@ func (cg *MemoryCgroup) Command(name string, args ...string) *exec.Cmd {
 // v2) before it execs name.
 func CommandIn(dir, name string, args ...string) *exec.Cmd { return cgroup.Command(dir, name, args...) }
 
+// binary is a program the tests build once per test process.
+type binary struct {
+	pkg, name string // ./cmd/headroom, headroom
+	once      sync.Once
+	path      string
+	err       error
+}
+
 var (
-	buildOnce sync.Once
-	buildPath string
-	buildErr  error
+	headroomBinary = &binary{pkg: "./cmd/headroom", name: "headroom"}
+	idleGoBinary   = &binary{pkg: "./internal/testenv/idlego", name: "idlego"}
 )
 
 // HeadroomBinary builds cmd/headroom once per test process and returns
@@ -187,40 +194,71 @@ var (
 // stripped.
 func HeadroomBinary(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
+	return headroomBinary.build(t)
+}
+
+func (b *binary) build(t testing.TB) string {
+	t.Helper()
+	b.once.Do(func() {
 		var root string
-		root, buildErr = moduleRoot()
-		if buildErr != nil {
+		root, b.err = moduleRoot()
+		if b.err != nil {
 			return
 		}
 		// One place, replaced by every build (a rename: a test process
 		// still running the previous binary keeps it), so test runs do
 		// not leave a binary each behind.
 		dir := filepath.Join(os.TempDir(), "headroom-test-bin")
-		if buildErr = os.MkdirAll(dir, 0o755); buildErr != nil {
+		if b.err = os.MkdirAll(dir, 0o755); b.err != nil {
 			return
 		}
 		tmp, err := os.CreateTemp(dir, ".build-")
 		if err != nil {
-			buildErr = err
+			b.err = err
 			return
 		}
 		tmp.Close()
 		defer os.Remove(tmp.Name())
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", tmp.Name(), "./cmd/headroom")
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", tmp.Name(), b.pkg)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v: %s", err, out)
+			b.err = fmt.Errorf("go build: %v: %s", err, out)
 			return
 		}
-		buildPath = filepath.Join(dir, "headroom")
-		buildErr = os.Rename(tmp.Name(), buildPath)
+		b.path = filepath.Join(dir, b.name)
+		b.err = os.Rename(tmp.Name(), b.path)
 	})
-	if buildErr != nil {
-		t.Fatalf("build headroom: %v", buildErr)
+	if b.err != nil {
+		t.Fatalf("build %s: %v", b.name, b.err)
 	}
-	return buildPath
+	return b.path
+}
+
+// IdleGo starts a Go process that does nothing but wake every interval
+// (internal/testenv/idlego) and returns its PID; it is stopped when the
+// test ends. Its CPU over a window, beside an agent waking as often, is
+// the floor of this machine and the Go runtime in that window: the
+// reference the agent's CPU figures are read against.
+func IdleGo(t testing.TB, interval time.Duration) int {
+	t.Helper()
+	cmd := exec.Command(idleGoBinary.build(t), "-interval", interval.String())
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	// Its start-up is not the floor: measure from its first line on.
+	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
+		t.Fatalf("idlego did not start: %v", err)
+	}
+	return cmd.Process.Pid
 }
 
 // remove kills what is left in the cgroup and its children and removes
@@ -562,4 +600,34 @@ func ProcessStatus(t testing.TB, pid int) (rssBytes uint64, fds int) {
 		t.Fatal(err)
 	}
 	return rssBytes, len(ents)
+}
+
+// CPUShares measures, over the same span, the CPU each process uses as a
+// share of one core (user and system time). It sleeps for span: the
+// measurement's own length, nothing to wait for.
+func CPUShares(t testing.TB, span time.Duration, pids ...int) []float64 {
+	t.Helper()
+	cpu := func() []time.Duration {
+		out := make([]time.Duration, len(pids))
+		for i, pid := range pids {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The fields after the command's name, which may hold spaces.
+			f := strings.Fields(string(b)[strings.LastIndexByte(string(b), ')')+2:])
+			utime, _ := strconv.ParseUint(f[11], 10, 64)
+			stime, _ := strconv.ParseUint(f[12], 10, 64)
+			out[i] = time.Duration(utime+stime) * 10 * time.Millisecond // USER_HZ 100
+		}
+		return out
+	}
+	c0, t0 := cpu(), time.Now()
+	time.Sleep(span)
+	c1, elapsed := cpu(), time.Since(t0)
+	shares := make([]float64, len(pids))
+	for i := range pids {
+		shares[i] = float64(c1[i]-c0[i]) / float64(elapsed)
+	}
+	return shares
 }
