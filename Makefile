@@ -147,6 +147,7 @@ bench: build
 	bench/agent-overhead.sh
 	bench/evict-under-load.sh
 	$(GO) test -tags system -count 1 -run '^$$' -bench '^BenchmarkSystemKube' -benchtime 1x ./internal/kube/
+	$(GO) test -tags system -count 1 -run '^$$' -bench '^BenchmarkSystemLibvirt' -benchtime 1x ./internal/libvirt/
 	bench/density-skew.sh
 	bench/kubelet-head-to-head.sh
 	bench/vm-boot.sh
