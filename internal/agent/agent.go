@@ -210,6 +210,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 	a.log.Info(StartedMessage, "scope", a.cfg.Scope, "dry_run", a.cfg.DryRun, "interval_s", a.cfg.IntervalSeconds)
+	if files, ok := a.obs.source.(*cgroupSource); ok {
+		files.watch(ctx)
+	}
 	ticker := a.clock.NewTicker(seconds(a.cfg.IntervalSeconds))
 	defer ticker.Stop()
 	a.Tick(a.clock.Now(), true)

@@ -260,6 +260,31 @@ func TestDiscoverFindsAGroupMadeAgain(t *testing.T) {
 	}
 }
 
+// The default source, watching its scope, announces a group made there:
+// the agent lists at once rather than at its discovery interval.
+func TestCgroupSourceAnnouncesAGroupMade(t *testing.T) {
+	_, root := fixtureScope(t, "inactive_file 0\n")
+	a, _, _ := newFixtureAgent(t, root)
+	files := a.obs.source.(*cgroupSource)
+	if files.Changed() != nil {
+		t.Fatal("the source announces before it watches")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	files.watch(ctx)
+	if files.Changed() == nil {
+		t.Fatal("the source does not watch its scope")
+	}
+	if err := os.Mkdir(filepath.Join(root, "node", "vm-b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-files.Changed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a group made in the scope was not announced within 5 s")
+	}
+}
+
 func TestUsageThresholds(t *testing.T) {
 	const mib = 1 << 20
 	for _, c := range []struct {

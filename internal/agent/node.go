@@ -45,7 +45,7 @@ func newHostNode(obs *observer, discovered func(time.Time)) *hostNode {
 
 // Discover updates the set of workloads; new ones are read at once. A
 // group made again under its old path is a new one too; a source that
-// reports its changes (a pod's, a domain's, a pod cgroup's creation)
+// reports its changes (a pod's, a domain's, a cgroup's creation)
 // reports that, so the periodic listing does not stat every group: with
 // 500 pods that was a fifth of the agent's CPU. The stats refresh still
 // notices one it missed.

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"os"
@@ -65,6 +66,9 @@ type cgroupSource struct {
 	log          *slog.Logger
 	// unusable counts a metadata file that could not be used.
 	unusable func()
+	// changed fires when a group is made in the scope; nil until watch
+	// runs, and without inotify (the listing then finds new groups).
+	changed chan struct{}
 }
 
 type cachedMetadata struct {
@@ -73,7 +77,30 @@ type cachedMetadata struct {
 	md      workloadmeta.Metadata
 }
 
-func (s *cgroupSource) Changed() <-chan struct{} { return nil }
+func (s *cgroupSource) Changed() <-chan struct{} { return s.changed }
+
+// watch makes Changed fire when a group is made in the scope, until ctx
+// ends: a new workload gets its allowance at once, and the periodic
+// listing need not stat every group to find one made again.
+func (s *cgroupSource) watch(ctx context.Context) {
+	changed := make(chan struct{}, 1)
+	w, err := cgroup.WatchChildren(ctx, func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}, func(err error) {
+		s.log.Warn("inotify read failed; new workloads are found at the discovery interval", "err", err)
+	})
+	if err == nil {
+		err = w.Add(s.scope.Path())
+	}
+	if err != nil {
+		s.log.Warn("cannot watch the scope; new workloads are found at the discovery interval", "err", err)
+		return
+	}
+	s.changed = changed
+}
 
 func (s *cgroupSource) List() ([]Listed, error) {
 	kids, err := s.scope.Children()

@@ -3,6 +3,7 @@
 package cgroup_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -102,6 +103,35 @@ func TestSystemGroupMadeAgainHasANewID(t *testing.T) {
 	if first, again := id(), id(); first == again {
 		t.Fatalf("a group made again under the same path kept its ID %d", first)
 	}
+}
+
+// A group made in a watched one on this machine's cgroupfs is reported,
+// and so is one removed and made again under its old path.
+func TestSystemWatchChildrenOnCgroupfs(t *testing.T) {
+	scopeCg := testenv.NewMemoryCgroup(t, 512<<20)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	made := make(chan struct{}, 8)
+	w, err := cgroup.WatchChildren(ctx, func() { made <- struct{}{} }, func(err error) { t.Errorf("watch failed: %v", err) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Add(scopeCg.Path); err != nil {
+		t.Fatal(err)
+	}
+	child := filepath.Join(scopeCg.Path, "w1")
+	for _, what := range []string{"a group made", "the group made again"} {
+		os.Remove(child)
+		if err := os.Mkdir(child, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-made:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s was not reported within 5 s", what)
+		}
+	}
+	os.Remove(child)
 }
 
 // The kernel wakes a usage watcher as a workload's memory crosses a
