@@ -26,26 +26,22 @@ func readKeyValues(path string) (map[string]uint64, error) {
 	})
 }
 
+// scanProcs calls found for each PID in the group open as dirfd (at dir).
+func scanProcs(dirfd int, dir string, found func(pid int)) error {
+	_, err := pseudofile.ParseAt(dirfd, dir, "cgroup.procs", func(b []byte) (struct{}, error) {
+		return struct{}{}, scanPIDs(b, dir, found)
+	})
+	return err
+}
+
 // appendProcs appends the PIDs of the group open as dirfd (at dir) to pids.
 func appendProcs(pids []int, dirfd int, dir string) ([]int, error) {
-	return pseudofile.ParseAt(dirfd, dir, "cgroup.procs", func(b []byte) ([]int, error) {
-		err := scanPIDs(b, dir, func(pid int) { pids = append(pids, pid) })
-		return pids, err
-	})
+	err := scanProcs(dirfd, dir, func(pid int) { pids = append(pids, pid) })
+	return pids, err
 }
 
 func readProcs(dir string) ([]int, error) {
 	return appendProcs(nil, unix.AT_FDCWD, dir)
-}
-
-// countProcs counts the PIDs of the group open as dirfd without keeping
-// them.
-func countProcs(dirfd int, dir string) (int, error) {
-	return pseudofile.ParseAt(dirfd, dir, "cgroup.procs", func(b []byte) (int, error) {
-		n := 0
-		err := scanPIDs(b, dir, func(int) { n++ })
-		return n, err
-	})
 }
 
 // scanPIDs calls found for each PID of a cgroup.procs content: decimal
@@ -117,33 +113,31 @@ func childDirs(dir string) ([]string, error) {
 	return names, nil
 }
 
-// CountProcesses counts the processes in g and all its descendant groups:
-// libvirt on cgroup v2 keeps QEMU in machine-qemu-N.scope/libvirt/emulator
-// and vcpuN, KubeVirt pods in container scopes, so a workload's own
-// cgroup.procs is often empty.
-func CountProcesses(g Group) (int, error) {
-	total := 0
+// scanTree calls found for each PID in g and all its descendant groups; a
+// group removed meanwhile is no error.
+func scanTree(g Group, found func(pid int)) error {
 	var firstErr error
 	err := walkGroups(g.Path(), func(dirfd int, dir string) {
-		n, err := countProcs(dirfd, dir)
-		total += n
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := scanProcs(dirfd, dir, found); err != nil && !errors.Is(err, os.ErrNotExist) {
 			firstErr = cmp.Or(firstErr, err)
 		}
 	})
-	return total, cmp.Or(firstErr, err)
+	return cmp.Or(firstErr, err)
+}
+
+// CountProcesses counts the processes in g and all its descendant groups
+// without keeping their PIDs: libvirt on cgroup v2 keeps QEMU in
+// machine-qemu-N.scope/libvirt/emulator and vcpuN, KubeVirt pods in
+// container scopes, so a workload's own cgroup.procs is often empty.
+func CountProcesses(g Group) (int, error) {
+	n := 0
+	err := scanTree(g, func(int) { n++ })
+	return n, err
 }
 
 // TreeProcs lists the processes in g and all its descendant groups.
 func TreeProcs(g Group) ([]int, error) {
 	var all []int
-	var firstErr error
-	err := walkGroups(g.Path(), func(dirfd int, dir string) {
-		var err error
-		all, err = appendProcs(all, dirfd, dir)
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			firstErr = cmp.Or(firstErr, err)
-		}
-	})
-	return all, cmp.Or(firstErr, err)
+	err := scanTree(g, func(pid int) { all = append(all, pid) })
+	return all, err
 }
