@@ -12,7 +12,10 @@
 # lines are each term's verdict by docs/sim.md's rule: a term stays where,
 # in one region on at least two days, the model without it matches fewer
 # steps than the day's measured ramps match each other, and the term
-# closes at least half of that gap.
+# closes at least half of that gap. Before them, the model as measured
+# against the noise floor, by day and over every day: its share of steps
+# within 15% against the floor's, and a shortfall in standard errors (the
+# validation table of docs/sim.md).
 # Usage: bench/sim-corrections.sh CASE_DIR... (no root; seconds a case),
 # or bench/sim-corrections.sh --cases-from RESULTS OUT_DIR to make case
 # directories of a `REPEATS=2 RESULTS=dir bench/sim-fidelity.sh` run.
@@ -193,6 +196,40 @@ verdict() {
   done
   printf '%-34s %-7s (%s; %s)\n' "$term" "$kept" "${list[0]}" "${list[1]}"
 }
+
+# against_floor LABEL FLOOR MODEL: the model's share of steps within 15%
+# (as measured) against the noise floor's, in RAM and on the plateau. A
+# shortfall is given in standard errors of the difference of the two
+# shares (binomial): under 2, these counts cannot tell the model from the
+# floor (steps of one ramp move together, so the true error is wider
+# still). docs/sim.md's validation table holds these lines.
+against_floor() {
+  awk -v label="$1" -v f="$2" -v m="$3" 'BEGIN {
+      split(f, a, " "); split(m, b, " ")
+      out = label ":"
+      for (r = 1; r <= 3; r += 2) {
+        region = r == 1 ? "in RAM" : "plateau"
+        if (a[r + 1] == 0 || b[r + 1] == 0) continue
+        p = a[r] / a[r + 1]; q = b[r] / b[r + 1]
+        se = sqrt(p * (1 - p) / a[r + 1] + q * (1 - q) / b[r + 1])
+        if (q >= p) verdict = "at or above the floor"
+        else {
+          z = se > 0 ? (p - q) / se : 99
+          verdict = sprintf("%.0f points short, %.1f standard errors: %s", 100 * (p - q), z, z < 2 ? "within the noise" : "misses")
+        }
+        out = out sprintf(" %s %d of %d (%.0f%%) against %d of %d (%.0f%%), %s;", region, b[r], b[r + 1], 100 * q, a[r], a[r + 1], 100 * p, verdict)
+      }
+      sub(/;$/, "", out); print out
+    }'
+}
+if ((${#days[@]} > 0)); then
+  echo
+  echo "the model (as measured) against the noise floor: steps within 15%, the model's against the floor's"
+  for day in $(printf '%s\n' "${!days[@]}" | sort); do
+    against_floor "$day" "${total[$day|noise floor]}" "${total[$day|as measured]}"
+  done
+  ((${#days[@]} > 1)) && against_floor "every day" "${total[noise floor]}" "${total[as measured]}"
+fi
 
 if ((${#corrections[@]} > 0)) && ((${#days[@]} > 0)); then
   echo
